@@ -1,0 +1,55 @@
+# gpu-tenancy: `make up` builds the lab, `make test` checks the code.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STACK ?= dev
+# Extra flags for `pulumi up` / `pulumi destroy`, e.g. PULUMI_FLAGS=--yes
+PULUMI_FLAGS ?=
+STATE_DIR := .pulumi-state
+
+# The local backend encrypts secrets with a passphrase. Unless you provide
+# one, a random passphrase is generated once into .pulumi-passphrase (mode 600,
+# git-ignored): keep it, it is the only key to the secrets in the state.
+ifeq ($(origin PULUMI_CONFIG_PASSPHRASE),undefined)
+export PULUMI_CONFIG_PASSPHRASE_FILE ?= $(CURDIR)/.pulumi-passphrase
+endif
+
+.PHONY: help venv lint test preflight backend up down
+
+help:
+	@echo "make up      preflight, local backend, stack '$(STACK)', pulumi up"
+	@echo "make test    create .venv, install pinned dependencies, lint, run the tests"
+	@echo "make down    pulumi destroy the stack '$(STACK)'"
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	touch $@
+
+venv: $(VENV)/.installed
+
+lint: venv
+	$(VENV)/bin/ruff check .
+
+test: lint
+	$(PY) -m pytest
+
+preflight: venv
+	$(PY) -m tools.preflight
+
+backend:
+	@mkdir -p $(STATE_DIR)
+	@if [ -n "$${PULUMI_CONFIG_PASSPHRASE_FILE:-}" ] && [ ! -s "$$PULUMI_CONFIG_PASSPHRASE_FILE" ]; then \
+		(umask 077 && $(PY) -c 'import secrets; print(secrets.token_urlsafe(32))' > "$$PULUMI_CONFIG_PASSPHRASE_FILE"); \
+		echo "generated $$PULUMI_CONFIG_PASSPHRASE_FILE (keep it: it decrypts the stack's secrets)"; \
+	fi
+	pulumi stack select $(STACK) --create
+
+up: preflight backend
+	pulumi up --stack $(STACK) $(PULUMI_FLAGS)
+
+down: venv backend
+	pulumi destroy --stack $(STACK) $(PULUMI_FLAGS)

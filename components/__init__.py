@@ -1,0 +1,1 @@
+"""The five layers of the platform, one ComponentResource per module."""

@@ -1,0 +1,251 @@
+"""Pydantic models of the `gpu-tenancy` stack configuration.
+
+The camelCase key names are the public interface (what users write in
+`Pulumi.<stack>.yaml`); Python attributes are snake_case. Every model forbids
+unknown keys, so a typo such as `podCIDR` is an error instead of a silently
+ignored setting. Checks that span several objects (overlaps, uniqueness, the
+smoke test fitting somewhere) live in `config.validate`, which reports every
+problem at once with its full key path.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic.alias_generators import to_camel
+
+# Kamaji builds tenant kubelet/kubeadm config with Kubernetes 1.36 libraries:
+# kubelets older than 1.35 refuse it, and its webhook rejects versions above
+# 1.36.x (facts §1). Worker images are kindest/node:<version>.
+MIN_KUBERNETES_VERSION = (1, 35, 0)
+MAX_KUBERNETES_VERSION_EXCLUSIVE = (1, 37, 0)
+DEFAULT_KUBERNETES_VERSION = "v1.35.0"
+
+# Derived names: the tenant namespace and TCP are `<tenant>`, worker containers
+# and Nodes are `<tenant>-<worker>` (a DNS label, at most 63 characters), and
+# Kamaji derives Secret/Service names from the TCP name.
+MAX_TENANT_NAME_LENGTH = 30
+MAX_WORKER_NAME_LENGTH = 63
+
+# Namespaces that already exist (or that this program creates) on the
+# management cluster; a tenant named like one would collide with it.
+RESERVED_TENANT_NAMES = frozenset(
+    {"default", "cert-manager", "metallb-system", "kamaji-system", "local-path-storage"}
+)
+
+# HAMi's mock device plugin registers one fake device per MiB of gpumem; past
+# ~100000 per node kubelet's 4 MiB gRPC message limit is hit (facts §8).
+MAX_SIMULATED_MEMORY_MIB_PER_WORKER = 100_000
+
+DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+VERSION_PATTERN = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
+# Card ids and models are written into HAMi annotations whose encoding uses
+# `,` `:` and `;` as separators (`<uuid>,NVIDIA,<mem>,<cores>:;`).
+CARD_UUID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+HAMI_SEPARATORS = ",:;"
+
+
+class StrictModel(BaseModel):
+    """Base: camelCase aliases, unknown keys rejected, values validated on assignment."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+    )
+
+
+def _dns1035_label(value: str) -> str:
+    if not DNS1035_LABEL.match(value):
+        raise ValueError(
+            "must be a DNS-1035 label: lower-case letters, digits and '-', "
+            "starting with a letter and ending with a letter or digit"
+        )
+    return value
+
+
+def _dns1123_label(value: str) -> str:
+    if not DNS1123_LABEL.match(value):
+        raise ValueError(
+            "must be a DNS label: lower-case letters, digits and '-', "
+            "starting and ending with a letter or digit"
+        )
+    return value
+
+
+def parse_version(value: str) -> tuple[int, int, int]:
+    match = VERSION_PATTERN.match(value)
+    if not match:
+        raise ValueError("must look like v1.35.0")
+    return tuple(int(part) for part in match.groups())  # type: ignore[return-value]
+
+
+def _kubernetes_version(value: str) -> str:
+    version = parse_version(value)
+    if not MIN_KUBERNETES_VERSION <= version < MAX_KUBERNETES_VERSION_EXCLUSIVE:
+        raise ValueError(
+            "must be >= v1.35.0 and < v1.37.0: Kamaji generates kubelet and kubeadm "
+            "configuration that older kubelets refuse, and its webhook rejects "
+            "versions newer than v1.36.x (use e.g. v1.35.0)"
+        )
+    return value
+
+
+def _ipv4_network(value: str) -> str:
+    try:
+        network = ipaddress.ip_network(value, strict=True)
+    except ValueError as error:
+        raise ValueError(
+            f"must be an IPv4 network in CIDR form such as 10.96.0.0/16 ({error})"
+        ) from None
+    if network.version != 4:
+        raise ValueError("must be an IPv4 network such as 10.96.0.0/16 (IPv6 is not supported)")
+    return str(network)
+
+
+def _service_cidr(value: str) -> str:
+    value = _ipv4_network(value)
+    prefix = ipaddress.ip_network(value).prefixlen
+    # kube-apiserver refuses service ranges larger than /12; the DNS service
+    # takes the 10th address, so the range needs at least 16 addresses.
+    if not 12 <= prefix <= 28:
+        raise ValueError("must have a prefix length between /12 and /28 (e.g. 10.96.0.0/16)")
+    return value
+
+
+def _pod_cidr(value: str) -> str:
+    value = _ipv4_network(value)
+    prefix = ipaddress.ip_network(value).prefixlen
+    # The tenant controller manager hands each node a /24 out of this range.
+    if not 8 <= prefix <= 24:
+        raise ValueError(
+            "must have a prefix length between /8 and /24: every node gets a /24 "
+            "from it (e.g. 10.244.0.0/16)"
+        )
+    return value
+
+
+def _hami_safe_text(value: str) -> str:
+    bad = sorted({char for char in value if char in HAMI_SEPARATORS})
+    if bad:
+        raise ValueError(
+            f"must not contain {' '.join(repr(c) for c in bad)}: HAMi uses ',', ':' "
+            "and ';' as separators in its device annotations"
+        )
+    if not value.strip() or any(not char.isprintable() for char in value):
+        raise ValueError("must be non-empty printable text")
+    return value
+
+
+def _card_uuid(value: str) -> str:
+    _hami_safe_text(value)
+    if not CARD_UUID_PATTERN.match(value):
+        raise ValueError(
+            "must start with a letter or digit and contain only letters, digits, "
+            "'.', '_' and '-' (e.g. GPU-MOCK-A0)"
+        )
+    return value
+
+
+TenantName = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_TENANT_NAME_LENGTH),
+    AfterValidator(_dns1035_label),
+]
+WorkerName = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_WORKER_NAME_LENGTH),
+    AfterValidator(_dns1123_label),
+]
+KubernetesVersion = Annotated[str, AfterValidator(_kubernetes_version)]
+ServiceCidr = Annotated[str, AfterValidator(_service_cidr)]
+PodCidr = Annotated[str, AfterValidator(_pod_cidr)]
+CardModel = Annotated[str, Field(max_length=64), AfterValidator(_hami_safe_text)]
+CardUuid = Annotated[str, Field(max_length=64), AfterValidator(_card_uuid)]
+
+
+class GpuCard(StrictModel):
+    """One simulated (or, in nvidia mode, expected real) GPU card on a worker."""
+
+    uuid: CardUuid
+    model: CardModel
+    memory_mib: int = Field(ge=1, alias="memoryMiB")
+    # Percent of the card's compute; 100 is the whole card.
+    cores: int = Field(default=100, ge=1, le=100)
+    # How many containers may share the card (HAMi's deviceSplitCount).
+    slots: int = Field(default=10, ge=1, le=1000)
+
+
+class Worker(StrictModel):
+    name: WorkerName
+    gpus: list[GpuCard] = Field(default_factory=list)
+
+
+class Quota(StrictModel):
+    """Tenant-wide GPU quota: a ResourceQuota on the tenant's requests."""
+
+    gpus: int | None = Field(default=None, ge=0)
+    memory_mib: int | None = Field(default=None, ge=0, alias="memoryMiB")
+    cores: int | None = Field(default=None, ge=0)
+
+
+class Tenant(StrictModel):
+    name: TenantName
+    kubernetes_version: KubernetesVersion = DEFAULT_KUBERNETES_VERSION
+    service_cidr: ServiceCidr | None = None
+    pod_cidr: PodCidr | None = None
+    workers: list[Worker] = Field(min_length=1)
+    quota: Quota | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _not_reserved(cls, value: str) -> str:
+        if value in RESERVED_TENANT_NAMES or value.startswith("kube-"):
+            raise ValueError(
+                "is a namespace the management cluster already uses; "
+                "pick another name (e.g. team-a)"
+            )
+        return value
+
+
+class Management(StrictModel):
+    cluster_name: Annotated[
+        str, Field(min_length=1, max_length=40), AfterValidator(_dns1123_label)
+    ] = "gpu-tenancy"
+    node_image: Annotated[str, Field(pattern=r"^[^\s:]+(:[A-Za-z0-9._-]+)?(@sha256:[0-9a-f]{64})?$")] = (
+        "kindest/node:v1.35.0"
+    )
+
+
+class SmokeTest(StrictModel):
+    """The fractional GPU request `pulumi up` uses to prove each tenant works."""
+
+    enabled: bool = True
+    gpus: int = Field(default=1, ge=1)
+    memory_mib: int = Field(default=3000, ge=1, alias="memoryMiB")
+    cores: int = Field(default=30, ge=1, le=100)
+
+
+class Versions(StrictModel):
+    """Every chart, manifest and image version the program installs, in one place."""
+
+    cert_manager: str = "v1.18.3"
+    metallb: str = "0.15.2"
+    kamaji_chart: str = "0.0.0+latest"
+    kamaji_image: str = "26.8.2-edge"
+    calico: str = "v3.31.2"
+    hami: str = "2.10.0"
+    mock_device_plugin: str = "1.0.2"
+
+
+class StackConfig(StrictModel):
+    tenants: list[Tenant] = Field(min_length=1)
+    management: Management = Field(default_factory=Management)
+    gpu_mode: Literal["mock", "nvidia"] = "mock"
+    smoke_test: SmokeTest = Field(default_factory=SmokeTest)
+    versions: Versions = Field(default_factory=Versions)

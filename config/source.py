@@ -1,0 +1,42 @@
+"""Read every `gpu-tenancy:*` key from the Pulumi config, unknown ones included.
+
+`pulumi.Config.get` only answers for keys it is asked about, which would let a
+misspelled top-level key pass silently; reading the whole config map lets the
+model reject it by name.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pulumi.runtime import config as runtime_config
+
+from .models import StackConfig
+from .validate import NAMESPACE, load_stack_config
+
+
+def _decode(value: Any) -> Any:
+    # Pulumi hands structured values (objects, lists) to programs as JSON text.
+    if isinstance(value, str) and value[:1] in "{[":
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+def raw_stack_config() -> dict[str, Any]:
+    """All keys of the project namespace, with the namespace prefix removed."""
+    entries = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
+    prefix = f"{NAMESPACE}:"
+    return {
+        key[len(prefix):]: _decode(value)
+        for key, value in entries.items()
+        if key.startswith(prefix)
+    }
+
+
+def read_stack_config() -> StackConfig:
+    """The validated stack configuration; raises ConfigError listing every problem."""
+    return load_stack_config(raw_stack_config())

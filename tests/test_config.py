@@ -1,0 +1,258 @@
+"""The stack configuration contract: defaults, and one clear error per bad key."""
+
+import copy
+
+import pytest
+
+from config import ConfigError, load_stack_config
+from config.models import MAX_SIMULATED_MEMORY_MIB_PER_WORKER
+from tests.harness import load_stack_file, run_program
+
+
+def card(uuid, memory=8192, cores=100, slots=10, model="NVIDIA-A100"):
+    return {"uuid": uuid, "model": model, "memoryMiB": memory, "cores": cores, "slots": slots}
+
+
+def base():
+    return copy.deepcopy(load_stack_file("dev"))
+
+
+def test_dev_stack_validates_to_the_reference_lab():
+    config = load_stack_config(base())
+    assert [t.name for t in config.tenants] == ["tenant-a", "tenant-b"]
+    a, b = config.tenants
+    assert (a.service_cidr, a.pod_cidr) == ("10.96.0.0/16", "10.244.0.0/16")
+    assert (b.service_cidr, b.pod_cidr) == ("10.97.0.0/16", "10.245.0.0/16")
+    assert a.kubernetes_version == b.kubernetes_version == "v1.35.0"
+    only_card = a.workers[0].gpus[0]
+    assert (only_card.uuid, only_card.model, only_card.memory_mib, only_card.cores, only_card.slots) == (
+        "GPU-MOCK-A0", "NVIDIA-A100", 8192, 100, 10)
+    assert b.workers[0].gpus[0].uuid == "GPU-MOCK-B0"
+    assert config.gpu_mode == "mock"
+    assert config.management.cluster_name == "gpu-tenancy"
+    assert config.management.node_image == "kindest/node:v1.35.0"
+    assert (config.smoke_test.gpus, config.smoke_test.memory_mib, config.smoke_test.cores) == (1, 3000, 30)
+
+
+def test_defaults_fill_optional_keys():
+    config = load_stack_config(
+        {"tenants": [{"name": "team", "workers": [{"name": "w", "gpus": [{"uuid": "G0", "model": "A", "memoryMiB": 4096}]}]}]}
+    )
+    tenant = config.tenants[0]
+    assert tenant.kubernetes_version == "v1.35.0"
+    assert tenant.workers[0].gpus[0].cores == 100
+    assert tenant.workers[0].gpus[0].slots == 10
+    assert tenant.service_cidr and tenant.pod_cidr
+    assert config.smoke_test.enabled is True
+    assert config.versions.hami == "2.10.0"
+    assert config.versions.kamaji_chart == "0.0.0+latest"
+
+
+def test_versions_accepted_at_both_ends_of_the_window():
+    for version in ("v1.35.0", "v1.36.9"):
+        raw = base()
+        raw["tenants"][0]["kubernetesVersion"] = version
+        assert load_stack_config(raw).tenants[0].kubernetes_version == version
+
+
+def _set(path, value):
+    """Return a mutator that sets a dotted/indexed path in the raw config."""
+
+    def mutate(raw):
+        target = raw
+        parts = path.replace("[", ".").replace("]", "").split(".")
+        for part in parts[:-1]:
+            target = target[int(part)] if part.isdigit() else target.setdefault(part, {})
+        last = parts[-1]
+        if last.isdigit() and int(last) == len(target):
+            target.append(value)
+        elif last.isdigit():
+            target[int(last)] = value
+        else:
+            target[last] = value
+
+    return mutate
+
+
+def _delete(path):
+    def mutate(raw):
+        target = raw
+        parts = path.replace("[", ".").replace("]", "").split(".")
+        for part in parts[:-1]:
+            target = target[int(part)] if part.isdigit() else target[part]
+        del target[parts[-1]]
+
+    return mutate
+
+
+def _rename(path, new_key):
+    def mutate(raw):
+        target = raw
+        parts = path.replace("[", ".").replace("]", "").split(".")
+        for part in parts[:-1]:
+            target = target[int(part)] if part.isdigit() else target[part]
+        target[new_key] = target.pop(parts[-1])
+
+    return mutate
+
+
+def _many(*mutators):
+    def mutate(raw):
+        for m in mutators:
+            m(raw)
+
+    return mutate
+
+
+T0 = "tenants[0]"
+C00 = "tenants[0].workers[0].gpus[0]"
+C10 = "tenants[1].workers[0].gpus[0]"
+
+INVALID = [
+    # (id, mutation, key path the message must name, extra text the message must contain)
+    ("seed-podCIDR-typo", _rename("tenants[0].podCidr", "podCIDR"), "tenants[0].podCIDR", "did you mean 'podCidr'"),
+    ("unknown-top-level-key", _set("gpuMod", "mock"), "gpuMod", "unknown key"),
+    ("unknown-card-key", _set(f"{C00}.device_uuid", "x"), f"{C00}.device_uuid", "unknown key"),
+    ("unknown-management-key", _set("management.kubeconfigPath", "/x"), "management.kubeconfigPath", "unknown key"),
+    ("no-tenants", _set("tenants", []), "tenants", "at least 1"),
+    ("tenants-missing", _delete("tenants"), "tenants", "required"),
+    ("tenant-name-uppercase", _set(f"{T0}.name", "Tenant-A"), f"{T0}.name", "DNS-1035"),
+    ("tenant-name-digit-first", _set(f"{T0}.name", "1tenant"), f"{T0}.name", "DNS-1035"),
+    ("tenant-name-too-long", _set(f"{T0}.name", "t" * 31), f"{T0}.name", "at most 30"),
+    ("tenant-name-reserved", _set(f"{T0}.name", "kube-system"), f"{T0}.name", "already uses"),
+    ("tenant-name-duplicate", _set("tenants[1].name", "tenant-a"), "tenants[1].name", "unique"),
+    ("version-too-old", _set(f"{T0}.kubernetesVersion", "v1.29.0"), f"{T0}.kubernetesVersion", "older kubelets"),
+    ("version-too-new", _set(f"{T0}.kubernetesVersion", "v1.37.0"), f"{T0}.kubernetesVersion", "v1.36.x"),
+    ("version-malformed", _set(f"{T0}.kubernetesVersion", "1.35"), f"{T0}.kubernetesVersion", "v1.35.0"),
+    ("service-cidr-not-a-network", _set(f"{T0}.serviceCidr", "10.96.0.1/16"), f"{T0}.serviceCidr", "IPv4 network"),
+    ("service-cidr-garbage", _set(f"{T0}.serviceCidr", "ten.96/16"), f"{T0}.serviceCidr", "CIDR"),
+    ("pod-cidr-ipv6", _set(f"{T0}.podCidr", "fd00::/64"), f"{T0}.podCidr", "IPv4"),
+    ("service-cidr-too-large", _set(f"{T0}.serviceCidr", "10.0.0.0/8"), f"{T0}.serviceCidr", "/12"),
+    ("pod-cidr-too-small", _set(f"{T0}.podCidr", "10.244.0.0/25"), f"{T0}.podCidr", "/24"),
+    ("service-overlaps-own-pods", _set(f"{T0}.serviceCidr", "10.244.0.0/20"), f"{T0}.podCidr", "overlaps tenants[0].serviceCidr"),
+    ("pods-overlap-other-tenant", _set("tenants[1].podCidr", "10.244.128.0/17"), "tenants[1].podCidr", "overlaps tenants[0].podCidr"),
+    ("service-overlaps-other-tenant-pods", _set("tenants[1].serviceCidr", "10.244.0.0/16"), "tenants[1].serviceCidr", "overlaps"),
+    ("pod-range-too-small-for-workers",
+     _many(_set(f"{T0}.podCidr", "10.244.0.0/24"),
+           _set(f"{T0}.workers[1]", {"name": "worker-1", "gpus": [card("GPU-MOCK-A1")]})),
+     f"{T0}.podCidr", "room for 1 node"),
+    ("no-workers", _set(f"{T0}.workers", []), f"{T0}.workers", "at least 1"),
+    ("worker-name-invalid", _set(f"{T0}.workers[0].name", "Worker_0"), f"{T0}.workers[0].name", "DNS label"),
+    ("worker-name-duplicate",
+     _set(f"{T0}.workers[1]", {"name": "worker-0", "gpus": [card("GPU-MOCK-A1")]}),
+     f"{T0}.workers[1].name", "unique within a tenant"),
+    ("node-name-too-long",
+     _many(_set(f"{T0}.name", "t" * 30), _set(f"{T0}.workers[0].name", "w" * 40)),
+     f"{T0}.workers[0].name", "63"),
+    ("card-uuid-duplicate-across-tenants", _set(f"{C10}.uuid", "GPU-MOCK-A0"), f"{C10}.uuid", "unique across the whole stack"),
+    ("card-uuid-with-comma", _set(f"{C00}.uuid", "GPU,0"), f"{C00}.uuid", "separators"),
+    ("card-model-with-colon", _set(f"{C00}.model", "NVIDIA:A100"), f"{C00}.model", "separators"),
+    ("card-model-with-semicolon", _set(f"{C00}.model", "A100;x"), f"{C00}.model", "';'"),
+    ("card-memory-zero", _set(f"{C00}.memoryMiB", 0), f"{C00}.memoryMiB", "greater than or equal to 1"),
+    ("card-memory-not-a-number", _set(f"{C00}.memoryMiB", "lots"), f"{C00}.memoryMiB", "integer"),
+    ("card-cores-over-100", _set(f"{C00}.cores", 101), f"{C00}.cores", "less than or equal to 100"),
+    ("card-cores-zero", _set(f"{C00}.cores", 0), f"{C00}.cores", "greater than or equal to 1"),
+    ("card-slots-zero", _set(f"{C00}.slots", 0), f"{C00}.slots", "greater than or equal to 1"),
+    ("card-memory-missing", _delete(f"{C00}.memoryMiB"), f"{C00}.memoryMiB", "required"),
+    ("worker-memory-over-mock-limit",
+     _set("tenants[0].workers[0].gpus", [card("G1", memory=60000), card("G2", memory=40000)]),
+     "tenants[0].workers[0].gpus", str(MAX_SIMULATED_MEMORY_MIB_PER_WORKER)),
+    ("quota-negative", _set(f"{T0}.quota", {"gpus": -1}), f"{T0}.quota.gpus", "greater than or equal to 0"),
+    ("quota-below-smoke-test", _set(f"{T0}.quota", {"memoryMiB": 1000}), f"{T0}.quota.memoryMiB", "smoke-test"),
+    ("gpu-mode-unknown", _set("gpuMode", "amd"), "gpuMode", "'mock' or 'nvidia'"),
+    ("smoke-test-does-not-fit", _set("smokeTest", {"memoryMiB": 9000}), "smokeTest", "tenants[0]"),
+    ("smoke-test-needs-two-cards", _set("smokeTest", {"gpus": 2}), "smokeTest", "2 card(s) on one worker"),
+    ("smoke-test-cores-over-100", _set("smokeTest", {"cores": 150}), "smokeTest.cores", "100"),
+    ("smoke-test-unknown-key", _set("smokeTest", {"memory": 1}), "smokeTest.memory", "did you mean 'memoryMiB'"),
+    ("management-cluster-name-invalid", _set("management", {"clusterName": "My Cluster"}), "management.clusterName", "DNS label"),
+    ("versions-unknown-key", _set("versions", {"hamiChart": "2.10.0"}), "versions.hamiChart", "unknown key"),
+]
+
+
+@pytest.mark.parametrize("mutate, path, text", [c[1:] for c in INVALID], ids=[c[0] for c in INVALID])
+def test_invalid_config_names_the_key(mutate, path, text):
+    raw = base()
+    mutate(raw)
+    with pytest.raises(ConfigError) as caught:
+        load_stack_config(raw)
+    message = str(caught.value)
+    assert any(issue.path == path for issue in caught.value.issues), message
+    assert f"  - {path}" in message
+    assert text in message
+
+
+def test_at_least_25_invalid_configs_are_covered():
+    assert len(INVALID) >= 25
+
+
+def test_error_shows_the_bad_value_and_the_fix_location():
+    raw = base()
+    raw["tenants"][1]["workers"][0]["gpus"][0]["cores"] = 250
+    with pytest.raises(ConfigError) as caught:
+        load_stack_config(raw)
+    message = str(caught.value)
+    assert "tenants[1].workers[0].gpus[0].cores = 250" in message
+    assert "less than or equal to 100" in message
+    assert "Pulumi.<stack>.yaml" in message
+
+
+def test_all_errors_are_collected_in_one_message():
+    raw = base()
+    raw["tenants"][0]["podCIDR"] = raw["tenants"][0].pop("podCidr")
+    raw["tenants"][0]["workers"][0]["gpus"][0]["cores"] = 0
+    raw["tenants"][1]["kubernetesVersion"] = "v1.29.0"
+    raw["gpuMode"] = "amd"
+    with pytest.raises(ConfigError) as caught:
+        load_stack_config(raw)
+    paths = {issue.path for issue in caught.value.issues}
+    assert {
+        "tenants[0].podCIDR",
+        "tenants[0].workers[0].gpus[0].cores",
+        "tenants[1].kubernetesVersion",
+        "gpuMode",
+    } <= paths
+    assert "(4 problems)" in str(caught.value)
+
+
+def test_cross_field_errors_are_collected_together():
+    raw = base()
+    raw["tenants"][1]["name"] = "tenant-a"
+    raw["tenants"][1]["workers"][0]["gpus"][0]["uuid"] = "GPU-MOCK-A0"
+    raw["tenants"][1]["podCidr"] = "10.244.0.0/16"
+    with pytest.raises(ConfigError) as caught:
+        load_stack_config(raw)
+    paths = {issue.path for issue in caught.value.issues}
+    assert {"tenants[1].name", "tenants[1].workers[0].gpus[0].uuid", "tenants[1].podCidr"} <= paths
+
+
+def test_nvidia_mode_lifts_the_simulated_memory_limit():
+    raw = base()
+    raw["gpuMode"] = "nvidia"
+    raw["tenants"][0]["workers"][0]["gpus"] = [card("G1", memory=81920), card("G2", memory=81920)]
+    assert load_stack_config(raw).gpu_mode == "nvidia"
+
+
+def test_disabled_smoke_test_needs_no_fitting_card():
+    raw = base()
+    raw["smokeTest"] = {"enabled": False, "memoryMiB": 99999}
+    assert load_stack_config(raw).smoke_test.enabled is False
+
+
+@pytest.mark.parametrize("mutate, path, text", [c[1:] for c in INVALID[:6]], ids=[c[0] for c in INVALID[:6]])
+def test_invalid_config_fails_before_any_resource(mutate, path, text):
+    raw = base()
+    mutate(raw)
+    with pytest.raises(ConfigError) as caught:
+        run_program(raw)
+    assert path in str(caught.value)
+    # run_program records every registration; a failed validation leaves none.
+    from tests import harness
+
+    assert harness.last_run_registrations() == []
+
+
+def test_program_reads_unknown_top_level_keys_from_pulumi_config():
+    raw = base()
+    raw["tenantz"] = []
+    with pytest.raises(ConfigError, match=r"tenantz: unknown key 'tenantz'.*did you mean 'tenants'"):
+        run_program(raw)
