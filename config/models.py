@@ -234,13 +234,21 @@ class SmokeTest(StrictModel):
 class Versions(StrictModel):
     """Every chart, manifest and image version the program installs, in one place."""
 
-    cert_manager: str = "v1.18.3"
-    metallb: str = "0.15.2"
+    # jetstack/cert-manager; 1.20+ supports the Kubernetes 1.35 management cluster.
+    cert_manager: str = "v1.21.1"
+    # metallb/metallb chart, native L2 mode.
+    metallb: str = "0.15.3"
+    # clastix/kamaji is republished from master as 0.0.0+latest only (facts §2);
+    # the image tag pins what actually runs.
     kamaji_chart: str = "0.0.0+latest"
     kamaji_image: str = "26.8.2-edge"
-    calico: str = "v3.31.2"
+    # projectcalico tigera-operator + CRD charts; 3.32 is tested on Kubernetes 1.34-1.36.
+    calico: str = "v3.32.1"
+    # Project-HAMi/HAMi chart.
     hami: str = "2.10.0"
-    mock_device_plugin: str = "1.0.2"
+    # Project-HAMi/mock-device-plugin image; no tag newer than 1.0.1 exists, so the
+    # device config it reads is rendered without the v2.9+ `vnpus` block (facts §8).
+    mock_device_plugin: str = "1.0.1"
 
 
 class StackConfig(StrictModel):
