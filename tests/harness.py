@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import hashlib
 import json
 import runpy
 from collections.abc import Callable, Iterable
@@ -150,6 +151,12 @@ def _pod_outputs(args: mocks.MockResourceArgs) -> dict[str, Any]:
     return {"spec": spec, "metadata": metadata, "status": {"phase": "Running"}}
 
 
+def _remote_image_outputs(args: mocks.MockResourceArgs) -> dict[str, Any]:
+    """A pulled image: the local image id Containers should reference."""
+    digest = hashlib.sha256(str(args.inputs.get("name", args.name)).encode()).hexdigest()
+    return {"imageId": f"sha256:{digest}", "repoDigest": f"{args.inputs.get('name', args.name)}@sha256:{digest}"}
+
+
 OutputFactory = Callable[[mocks.MockResourceArgs], dict[str, Any]]
 
 OUTPUT_FACTORIES: dict[str, OutputFactory] = {
@@ -160,6 +167,7 @@ OUTPUT_FACTORIES: dict[str, OutputFactory] = {
     "random:index/randomString:RandomString": _random_outputs,
     "random:index/randomPassword:RandomPassword": _random_outputs,
     "docker:index/container:Container": _container_outputs,
+    "docker:index/remoteImage:RemoteImage": _remote_image_outputs,
     "kubernetes:core/v1:Pod": _pod_outputs,
 }
 
@@ -418,6 +426,8 @@ def run_program(
 ) -> ProgramRun:
     """Run `__main__.py` (or `program`) under mocks with `gpu-tenancy:<key>` config."""
     global _last_monitor
+    # A failure inside an output of a previous run would otherwise leak into this one.
+    settings.SETTINGS.outputs.clear()
     mock = LabMocks()
     monitor = _last_monitor = RecordingMonitor(mock)
     settings.ROOT.set(None)

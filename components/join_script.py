@@ -1,0 +1,258 @@
+"""Scripts that join a kindest/node container to a hosted control plane, and take it out again.
+
+Plain text builders, no Pulumi: the `WorkerNode` component runs them with
+pulumi-command through `docker exec`. The join script travels on stdin and
+reads the endpoint, the bootstrap token and the CA hash from environment
+variables that `docker exec -e NAME` forwards by name, so the token never
+appears in any argv (host or container): it is written with bash's builtin
+`printf` into a private kubeadm `JoinConfiguration` file, and `kubeadm join
+--config` reads it from there. Modelled on clastix/kamaji
+`e2e/worker_kubeadm_join_test.go` (modprobe, swapoff, kubeadm join with
+SystemVerification/FileExisting ignored).
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from components.container_exec import TENANT_KUBECONFIG_ENV, docker_exec, with_tenant_kubeconfig
+
+# Environment variables the join Command sets and `docker exec` forwards by name.
+ENDPOINT_ENV = "WORKER_JOIN_ENDPOINT"
+TOKEN_ENV = "WORKER_JOIN_TOKEN"
+DISCOVERY_HASH_ENV = "WORKER_DISCOVERY_HASH"
+JOIN_ENV_NAMES = (ENDPOINT_ENV, TOKEN_ENV, DISCOVERY_HASH_ENV)
+
+# Test-only knobs (never forwarded by `docker exec`, so production uses the defaults):
+# a prefix for /etc and /proc paths, the retry bounds, and the pauses between attempts.
+ROOT_ENV = "GPU_TENANCY_NODE_ROOT"
+JOIN_ATTEMPTS_ENV = "JOIN_ATTEMPTS"
+JOIN_PAUSE_ENV = "JOIN_RETRY_PAUSE_SECONDS"
+RUNTIME_ATTEMPTS_ENV = "RUNTIME_WAIT_ATTEMPTS"
+RUNTIME_PAUSE_ENV = "RUNTIME_WAIT_PAUSE_SECONDS"
+LEAVE_ATTEMPTS_ENV = "LEAVE_ATTEMPTS"
+LEAVE_PAUSE_ENV = "LEAVE_RETRY_PAUSE_SECONDS"
+
+# Kamaji's soot controller can need up to a minute after Ready to finish the
+# bootstrap RBAC (facts §4): 12 attempts 10 s apart cover that with margin.
+DEFAULT_JOIN_ATTEMPTS = 12
+DEFAULT_JOIN_PAUSE_SECONDS = 10
+# systemd + containerd in a fresh kindest/node come up within seconds; kind itself waits up to 30 s.
+DEFAULT_RUNTIME_ATTEMPTS = 60
+DEFAULT_RUNTIME_PAUSE_SECONDS = 1
+DEFAULT_LEAVE_ATTEMPTS = 5
+DEFAULT_LEAVE_PAUSE_SECONDS = 3
+
+# Kamaji's join recipe ignores these (facts §5): preflight cannot verify a container's kernel
+# config (SystemVerification), and kindest/node lacks some host tools kubeadm looks for (FileExisting).
+IGNORED_PREFLIGHT_ERRORS = ("SystemVerification", "FileExisting")
+KUBEADM_API_VERSION = "kubeadm.k8s.io/v1beta4"
+
+# Scripts arrive on stdin (`bash -s`); a brace group is parsed whole before it runs,
+# so no command inside can swallow the rest of the script from that stdin.
+_READ_WHOLE_SCRIPT_FIRST = "# One brace group: bash reads all of it from stdin before running any command."
+
+# Heredoc delimiter for the leave script in the host-side delete command.
+_LEAVE_EOF = "GPU_TENANCY_LEAVE_SCRIPT"
+
+
+def join_script(node_name: str) -> str:
+    """Bash script (run inside the node container) that joins it to the tenant, idempotently.
+
+    Exits 0 without calling kubeadm when /etc/kubernetes/kubelet.conf exists.
+    Otherwise loads br_netfilter, turns swap off, waits for containerd, writes a
+    private JoinConfiguration and runs `kubeadm join --config`, retrying (with
+    `kubeadm reset -f` in between) while the tenant finishes its RBAC. On
+    giving up it exits 1 with the last kubeadm output on stderr. The token is
+    never printed: kubeadm output is shown with the token secret redacted.
+    """
+    node = shlex.quote(node_name)
+    ignored = "".join(f"  printf '  - %s\\n' {shlex.quote(check)}\n" for check in IGNORED_PREFLIGHT_ERRORS)
+    return f"""\
+set -euo pipefail
+{_READ_WHOLE_SCRIPT_FIRST}
+{{
+node={node}
+root="${{{ROOT_ENV}:-}}"
+kubelet_conf="$root/etc/kubernetes/kubelet.conf"
+join_attempts="${{{JOIN_ATTEMPTS_ENV}:-{DEFAULT_JOIN_ATTEMPTS}}}"
+join_pause="${{{JOIN_PAUSE_ENV}:-{DEFAULT_JOIN_PAUSE_SECONDS}}}"
+runtime_attempts="${{{RUNTIME_ATTEMPTS_ENV}:-{DEFAULT_RUNTIME_ATTEMPTS}}}"
+runtime_pause="${{{RUNTIME_PAUSE_ENV}:-{DEFAULT_RUNTIME_PAUSE_SECONDS}}}"
+
+fail() {{
+  printf 'gpu-tenancy: worker %s: %s\\n' "$node" "$*" >&2
+  exit 1
+}}
+note() {{
+  printf 'gpu-tenancy: worker %s: %s\\n' "$node" "$*" >&2
+}}
+
+if [[ -f "$kubelet_conf" ]]; then
+  printf 'worker %s already joined (%s exists); nothing to do\\n' "$node" "$kubelet_conf"
+  exit 0
+fi
+
+endpoint="${{{ENDPOINT_ENV}:-}}"
+token="${{{TOKEN_ENV}:-}}"
+ca_hash="${{{DISCOVERY_HASH_ENV}:-}}"
+unset {TOKEN_ENV}
+[[ "$endpoint" =~ ^[^[:space:]]+:[0-9]+$ ]] \\
+  || fail "{ENDPOINT_ENV} must be <host>:<port> of the tenant API server, got '$endpoint'"
+# The token is checked but never echoed: bootstrap tokens are <6 of [a-z0-9]>.<16 of [a-z0-9]>.
+[[ "$token" =~ ^[a-z0-9]{{6}}\\.[a-z0-9]{{16}}$ ]] \\
+  || fail "{TOKEN_ENV} is not a bootstrap token of the form <id>.<secret> ([a-z0-9]{{6}}.[a-z0-9]{{16}})"
+[[ "$ca_hash" =~ ^sha256:[0-9a-f]{{64}}$ ]] \\
+  || fail "{DISCOVERY_HASH_ENV} must be sha256:<64 hex digits>, got '$ca_hash'"
+token_secret="${{token#*.}}"
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+# kube-proxy and Calico need bridged traffic to traverse iptables. A privileged
+# container shares the host kernel: modprobe may fail (e.g. /lib/modules does not
+# match the running kernel, or the module is built in), which is harmless only
+# when br_netfilter is already active -- its sysctls live under /proc/sys/net/bridge.
+if ! modprobe br_netfilter >"$work/modprobe.log" 2>&1; then
+  if [[ -d "$root/proc/sys/net/bridge" ]]; then
+    note "modprobe br_netfilter failed but br_netfilter is already active; continuing"
+  else
+    fail "cannot load br_netfilter ($(<"$work/modprobe.log")) and it is not active;" \\
+      "load it on the host: sudo modprobe br_netfilter"
+  fi
+fi
+
+# The kubelet refuses to start while swap is on. Swap is host-wide, and a host
+# swap file is not visible inside the container, so swapoff can fail here.
+swapoff -a >"$work/swapoff.log" 2>&1 || true
+if [[ -r "$root/proc/swaps" ]] && (( $(wc -l <"$root/proc/swaps") > 1 )); then
+  fail "swap is still on after swapoff -a ($(<"$work/swapoff.log")); the kubelet will not start." \\
+    "Run on the host: sudo swapoff -a"
+fi
+
+# kubeadm talks to containerd and restarts the kubelet through systemd: both must be up.
+for ((attempt = 1; ; attempt++)); do
+  if systemctl is-active --quiet containerd; then
+    break
+  fi
+  if ((attempt >= runtime_attempts)); then
+    fail "containerd is not active after $runtime_attempts checks;" \\
+      "inspect it with: docker exec $node systemctl status containerd"
+  fi
+  sleep "$runtime_pause"
+done
+
+config="$work/join-configuration.yaml"
+(
+  umask 077
+  {{
+  printf 'apiVersion: {KUBEADM_API_VERSION}\\n'
+  printf 'kind: JoinConfiguration\\n'
+  printf 'discovery:\\n'
+  printf '  bootstrapToken:\\n'
+  printf '    apiServerEndpoint: "%s"\\n' "$endpoint"
+  printf '    token: "%s"\\n' "$token"
+  printf '    caCertHashes:\\n'
+  printf '    - "%s"\\n' "$ca_hash"
+  printf 'nodeRegistration:\\n'
+  printf '  name: "%s"\\n' "$node"
+  printf '  ignorePreflightErrors:\\n'
+{ignored}  }} >"$config"
+)
+unset token
+
+redacted() {{
+  local text
+  text="$(<"$1")"
+  printf '%s\\n' "${{text//"$token_secret"/<redacted>}}"
+}}
+
+for ((attempt = 1; ; attempt++)); do
+  if kubeadm join --config "$config" >"$work/join.log" 2>&1; then
+    redacted "$work/join.log"
+    printf 'worker %s joined the tenant at %s (attempt %s)\\n' "$node" "$endpoint" "$attempt"
+    exit 0
+  fi
+  if ((attempt >= join_attempts)); then
+    note "kubeadm join to $endpoint failed $attempt times; last kubeadm output:"
+    redacted "$work/join.log" >&2
+    fail "giving up. Check that the tenant control plane is Ready and reachable from the kind network," \\
+      "then run pulumi up again"
+  fi
+  note "kubeadm join attempt $attempt/$join_attempts failed; resetting and retrying in ${{join_pause}}s"
+  # A half-done join leaves files behind that make the next attempt's preflight fail.
+  kubeadm reset -f >"$work/reset.log" 2>&1 || note "kubeadm reset -f failed: $(<"$work/reset.log")"
+  sleep "$join_pause"
+done
+}}
+"""
+
+
+def leave_script(node_name: str) -> str:
+    """Bash script (run inside the node container) that takes the node out of the tenant.
+
+    Stops the node being a member (`kubeadm reset -f`, so a later join on the
+    same container starts clean) and deletes its Node object with the tenant
+    admin kubeconfig from $TENANT_KUBECONFIG, retrying a few times; fails with
+    kubectl's message if the Node cannot be deleted.
+    """
+    node = shlex.quote(node_name)
+    body = f"""\
+{_READ_WHOLE_SCRIPT_FIRST}
+{{
+node={node}
+root="${{{ROOT_ENV}:-}}"
+attempts="${{{LEAVE_ATTEMPTS_ENV}:-{DEFAULT_LEAVE_ATTEMPTS}}}"
+pause="${{{LEAVE_PAUSE_ENV}:-{DEFAULT_LEAVE_PAUSE_SECONDS}}}"
+
+if [[ -f "$root/etc/kubernetes/kubelet.conf" ]]; then
+  # Stops the kubelet and removes its credentials so it cannot re-register the Node.
+  if ! out="$(kubeadm reset -f 2>&1)"; then
+    printf 'gpu-tenancy: worker %s: kubeadm reset -f failed (continuing): %s\\n' "$node" "$out" >&2
+  fi
+fi
+
+for ((attempt = 1; ; attempt++)); do
+  if out="$(kubectl delete node "$node" --ignore-not-found --wait=false --request-timeout=20s 2>&1)"; then
+    printf 'Node %s removed from the tenant (%s)\\n' "$node" "$out"
+    exit 0
+  fi
+  if ((attempt >= attempts)); then
+    printf 'gpu-tenancy: worker %s: could not delete Node %s from the tenant after %s attempts: %s\\n' \\
+      "$node" "$node" "$attempt" "$out" >&2
+    printf '%s\\n' "If the tenant control plane is gone for good, drop this join from the stack:" \\
+      "pulumi state delete <urn of the join Command>" >&2
+    exit 1
+  fi
+  sleep "$pause"
+done
+}}
+"""
+    return with_tenant_kubeconfig(body)
+
+
+def join_command(container_name: str) -> str:
+    """Host command of the join: `docker exec` reading the join script from stdin."""
+    return docker_exec(container_name, JOIN_ENV_NAMES)
+
+
+def leave_command(container_name: str, node_name: str) -> str:
+    """Host command of the delete: runs `leave_script` in the container, or notes it is already gone.
+
+    pulumi-command feeds the Command's `stdin` (the join script) to the delete
+    command too, so the leave script is passed as a heredoc, which replaces it.
+    """
+    container = shlex.quote(container_name)
+    script = leave_script(node_name)
+    if _LEAVE_EOF in script:
+        raise ValueError(f"leave script must not contain the heredoc delimiter {_LEAVE_EOF}")
+    return f"""\
+running="$(docker container inspect --format '{{{{.State.Running}}}}' {container} 2>/dev/null || true)"
+if [ "$running" != "true" ]; then
+  echo "gpu-tenancy: worker container {container_name} is gone or stopped; its Node object cannot be removed from \
+here (if it remains: kubectl delete node {node_name})" >&2
+  exit 0
+fi
+{docker_exec(container_name, [TENANT_KUBECONFIG_ENV])} <<'{_LEAVE_EOF}'
+{script}{_LEAVE_EOF}
+"""

@@ -1,0 +1,193 @@
+"""WorkerNode: a kindest/node container on the kind network, joined to a tenant's hosted control plane.
+
+The container is started the way kind starts its own nodes
+(kubernetes-sigs/kind pkg/cluster/internal/providers/docker/provision.go),
+described as plain data by `node_container_spec` and wired to
+`pulumi_docker.Container`. The join is a pulumi-command `Command` that runs
+`components.join_script.join_script` inside the container; its delete runs
+`leave_script`, which removes the Node object from the tenant.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_command as command
+import pulumi_docker as docker
+
+import config
+from components import join_script
+from components.container_exec import TENANT_KUBECONFIG_ENV
+from components.naming import COMPONENT_PREFIX, KIND_NETWORK, node_name
+
+# Worker image repository; the tag is the tenant's Kubernetes version (facts §1).
+KIND_NODE_IMAGE_REPOSITORY = "kindest/node"
+# Docker labels on every worker container, for `docker ps --filter label=...` and cleanup checks.
+LABEL_PREFIX = "gpu-tenancy"
+LABEL_STACK = f"{LABEL_PREFIX}.stack"
+LABEL_TENANT = f"{LABEL_PREFIX}.tenant"
+LABEL_WORKER = f"{LABEL_PREFIX}.worker"
+LABEL_ROLE = f"{LABEL_PREFIX}.role"
+
+
+def kind_node_image(kubernetes_version: str) -> str:
+    """`kindest/node:<version>`: the worker image tag must equal the tenant version."""
+    return f"{KIND_NODE_IMAGE_REPOSITORY}:{kubernetes_version}"
+
+
+@dataclass(frozen=True)
+class NodeContainerSpec:
+    """A node container as `docker run` flags would describe it (kind's provision.go, as data)."""
+
+    name: str
+    hostname: str
+    image: str
+    network: str
+    labels: dict[str, str]
+    # Nested containerd/systemd need it; it also sets up mounts docker would otherwise restrict.
+    privileged: bool = True
+    security_opts: tuple[str, ...] = ("seccomp=unconfined", "apparmor=unconfined")
+    # Various things need a working /tmp; systemd wants a writable /run.
+    tmpfs: dict[str, str] = field(default_factory=lambda: {"/tmp": "", "/run": ""})
+    # Pods, images and logs live on an anonymous volume, not on the container filesystem.
+    anonymous_volumes: tuple[str, ...] = ("/var",)
+    # Some Kubernetes components read kernel modules; read-only from the host.
+    read_only_binds: tuple[str, ...] = ("/lib/modules",)
+    cgroupns_mode: str = "private"
+    # Allocates a tty for the entrypoint's logs.
+    tty: bool = True
+    # The entrypoint must be PID 1 (systemd), never docker-init, even if the daemon defaults to it.
+    init: bool = False
+    # Restart on host/dockerd reboot but not in a loop on real failures (kind's choice).
+    restart: str = "on-failure"
+    max_retry_count: int = 1
+
+
+def node_container_spec(
+    *, tenant: str, worker: str, kubernetes_version: str, network: str = KIND_NETWORK, stack: str
+) -> NodeContainerSpec:
+    """How to run worker `worker` of `tenant`: container name = hostname = Node name."""
+    name = node_name(tenant, worker)
+    return NodeContainerSpec(
+        name=name,
+        hostname=name,
+        image=kind_node_image(kubernetes_version),
+        network=network,
+        labels={
+            LABEL_STACK: stack,
+            LABEL_TENANT: tenant,
+            LABEL_WORKER: worker,
+            LABEL_ROLE: "worker",
+        },
+    )
+
+
+@dataclass
+class WorkerNodeArgs:
+    tenant_name: str
+    worker: config.Worker
+    # Tenant version, e.g. "v1.35.0" -> image kindest/node:v1.35.0.
+    kubernetes_version: str
+    # "<LB IP>:6443" of the tenant API server.
+    endpoint: pulumi.Input[str]
+    # Bootstrap token "<id>.<secret>" (secret).
+    join_token: pulumi.Input[str]
+    # "sha256:<hex>" of the tenant CA public key.
+    discovery_hash: pulumi.Input[str]
+    # Tenant admin kubeconfig (secret); the delete uses it to remove the Node.
+    tenant_kubeconfig: pulumi.Input[str]
+    # The docker network "kind" exists only after the management cluster: explicit depends_on.
+    management_cluster: pulumi.Resource
+    network_name: str = KIND_NETWORK
+
+
+class WorkerNode(pulumi.ComponentResource):
+    """One kindest/node container joined with kubeadm to a Kamaji tenant control plane."""
+
+    node_name: pulumi.Output[str]
+    container_name: str
+    container: docker.Container
+    join: command.local.Command
+
+    def __init__(self, name: str, args: WorkerNodeArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__(f"{COMPONENT_PREFIX}:WorkerNode", name, None, opts)
+
+        spec = node_container_spec(
+            tenant=args.tenant_name,
+            worker=args.worker.name,
+            kubernetes_version=args.kubernetes_version,
+            network=args.network_name,
+            stack=pulumi.get_stack(),
+        )
+        self.container_name = spec.name
+
+        image = docker.RemoteImage(
+            f"{name}-image",
+            name=spec.image,
+            # The management cluster and other workers use the same image: never delete it.
+            keep_locally=True,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+
+        self.container = docker.Container(
+            f"{name}-container",
+            name=spec.name,
+            hostname=spec.hostname,
+            # The image id, not its name: a name makes the provider replace the container on every run
+            # (pulumi/pulumi-docker#325).
+            image=image.image_id,
+            privileged=spec.privileged,
+            security_opts=list(spec.security_opts),
+            tmpfs=dict(spec.tmpfs),
+            volumes=[docker.ContainerVolumeArgs(container_path=path) for path in spec.anonymous_volumes],
+            mounts=[
+                docker.ContainerMountArgs(target=path, source=path, type="bind", read_only=True)
+                for path in spec.read_only_binds
+            ],
+            cgroupns_mode=spec.cgroupns_mode,
+            tty=spec.tty,
+            init=spec.init,
+            networks_advanced=[docker.ContainerNetworksAdvancedArgs(name=spec.network)],
+            restart=spec.restart,
+            max_retry_count=spec.max_retry_count,
+            labels=[docker.ContainerLabelArgs(label=key, value=value) for key, value in spec.labels.items()],
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=[args.management_cluster],
+                # The container name is fixed, so the old one must go before a replacement starts.
+                delete_before_replace=True,
+            ),
+        )
+
+        self.join = command.local.Command(
+            f"{name}-join",
+            create=join_script.join_command(spec.name),
+            stdin=join_script.join_script(spec.name),
+            delete=join_script.leave_command(spec.name, spec.name),
+            # Carries the bootstrap token and the admin kubeconfig: secret as a whole.
+            environment=pulumi.Output.secret(
+                {
+                    join_script.ENDPOINT_ENV: args.endpoint,
+                    join_script.TOKEN_ENV: args.join_token,
+                    join_script.DISCOVERY_HASH_ENV: args.discovery_hash,
+                    TENANT_KUBECONFIG_ENV: args.tenant_kubeconfig,
+                }
+            ),
+            # A new container (new id) is a new machine: join it again.
+            triggers=[self.container.id],
+            logging=command.local.Logging.NONE,
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=[self.container],
+                additional_secret_outputs=["stdout", "stderr"],
+                # Remove the old Node before the same name joins again.
+                delete_before_replace=True,
+            ),
+        )
+
+        node = spec.name
+        # Resolves only once the join has succeeded, so whatever uses the name waits for the join.
+        self.node_name = self.join.id.apply(lambda _: node)
+
+        self.register_outputs({"node_name": self.node_name, "container_name": self.container_name})

@@ -1,0 +1,469 @@
+"""The join and leave scripts, run with bash against stub binaries that record their argv.
+
+Stubs stand in for what only exists inside a kindest/node container (kubeadm,
+kubectl, systemctl, modprobe, swapoff) and for the docker CLI on the host; a
+temporary directory stands in for the container's root filesystem.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from components import join_script as js
+
+NODE = "tenant-a-worker-0"
+TOKEN = "abcdef.0123456789abcdef"
+TOKEN_SECRET = TOKEN.split(".")[1]
+ENDPOINT = "172.18.255.200:6443"
+CA_HASH = "sha256:" + "ab" * 32
+KUBECONFIG_TEXT = "apiVersion: v1\nkind: Config\nusers:\n- name: admin\n  user:\n    token: s3cr3t-admin\n"
+
+# Shared by every stub: append "<argc>\x1f<arg>\x1f<arg>..." to $CALLS/<name>.argv, one line per call.
+PRELUDE = r"""#!/bin/bash
+set -u
+rec() { local name=$1; shift; { printf '%s' "$#"; printf '\x1f%s' "$@"; printf '\n'; } >>"$CALLS/$name.argv"; }
+next_count() { local f="$CALLS/$1.count" n; n=$(( $(cat "$f" 2>/dev/null || echo 0) + 1 )); echo "$n" >"$f"; echo "$n"; }
+pick() { local -a plan; read -r -a plan <<<"$1"; local i=$(( $2 - 1 )); if (( i < ${#plan[@]} )); then echo "${plan[$i]}"; else echo "${plan[-1]}"; fi; }
+"""
+
+STUBS = {
+    "kubeadm": r"""
+rec kubeadm "$@"
+case "$1" in
+  join)
+    n=$(next_count kubeadm-join)
+    [[ "${2:-}" == --config && -f "${3:-}" ]] || { echo "stub kubeadm: expected join --config <file>" >&2; exit 2; }
+    cp "$3" "$CALLS/join-config-$n.yaml"
+    stat -c %a "$3" >"$CALLS/join-config-$n.mode"
+    echo "$3" >"$CALLS/join-config-$n.path"
+    [[ -n "${WORKER_JOIN_TOKEN:-}" ]] && echo leaked >"$CALLS/kubeadm-saw-token-env"
+    case "$(pick "${KUBEADM_JOIN_PLAN:-ok}" "$n")" in
+      ok)
+        mkdir -p "$GPU_TENANCY_NODE_ROOT/etc/kubernetes"
+        : >"$GPU_TENANCY_NODE_ROOT/etc/kubernetes/kubelet.conf"
+        echo "This node has joined the cluster"
+        exit 0 ;;
+      forbidden)
+        echo 'error execution phase kubelet-start: configmaps "kubelet-config" is forbidden: User "system:bootstrap:abcdef" cannot get resource "configmaps"' >&2
+        exit 1 ;;
+      echo-token)
+        secret="$(sed -n 's/^ *token: "[a-z0-9]*\.\(.*\)"$/\1/p' "$3")"
+        echo "error: bootstrap token secret $secret rejected" >&2
+        exit 1 ;;
+    esac ;;
+  reset)
+    rm -f "$GPU_TENANCY_NODE_ROOT/etc/kubernetes/kubelet.conf"
+    echo "[reset] Stopping the kubelet service"
+    exit 0 ;;
+esac
+echo "stub kubeadm: unexpected $*" >&2
+exit 2
+""",
+    "kubectl": r"""
+rec kubectl "$@"
+n=$(next_count kubectl)
+cp "$KUBECONFIG" "$CALLS/kubectl-kubeconfig"
+case "$(pick "${KUBECTL_PLAN:-ok}" "$n")" in
+  ok) echo "node \"$3\" deleted"; exit 0 ;;
+  refused) echo "The connection to the server 172.18.255.200:6443 was refused - did you specify the right host or port?" >&2; exit 1 ;;
+esac
+""",
+    "systemctl": r"""
+rec systemctl "$@"
+n=$(next_count systemctl)
+(( n >= ${SYSTEMCTL_ACTIVE_AFTER:-1} ))
+""",
+    "modprobe": r"""
+rec modprobe "$@"
+if [[ "${MODPROBE_FAILS:-}" == 1 ]]; then echo "modprobe: FATAL: Module $1 not found in directory /lib/modules/6.8.0" >&2; exit 1; fi
+""",
+    "swapoff": r"""
+rec swapoff "$@"
+if [[ "${SWAPOFF_FAILS:-}" == 1 ]]; then echo "swapoff: /swap.img: swapoff failed: No such file or directory" >&2; exit 1; fi
+""",
+    # Host docker CLI: `container inspect` reports the container state; `exec` runs the command
+    # with only the forwarded variables (plus the harness's own), as docker would inside the container.
+    "docker": r"""
+rec docker "$@"
+case "$1" in
+  container)
+    case "${DOCKER_CONTAINER_STATE:-running}" in
+      missing) echo "Error: No such container: ${@: -1}" >&2; exit 1 ;;
+      running) echo true ;;
+      *) echo false ;;
+    esac ;;
+  exec)
+    shift
+    keep=" $STUB_HARNESS_ENV "
+    while (( $# )); do
+      case "$1" in
+        -i) shift ;;
+        -e) keep+="$2 "; shift 2 ;;
+        *) break ;;
+      esac
+    done
+    echo "$1" >>"$CALLS/docker-exec-containers"
+    shift
+    for var in $(compgen -e); do
+      [[ "$keep" == *" $var "* ]] || unset "$var" 2>/dev/null || true
+    done
+    exec "$@" ;;
+  *) echo "stub docker: unexpected $*" >&2; exit 2 ;;
+esac
+""",
+}
+
+# Variables of the test harness itself that the docker stub lets through to the "container".
+HARNESS_ENV = [
+    "PATH", "HOME", "TMPDIR", "CALLS", js.ROOT_ENV, "KUBEADM_JOIN_PLAN", "KUBECTL_PLAN",
+    js.JOIN_ATTEMPTS_ENV, js.JOIN_PAUSE_ENV, js.RUNTIME_ATTEMPTS_ENV, js.RUNTIME_PAUSE_ENV,
+    js.LEAVE_ATTEMPTS_ENV, js.LEAVE_PAUSE_ENV, "SYSTEMCTL_ACTIVE_AFTER", "MODPROBE_FAILS", "SWAPOFF_FAILS",
+]
+
+
+@dataclass
+class Node:
+    """A fake node: stub binaries, a root filesystem and the recorded calls."""
+
+    base: Path
+
+    @property
+    def root(self) -> Path:
+        return self.base / "root"
+
+    @property
+    def calls_dir(self) -> Path:
+        return self.base / "calls"
+
+    @property
+    def tmp(self) -> Path:
+        return self.base / "tmp"
+
+    def calls(self, name: str) -> list[list[str]]:
+        path = self.calls_dir / f"{name}.argv"
+        if not path.exists():
+            return []
+        result = []
+        for line in path.read_text().splitlines():
+            count, *args = line.split("\x1f")
+            assert int(count) == len(args)
+            result.append(args)
+        return result
+
+    def all_argv_text(self) -> str:
+        return "".join(p.read_text() for p in self.calls_dir.glob("*.argv"))
+
+    def mark_joined(self) -> None:
+        (self.root / "etc/kubernetes").mkdir(parents=True, exist_ok=True)
+        (self.root / "etc/kubernetes/kubelet.conf").write_text("apiVersion: v1\n")
+
+    def joined(self) -> bool:
+        return (self.root / "etc/kubernetes/kubelet.conf").exists()
+
+    def env(self, **overrides: str) -> dict[str, str]:
+        env = {
+            "PATH": f"{self.base / 'bin'}:{os.environ['PATH']}",
+            "HOME": str(self.base),
+            "TMPDIR": str(self.tmp),
+            "CALLS": str(self.calls_dir),
+            js.ROOT_ENV: str(self.root),
+            js.JOIN_PAUSE_ENV: "0",
+            js.RUNTIME_PAUSE_ENV: "0",
+            js.LEAVE_PAUSE_ENV: "0",
+            "STUB_HARNESS_ENV": " ".join(HARNESS_ENV),
+        }
+        env.update(overrides)
+        return env
+
+    def run(self, args: list[str], stdin: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(args, input=stdin, capture_output=True, text=True, env=self.env(**env), timeout=60)
+
+    def run_join(self, **env: str) -> subprocess.CompletedProcess[str]:
+        secrets = {js.ENDPOINT_ENV: ENDPOINT, js.TOKEN_ENV: TOKEN, js.DISCOVERY_HASH_ENV: CA_HASH}
+        return self.run(["bash", "-s"], js.join_script(NODE), **{**secrets, **env})
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Node:
+    fake = Node(tmp_path)
+    for directory in ("bin", "calls", "tmp", "root/proc/sys/net", "root/etc"):
+        (tmp_path / directory).mkdir(parents=True)
+    # An empty swap table: just the header line, as on a host without swap.
+    (fake.root / "proc/swaps").write_text("Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n")
+    for name, body in STUBS.items():
+        path = tmp_path / "bin" / name
+        path.write_text(PRELUDE + body)
+        path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return fake
+
+
+def assert_token_never_exposed(node: Node, *outputs: subprocess.CompletedProcess[str]) -> None:
+    assert TOKEN_SECRET not in node.all_argv_text()
+    assert not (node.calls_dir / "kubeadm-saw-token-env").exists(), "kubeadm inherited WORKER_JOIN_TOKEN"
+    for done in outputs:
+        assert TOKEN_SECRET not in done.stdout
+        assert TOKEN_SECRET not in done.stderr
+
+
+# --------------------------------------------------------------------------- #
+# join
+# --------------------------------------------------------------------------- #
+
+
+def test_first_join_prepares_the_node_and_joins_with_a_private_config(node):
+    done = node.run_join()
+
+    assert done.returncode == 0, done.stderr
+    assert node.calls("modprobe") == [["br_netfilter"]]
+    assert node.calls("swapoff") == [["-a"]]
+    assert node.calls("systemctl") == [["is-active", "--quiet", "containerd"]]
+    [join] = node.calls("kubeadm")
+    assert join[:2] == ["join", "--config"] and len(join) == 3
+    assert node.joined()
+    assert f"worker {NODE} joined the tenant at {ENDPOINT} (attempt 1)" in done.stdout
+
+    config = yaml.safe_load((node.calls_dir / "join-config-1.yaml").read_text())
+    assert config == {
+        "apiVersion": "kubeadm.k8s.io/v1beta4",
+        "kind": "JoinConfiguration",
+        "discovery": {"bootstrapToken": {"apiServerEndpoint": ENDPOINT, "token": TOKEN, "caCertHashes": [CA_HASH]}},
+        "nodeRegistration": {"name": NODE, "ignorePreflightErrors": ["SystemVerification", "FileExisting"]},
+    }
+    assert (node.calls_dir / "join-config-1.mode").read_text().strip() == "600"
+    # The file holding the token is gone once the script ends.
+    assert not Path((node.calls_dir / "join-config-1.path").read_text().strip()).exists()
+    assert list(node.tmp.iterdir()) == []
+    assert_token_never_exposed(node, done)
+
+
+def test_already_joined_node_is_left_alone(node):
+    node.mark_joined()
+
+    done = node.run_join()
+
+    assert done.returncode == 0, done.stderr
+    assert "already joined" in done.stdout
+    assert node.calls("kubeadm") == []
+    assert node.calls("modprobe") == [] and node.calls("swapoff") == []
+
+
+def test_transient_failure_is_reset_and_retried_until_success(node):
+    done = node.run_join(KUBEADM_JOIN_PLAN="forbidden forbidden ok", **{js.JOIN_ATTEMPTS_ENV: "5"})
+
+    assert done.returncode == 0, done.stderr
+    assert [call[0] for call in node.calls("kubeadm")] == ["join", "reset", "join", "reset", "join"]
+    assert ["reset", "-f"] in node.calls("kubeadm")
+    assert "kubeadm join attempt 1/5 failed; resetting and retrying" in done.stderr
+    assert "(attempt 3)" in done.stdout
+    assert node.joined()
+    assert_token_never_exposed(node, done)
+
+
+def test_permanent_failure_gives_up_with_the_kubeadm_message(node):
+    done = node.run_join(KUBEADM_JOIN_PLAN="forbidden", **{js.JOIN_ATTEMPTS_ENV: "3"})
+
+    assert done.returncode == 1
+    assert [call[0] for call in node.calls("kubeadm")] == ["join", "reset", "join", "reset", "join"]
+    assert f"kubeadm join to {ENDPOINT} failed 3 times" in done.stderr
+    assert 'configmaps "kubelet-config" is forbidden' in done.stderr
+    assert "giving up" in done.stderr
+    assert not node.joined()
+    assert_token_never_exposed(node, done)
+
+
+def test_kubeadm_output_is_shown_with_the_token_secret_redacted(node):
+    done = node.run_join(KUBEADM_JOIN_PLAN="echo-token", **{js.JOIN_ATTEMPTS_ENV: "1"})
+
+    assert done.returncode == 1
+    assert "bootstrap token secret <redacted> rejected" in done.stderr
+    assert_token_never_exposed(node, done)
+
+
+def test_join_attempts_default_to_a_bounded_retry(node):
+    done = node.run_join(KUBEADM_JOIN_PLAN="forbidden")
+
+    assert done.returncode == 1
+    joins = [call for call in node.calls("kubeadm") if call[0] == "join"]
+    assert len(joins) == js.DEFAULT_JOIN_ATTEMPTS
+    # Long enough for Kamaji to finish the tenant RBAC (up to a minute after Ready).
+    assert (js.DEFAULT_JOIN_ATTEMPTS - 1) * js.DEFAULT_JOIN_PAUSE_SECONDS >= 90
+
+
+def test_waits_for_containerd_before_joining(node):
+    done = node.run_join(SYSTEMCTL_ACTIVE_AFTER="3")
+
+    assert done.returncode == 0, done.stderr
+    assert len(node.calls("systemctl")) == 3
+    assert len(node.calls("kubeadm")) == 1
+
+
+def test_gives_up_when_containerd_never_comes_up(node):
+    done = node.run_join(SYSTEMCTL_ACTIVE_AFTER="99", **{js.RUNTIME_ATTEMPTS_ENV: "4"})
+
+    assert done.returncode == 1
+    assert len(node.calls("systemctl")) == 4
+    assert "containerd is not active after 4 checks" in done.stderr
+    assert node.calls("kubeadm") == []
+
+
+def test_modprobe_failure_is_tolerated_when_br_netfilter_is_already_active(node):
+    (node.root / "proc/sys/net/bridge").mkdir()
+
+    done = node.run_join(MODPROBE_FAILS="1")
+
+    assert done.returncode == 0, done.stderr
+    assert "br_netfilter is already active" in done.stderr
+    assert node.joined()
+
+
+def test_modprobe_failure_is_fatal_when_br_netfilter_is_not_active(node):
+    done = node.run_join(MODPROBE_FAILS="1")
+
+    assert done.returncode == 1
+    assert "cannot load br_netfilter" in done.stderr
+    assert "Module br_netfilter not found" in done.stderr
+    assert "sudo modprobe br_netfilter" in done.stderr
+    assert node.calls("kubeadm") == []
+
+
+def test_swap_still_on_fails_fast_with_the_host_fix(node):
+    (node.root / "proc/swaps").write_text(
+        "Filename\tType\tSize\tUsed\tPriority\n/swap.img\tfile\t2097148\t0\t-2\n"
+    )
+
+    done = node.run_join(SWAPOFF_FAILS="1")
+
+    assert done.returncode == 1
+    assert "swap is still on" in done.stderr and "sudo swapoff -a" in done.stderr
+    assert node.calls("kubeadm") == []
+
+
+def test_swapoff_failure_is_harmless_when_no_swap_is_active(node):
+    done = node.run_join(SWAPOFF_FAILS="1")
+
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        (js.TOKEN_ENV, "abcdef.short", "is not a bootstrap token"),
+        (js.TOKEN_ENV, "", "is not a bootstrap token"),
+        (js.ENDPOINT_ENV, "", "must be <host>:<port>"),
+        (js.DISCOVERY_HASH_ENV, "sha256:xyz", "must be sha256:<64 hex digits>"),
+    ],
+)
+def test_malformed_inputs_are_rejected_before_touching_the_node(node, variable, value, message):
+    done = node.run_join(**{variable: value})
+
+    assert done.returncode == 1
+    assert message in done.stderr
+    assert node.calls("modprobe") == [] and node.calls("kubeadm") == []
+    if variable == js.TOKEN_ENV and value:
+        assert value not in done.stderr
+
+
+def test_join_command_forwards_the_variables_by_name_through_docker_exec(node):
+    """The host command exactly as the Command runs it: script on stdin, values only in the environment."""
+    secrets = {js.ENDPOINT_ENV: ENDPOINT, js.TOKEN_ENV: TOKEN, js.DISCOVERY_HASH_ENV: CA_HASH}
+
+    done = node.run(["/bin/sh", "-c", js.join_command(NODE)], js.join_script(NODE), **secrets)
+
+    assert done.returncode == 0, done.stderr
+    [docker] = node.calls("docker")
+    assert docker == ["exec", "-i", "-e", js.ENDPOINT_ENV, "-e", js.TOKEN_ENV, "-e", js.DISCOVERY_HASH_ENV,
+                      NODE, "bash", "-s"]
+    assert node.joined()
+    assert_token_never_exposed(node, done)
+
+
+def test_join_fails_through_docker_exec_when_a_variable_is_not_forwarded(node):
+    """Negative case for the test above: the stub really drops what is not forwarded."""
+    done = node.run(
+        ["/bin/sh", "-c", f"docker exec -i -e {js.ENDPOINT_ENV} -e {js.DISCOVERY_HASH_ENV} {NODE} bash -s"],
+        js.join_script(NODE),
+        **{js.ENDPOINT_ENV: ENDPOINT, js.TOKEN_ENV: TOKEN, js.DISCOVERY_HASH_ENV: CA_HASH},
+    )
+
+    assert done.returncode == 1
+    assert "is not a bootstrap token" in done.stderr
+
+
+# --------------------------------------------------------------------------- #
+# leave (the Command's delete)
+# --------------------------------------------------------------------------- #
+
+
+def run_leave(node: Node, **env: str) -> subprocess.CompletedProcess[str]:
+    # pulumi-command feeds the Command's stdin (the join script) to the delete command as well.
+    return node.run(
+        ["/bin/sh", "-c", js.leave_command(NODE, NODE)],
+        js.join_script(NODE),
+        **{js.TENANT_KUBECONFIG_ENV: KUBECONFIG_TEXT, **env},
+    )
+
+
+def test_leave_resets_the_node_and_deletes_it_from_the_tenant(node):
+    node.mark_joined()
+
+    done = run_leave(node)
+
+    assert done.returncode == 0, done.stderr
+    assert node.calls("kubeadm") == [["reset", "-f"]]
+    assert node.calls("kubectl") == [["delete", "node", NODE, "--ignore-not-found", "--wait=false",
+                                      "--request-timeout=20s"]]
+    assert (node.calls_dir / "kubectl-kubeconfig").read_text() == KUBECONFIG_TEXT
+    assert f"Node {NODE} removed from the tenant" in done.stdout
+    assert not node.joined()
+    # The admin kubeconfig only ever travelled by environment variable name.
+    assert "s3cr3t-admin" not in node.all_argv_text()
+    assert node.calls("docker")[-1] == ["exec", "-i", "-e", js.TENANT_KUBECONFIG_ENV, NODE, "bash", "-s"]
+    assert list(node.tmp.iterdir()) == []
+
+
+def test_leave_of_a_node_that_never_joined_only_deletes_the_node_object(node):
+    done = run_leave(node)
+
+    assert done.returncode == 0, done.stderr
+    assert node.calls("kubeadm") == []
+    assert [call[:3] for call in node.calls("kubectl")] == [["delete", "node", NODE]]
+
+
+@pytest.mark.parametrize("state", ["missing", "exited"])
+def test_leave_tolerates_a_container_that_is_gone(node, state):
+    done = run_leave(node, DOCKER_CONTAINER_STATE=state)
+
+    assert done.returncode == 0, done.stderr
+    assert f"worker container {NODE} is gone or stopped" in done.stderr
+    assert f"kubectl delete node {NODE}" in done.stderr
+    assert [call[0] for call in node.calls("docker")] == ["container"]
+    assert node.calls("kubectl") == []
+
+
+def test_leave_retries_an_unreachable_tenant(node):
+    done = run_leave(node, KUBECTL_PLAN="refused ok", **{js.LEAVE_ATTEMPTS_ENV: "3"})
+
+    assert done.returncode == 0, done.stderr
+    assert len(node.calls("kubectl")) == 2
+
+
+def test_leave_fails_loudly_when_the_node_cannot_be_deleted(node):
+    done = run_leave(node, KUBECTL_PLAN="refused", **{js.LEAVE_ATTEMPTS_ENV: "3"})
+
+    assert done.returncode == 1
+    assert len(node.calls("kubectl")) == 3
+    assert f"could not delete Node {NODE} from the tenant after 3 attempts" in done.stderr
+    assert "was refused" in done.stderr
+
+
+def test_leave_command_refuses_a_script_that_would_end_its_heredoc(monkeypatch):
+    monkeypatch.setattr(js, "leave_script", lambda node_name: f"echo {js._LEAVE_EOF}\n")
+    with pytest.raises(ValueError, match="heredoc delimiter"):
+        js.leave_command(NODE, NODE)
