@@ -1,0 +1,191 @@
+"""HamiMockGpu: HAMi in one tenant, its (simulated) GPUs, and the in-stack proof that they work.
+
+Order inside a tenant (facts §6): workers joined -> CNI -> Konnectivity agent
+running -> HAMi release. Per node, in mock mode, the card annotation and the
+`nvidia.com/gpu` status capacity; in nvidia mode only the `gpu=on` label the
+real device plugin selects. Last, a fractional GPU pod whose read-back state
+must show HAMi's webhook and scheduler at work, or `pulumi up` fails naming
+the broken link.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_command as command
+import pulumi_kubernetes as k8s
+
+import config
+from components.container_exec import TENANT_KUBECONFIG_ENV
+from components.gpu_register import (
+    NVIDIA_NODE_LABEL,
+    REGISTER_ANNOTATION,
+    apply_capacity_script,
+    gpu_capacity,
+    in_container,
+    in_container_if_present,
+    konnectivity_wait_script,
+    register_annotation,
+    remove_capacity_script,
+)
+from components.hami_smoke import check_smoke_evidence, observed_pod, smoke_pod_manifest
+from components.hami_values import HAMI_CHART, HAMI_CHART_REPO, HAMI_NAMESPACE, HAMI_RELEASE, hami_values
+from components.naming import COMPONENT_PREFIX
+
+# Helm waits for HAMi's Deployment, its certificate hook Jobs and (in mock mode) the plugin DaemonSet.
+HELM_TIMEOUT_SECONDS = 600
+# The pause image starts at once; what takes time is HAMi noticing the node (15 s) and the plugin (30 s).
+SMOKE_POD_TIMEOUT = "5m"
+
+
+@dataclass
+class GpuNode:
+    worker: config.Worker  # configured cards
+    node_name: pulumi.Input[str]  # "<tenant>-<worker>"
+    container_name: str  # docker container of that worker (same as node name)
+    joined: pulumi.Resource  # the worker's join Command: anything touching the Node waits on it
+
+
+@dataclass
+class HamiMockGpuArgs:
+    tenant: config.Tenant
+    gpu_mode: str  # "mock" | "nvidia"
+    smoke_test: config.SmokeTest
+    versions: config.Versions
+    tenant_provider: k8s.Provider
+    tenant_kubeconfig: pulumi.Input[str]  # secret admin kubeconfig of the tenant
+    nodes: list[GpuNode]
+    depends_on: list[pulumi.Resource]  # the tenant's CNI releases (Calico)
+
+
+class HamiMockGpu(pulumi.ComponentResource):
+    release: k8s.helm.v3.Release
+    node_names: pulumi.Output[list[str]]
+    gpu_capacity: pulumi.Output[dict[str, int]]  # node -> nvidia.com/gpu capacity (cards x slots)
+    smoke_test: pulumi.Output[dict] | None  # evidence: pod, node, schedulerName, devicesAllocated
+
+    def __init__(self, name: str, args: HamiMockGpuArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__(f"{COMPONENT_PREFIX}:HamiMockGpu", name, None, opts)
+        if not args.nodes:
+            raise ValueError(f"tenant {args.tenant.name}: HamiMockGpu needs at least one joined worker node")
+        tenant = args.tenant.name
+        mock = args.gpu_mode == "mock"
+        self._kubeconfig = pulumi.Output.secret(args.tenant_kubeconfig)
+        k8s_opts = {"parent": self, "provider": args.tenant_provider}
+
+        # (1) The webhook is reached through the tunnel: wait for its agents before installing HAMi.
+        tunnel = self._tenant_command(
+            f"{tenant}-konnectivity-agent-ready",
+            create=in_container(args.nodes[0].container_name, konnectivity_wait_script(len(args.nodes))),
+            depends_on=[*(node.joined for node in args.nodes), *args.depends_on],
+        )
+
+        # (2) HAMi itself.
+        self.release = k8s.helm.v3.Release(
+            f"{tenant}-hami",
+            name=HAMI_RELEASE,
+            chart=HAMI_CHART,
+            version=args.versions.hami,
+            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=HAMI_CHART_REPO),
+            namespace=HAMI_NAMESPACE,
+            values=hami_values(args.gpu_mode, args.tenant.kubernetes_version, args.versions),  # type: ignore[arg-type]
+            timeout=HELM_TIMEOUT_SECONDS,
+            opts=pulumi.ResourceOptions(**k8s_opts, depends_on=[tunnel]),
+        )
+
+        # (3) The cards on each node.
+        node_resources: list[pulumi.Resource] = []
+        for node in args.nodes:
+            cards = node.worker.gpus
+            if not cards:
+                continue
+            node_opts = pulumi.ResourceOptions(**k8s_opts, depends_on=[node.joined])
+            if mock:
+                node_resources.append(
+                    k8s.core.v1.NodePatch(
+                        f"{node.container_name}-gpu-register",
+                        metadata={
+                            "name": node.node_name,
+                            "annotations": {REGISTER_ANNOTATION: register_annotation(cards)},
+                        },
+                        opts=node_opts,
+                    )
+                )
+                node_resources.append(self._capacity_command(node, gpu_capacity(cards)))
+            else:
+                node_resources.append(
+                    k8s.core.v1.NodePatch(
+                        f"{node.container_name}-gpu-label",
+                        metadata={"name": node.node_name, "labels": dict(NVIDIA_NODE_LABEL)},
+                        opts=node_opts,
+                    )
+                )
+
+        self.node_names = pulumi.Output.all(*(node.node_name for node in args.nodes))
+        capacities = [gpu_capacity(node.worker.gpus) for node in args.nodes]
+        self.gpu_capacity = self.node_names.apply(lambda names: dict(zip(names, capacities, strict=True)))
+
+        # (4) The proof.
+        self.smoke_test = None
+        if args.smoke_test.enabled:
+            manifest = smoke_pod_manifest(args.smoke_test, f"registry.k8s.io/pause:{args.versions.pause}")
+            pod = k8s.core.v1.Pod(
+                f"{tenant}-gpu-smoke-test",
+                metadata=manifest["metadata"],
+                spec=manifest["spec"],
+                opts=pulumi.ResourceOptions(
+                    **k8s_opts,
+                    depends_on=[self.release, *node_resources],
+                    # The pod has a fixed name and an immutable spec: a changed request means delete, then create.
+                    delete_before_replace=True,
+                    custom_timeouts=pulumi.CustomTimeouts(create=SMOKE_POD_TIMEOUT),
+                ),
+            )
+            self.smoke_test = pulumi.Output.all(pod.metadata, pod.spec, pod.urn).apply(
+                lambda parts: _evidence(tenant, *parts)
+            )
+
+        self.register_outputs(
+            {
+                "release": self.release.name,
+                "node_names": self.node_names,
+                "gpu_capacity": self.gpu_capacity,
+                "smoke_test": self.smoke_test,
+            }
+        )
+
+    def _tenant_command(
+        self,
+        name: str,
+        *,
+        create: pulumi.Input[str],
+        depends_on: list[pulumi.Resource],
+        delete: pulumi.Input[str] | None = None,
+    ) -> command.local.Command:
+        """A host command that talks to the tenant API with the admin kubeconfig (env only, never argv or logs)."""
+        return command.local.Command(
+            name,
+            create=create,
+            delete=delete,
+            environment={TENANT_KUBECONFIG_ENV: self._kubeconfig},
+            logging=command.local.Logging.NONE,
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=depends_on, additional_secret_outputs=["stdout", "stderr"]
+            ),
+        )
+
+    def _capacity_command(self, node: GpuNode, capacity: int) -> command.local.Command:
+        """`nvidia.com/gpu` on the Node status; the count is in the command text, so a change re-runs create."""
+        node_name = pulumi.Output.from_input(node.node_name)
+        return self._tenant_command(
+            f"{node.container_name}-gpu-capacity",
+            create=node_name.apply(lambda n: in_container(node.container_name, apply_capacity_script(n, capacity))),
+            delete=node_name.apply(lambda n: in_container_if_present(node.container_name, remove_capacity_script(n))),
+            depends_on=[node.joined],
+        )
+
+
+def _evidence(tenant: str, metadata: Any, spec: Any, urn: str) -> dict[str, Any]:
+    return check_smoke_evidence(observed_pod(metadata, spec), tenant, resource=urn)

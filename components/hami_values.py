@@ -1,0 +1,108 @@
+"""Helm values of the HAMi release in a tenant, as plain data.
+
+The chart (`hami` 2.10.0) has no values schema, so every key here is checked
+against the vendored `values.yaml` in the tests. Upstream files referred to
+are in Project-HAMi/HAMi at tag v2.10.0.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import yaml
+
+from config import Versions
+
+HAMI_CHART = "hami"
+HAMI_CHART_REPO = "https://project-hami.github.io/HAMi/"
+# Release name and namespace the mock plugin's ConfigMap name (`hami-scheduler-device`) assumes.
+HAMI_RELEASE = "hami"
+HAMI_NAMESPACE = "kube-system"
+HAMI_SCHEDULER_NAME = "hami-scheduler"
+
+GpuMode = Literal["mock", "nvidia"]
+
+# Namespaces the admission webhook never sees (rendered as a `kubernetes.io/metadata.name
+# NotIn` namespaceSelector, charts/hami/templates/scheduler/webhook.yaml): with
+# failurePolicy Fail a dead webhook must not block CoreDNS, kube-proxy, the
+# Konnectivity agent, Calico or HAMi itself.
+WEBHOOK_EXEMPT_NAMESPACES = (
+    "kube-system",
+    "kube-public",
+    "kube-node-lease",
+    "tigera-operator",
+    "calico-system",
+    "calico-apiserver",
+)
+
+# charts/hami/values.yaml `scheduler.extender.extraArgs`; setting the list replaces it, so keep these.
+EXTENDER_DEFAULT_ARGS = ("--debug", "-v=4")
+# The mock plugin never finishes the bind phase, so HAMi's node lock is only released by
+# its timeout (5m by default); `scheduler.nodeLockExpire` is overwritten by this flag
+# in cmd/scheduler/main.go.
+NODE_LOCK_TIMEOUT = "15s"
+
+
+def nvidia_device_config() -> dict[str, Any]:
+    """HAMi's default `nvidia:` device config (charts/hami/templates/scheduler/device-configmap.yaml).
+
+    Rendered with the chart's default values. Only the nvidia section is kept:
+    mock-device-plugin 1.0.1 cannot parse the v2.9+ `vnpus` map, and the HAMi
+    scheduler needs one non-empty device section (pkg/scheduler/config/config.go
+    `validateConfig`). The MIG profile allowlist is left out: simulated cards
+    are always in `hami-core` mode.
+    """
+    return {
+        "nvidia": {
+            "resourceCountName": "nvidia.com/gpu",
+            "resourceMemoryName": "nvidia.com/gpumem",
+            "resourceMemoryPercentageName": "nvidia.com/gpumem-percentage",
+            "resourceCoreName": "nvidia.com/gpucores",
+            "resourcePriorityName": "nvidia.com/priority",
+            "overwriteEnv": False,
+            "defaultMemory": 0,
+            "defaultCores": 0,
+            "defaultGPUNum": 1,
+            "preConfiguredDeviceMemory": 0,
+            "memoryFactor": 1,
+            "deviceSplitCount": 10,
+            "deviceMemoryScaling": 1,
+            "deviceCoreScaling": 1,
+            "enableNumaTopology": False,
+            "gpuCorePolicy": "default",
+            "libCudaLogLevel": 1,
+            "runtimeClassName": "",
+        }
+    }
+
+
+def device_config_yaml() -> str:
+    """`device-config.yaml` content for the `hami-scheduler-device` ConfigMap (mock mode)."""
+    return yaml.safe_dump(nvidia_device_config(), sort_keys=False)
+
+
+def hami_values(gpu_mode: GpuMode, kubernetes_version: str, versions: Versions) -> dict[str, Any]:
+    """Values for the `hami` chart in a tenant running `kubernetes_version`."""
+    if gpu_mode not in ("mock", "nvidia"):
+        raise ValueError(f"gpuMode must be 'mock' or 'nvidia', got {gpu_mode!r}")
+    mock = gpu_mode == "mock"
+    values: dict[str, Any] = {
+        "scheduler": {
+            "kubeScheduler": {
+                # The scheduler must match the tenant's API server version.
+                "image": {"registry": "registry.k8s.io", "repository": "kube-scheduler", "tag": kubernetes_version},
+            },
+            "extender": {"extraArgs": [*EXTENDER_DEFAULT_ARGS, f"--node-lock-timeout={NODE_LOCK_TIMEOUT}"]},
+            "admissionWebhook": {
+                # Default Ignore would admit GPU pods unmutated when the tunnel is down (facts §7).
+                "failurePolicy": "Fail",
+                "whitelistNamespaces": list(WEBHOOK_EXEMPT_NAMESPACES),
+            },
+        },
+        "devicePlugin": {"enabled": not mock},
+        "mockDevicePlugin": {"enabled": mock},
+    }
+    if mock:
+        values["mockDevicePlugin"]["image"] = {"tag": versions.mock_device_plugin}
+        values["device-config"] = {"content": device_config_yaml()}
+    return values
