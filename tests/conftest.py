@@ -8,7 +8,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.harness import load_stack_file  # noqa: E402
+from tools.mockrun import load_stack_file  # noqa: E402
 
 SHARED = ROOT.parent / "shared"
 

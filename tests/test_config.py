@@ -6,7 +6,7 @@ import pytest
 
 from config import ConfigError, load_stack_config
 from config.models import MAX_SIMULATED_MEMORY_MIB_PER_WORKER
-from tests.harness import load_stack_file, run_program
+from tools.mockrun import load_stack_file, run_program
 
 
 def card(uuid, memory=8192, cores=100, slots=10, model="NVIDIA-A100"):
@@ -246,7 +246,7 @@ def test_invalid_config_fails_before_any_resource(mutate, path, text):
         run_program(raw)
     assert path in str(caught.value)
     # run_program records every registration; a failed validation leaves none.
-    from tests import harness
+    from tools import mockrun as harness
 
     assert harness.last_run_registrations() == []
 

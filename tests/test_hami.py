@@ -33,9 +33,9 @@ from components.hami_values import (
     nvidia_device_config,
 )
 from config import GpuCard, SmokeTest, Tenant, Versions
-from tests import harness
 from tests.chart_values import load_chart_values, unknown_value_keys
-from tests.harness import kubeconfig_yaml, run_program
+from tools import mockrun as harness
+from tools.mockrun import kubeconfig_yaml, run_program
 
 A100 = {"uuid": "GPU-MOCK-A0", "model": "NVIDIA-A100", "memoryMiB": 8192, "cores": 100, "slots": 10}
 

@@ -19,8 +19,8 @@ from components.kind_cluster import (
     kind_config_yaml,
 )
 from components.naming import COMPONENT_PREFIX, KIND_NETWORK
-from tests import harness
-from tests.harness import KIND_SUBNET_V4, KIND_SUBNET_V6, run_program
+from tools import mockrun as harness
+from tools.mockrun import KIND_SUBNET_V4, KIND_SUBNET_V6, run_program
 
 NAME = "gpu-tenancy"
 IMAGE = "kindest/node:v1.35.0"

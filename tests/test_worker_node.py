@@ -18,7 +18,7 @@ from components.worker_node import (
     kind_node_image,
     node_container_spec,
 )
-from tests.harness import kubeconfig_yaml, run_program
+from tools.mockrun import kubeconfig_yaml, run_program
 
 TOKEN = "abcdef.0123456789abcdef"
 CA_HASH = "sha256:" + "ab" * 32

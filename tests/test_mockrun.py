@@ -3,7 +3,7 @@
 import pulumi
 import pulumi_command as command
 
-from tests.harness import KIND_SUBNET_V4, kubeconfig_yaml, run_program, tenant_ca_pem
+from tools.mockrun import KIND_SUBNET_V4, kubeconfig_yaml, run_program, tenant_ca_pem
 
 
 def _program():

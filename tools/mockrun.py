@@ -1,5 +1,8 @@
 """Run the real program (or one component) under Pulumi mocks and inspect it.
 
+The engine behind the unit tests (`tests/`) and `make graph`: no Docker, no
+cluster and no Pulumi CLI needed.
+
 `run_program(config)` executes `__main__.py` exactly as `pulumi up` would,
 against a recording mock monitor that answers with realistic outputs (a kind
 kubeconfig, the `kind` docker network with its IPv6 entry first, a Ready
