@@ -17,12 +17,19 @@ ifeq ($(origin PULUMI_CONFIG_PASSPHRASE),undefined)
 export PULUMI_CONFIG_PASSPHRASE_FILE ?= $(CURDIR)/.pulumi-passphrase
 endif
 
-.PHONY: help venv lint test preflight backend up down
+# `make graph TENANTS=32` analyses N generated tenants instead of the stack file.
+TENANTS ?=
+
+.PHONY: help venv lint test preflight backend up down verify graph bench e2e
 
 help:
 	@echo "make up      preflight, local backend, stack '$(STACK)', pulumi up"
 	@echo "make test    create .venv, install pinned dependencies, lint, run the tests"
 	@echo "make down    pulumi destroy the stack '$(STACK)'"
+	@echo "make verify  check the running platform of stack '$(STACK)' (exit 0 = every check holds)"
+	@echo "make graph   resources, longest dependency chain and tenant coupling, without a cluster"
+	@echo "make bench   graph benchmark for 2, 8 and 32 tenants"
+	@echo "make e2e     full lifecycle on this Docker host (up, verify, update, no-op, destroy)"
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -53,3 +60,19 @@ up: preflight backend
 
 down: venv backend
 	pulumi destroy --stack $(STACK) $(PULUMI_FLAGS)
+
+verify: venv
+	$(PY) -m tools.verify --stack $(STACK)
+
+graph: venv
+ifeq ($(TENANTS),)
+	$(PY) -m tools.graph --stack $(STACK) --mermaid docs/dependency-graph.md
+else
+	$(PY) -m tools.graph --tenants $(TENANTS) --mermaid dependency-graph-$(TENANTS).md
+endif
+
+bench: venv
+	$(PY) -m bench.graph_bench
+
+e2e: venv
+	$(PY) -m pytest -m e2e tests/e2e -v

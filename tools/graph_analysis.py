@@ -140,7 +140,7 @@ def _label(node: GraphNode) -> str:
 
 def mermaid(nodes: Sequence[GraphNode], report: GraphReport) -> str:
     """A Mermaid flowchart: one subgraph per tenant, the longest chain highlighted."""
-    custom = [n for n in nodes if n.custom]
+    custom = sorted((n for n in nodes if n.custom), key=lambda n: n.urn)
     ids = {n.urn: f"r{i}" for i, n in enumerate(custom)}
     groups: dict[str | None, list[GraphNode]] = {}
     for node in custom:
