@@ -75,4 +75,4 @@ bench: venv
 	$(PY) -m bench.graph_bench
 
 e2e: venv
-	$(PY) -m pytest -m e2e tests/e2e -v
+	GPU_TENANCY_E2E=1 $(PY) -m pytest -m e2e tests/e2e -v -rs
