@@ -31,7 +31,8 @@ from components.gpu_register import (
     remove_capacity_script,
 )
 from components.hami_smoke import check_smoke_evidence, observed_pod, smoke_pod_manifest
-from components.hami_values import HAMI_CHART, HAMI_CHART_REPO, HAMI_NAMESPACE, HAMI_RELEASE, hami_values
+from components.hami_values import HAMI_CHART, hami_values
+from components.helm import helm_release
 from components.naming import COMPONENT_PREFIX
 
 # Helm waits for HAMi's Deployment, its certificate hook Jobs and (in mock mode) the plugin DaemonSet.
@@ -83,13 +84,10 @@ class HamiMockGpu(pulumi.ComponentResource):
         )
 
         # (2) HAMi itself.
-        self.release = k8s.helm.v3.Release(
+        self.release = helm_release(
             f"{tenant}-hami",
-            name=HAMI_RELEASE,
-            chart=HAMI_CHART,
+            HAMI_CHART,
             version=args.versions.hami,
-            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=HAMI_CHART_REPO),
-            namespace=HAMI_NAMESPACE,
             values=hami_values(args.gpu_mode, args.tenant.kubernetes_version, args.versions),  # type: ignore[arg-type]
             timeout=HELM_TIMEOUT_SECONDS,
             opts=pulumi.ResourceOptions(**k8s_opts, depends_on=[tunnel]),

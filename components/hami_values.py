@@ -11,13 +11,14 @@ from typing import Any, Literal
 
 import yaml
 
+from components.helm import Chart
 from config import Versions
 
-HAMI_CHART = "hami"
 HAMI_CHART_REPO = "https://project-hami.github.io/HAMi/"
 # Release name and namespace the mock plugin's ConfigMap name (`hami-scheduler-device`) assumes.
 HAMI_RELEASE = "hami"
 HAMI_NAMESPACE = "kube-system"
+HAMI_CHART = Chart(HAMI_RELEASE, "hami", HAMI_CHART_REPO, HAMI_NAMESPACE)
 HAMI_SCHEDULER_NAME = "hami-scheduler"
 
 GpuMode = Literal["mock", "nvidia"]

@@ -27,19 +27,18 @@ from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
-import yaml
 
 import config
+from components.helm import Chart, helm_release
 from components.naming import COMPONENT_PREFIX
 
-CERT_MANAGER_NAMESPACE = "cert-manager"
-CERT_MANAGER_REPO = "https://charts.jetstack.io"
+CERT_MANAGER_CHART = Chart("cert-manager", "cert-manager", "https://charts.jetstack.io", "cert-manager")
 METALLB_NAMESPACE = "metallb-system"
-METALLB_REPO = "https://metallb.github.io/metallb"
+METALLB_CHART = Chart("metallb", "metallb", "https://metallb.github.io/metallb", METALLB_NAMESPACE)
 KAMAJI_NAMESPACE = "kamaji-system"
-KAMAJI_REPO = "https://clastix.github.io/charts"
 # The CRDs hard-code kamaji-system/kamaji-webhook-service and kamaji-serving-cert (facts §2).
 KAMAJI_RELEASE_NAME = "kamaji"
+KAMAJI_CHART = Chart(KAMAJI_RELEASE_NAME, "kamaji", "https://clastix.github.io/charts", KAMAJI_NAMESPACE)
 # The DataStore kamaji-etcd creates and TenantControlPlanes use when they name none.
 DEFAULT_DATASTORE = "default"
 LB_POOL_NAME = "kind-ip-pool"
@@ -118,39 +117,6 @@ def kamaji_values(versions: config.Versions) -> dict[str, Any]:
     }
 
 
-def without_nulls(values: dict[str, Any]) -> dict[str, Any]:
-    """`values` with every `None` leaf removed (the Python SDK drops them silently anyway)."""
-    return {
-        key: without_nulls(value) if isinstance(value, dict) else value
-        for key, value in values.items()
-        if value is not None
-    }
-
-
-def null_overrides(values: dict[str, Any]) -> dict[str, Any]:
-    """Only the `None` leaves of `values`, at their paths (empty when there are none)."""
-    found: dict[str, Any] = {}
-    for key, value in values.items():
-        if value is None:
-            found[key] = None
-        elif isinstance(value, dict) and (nested := null_overrides(value)):
-            found[key] = nested
-    return found
-
-
-def helm_values_args(values: dict[str, Any]) -> dict[str, Any]:
-    """`values` / `value_yaml_files` arguments of a Release that keep Helm nulls.
-
-    Python drops `None` from `values`, so nulls travel in a YAML document, which
-    pulumi-kubernetes >= 4.30 passes to Helm unchanged (pulumi-kubernetes #4293).
-    """
-    nulls = null_overrides(values)
-    args: dict[str, Any] = {"values": without_nulls(values)}
-    if nulls:
-        args["value_yaml_files"] = [pulumi.StringAsset(yaml.safe_dump(nulls, sort_keys=True))]
-    return args
-
-
 @dataclass
 class KamajiArgs:
     provider: k8s.Provider
@@ -175,16 +141,12 @@ class Kamaji(pulumi.ComponentResource):
         def child(depends_on: list[pulumi.Resource] | None = None) -> pulumi.ResourceOptions:
             return pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=depends_on)
 
-        cert_manager = k8s.helm.v3.Release(
+        cert_manager = helm_release(
             f"{name}-cert-manager",
-            name="cert-manager",
-            chart="cert-manager",
+            CERT_MANAGER_CHART,
             version=versions.cert_manager,
-            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=CERT_MANAGER_REPO),
-            namespace=CERT_MANAGER_NAMESPACE,
+            values=cert_manager_values(),
             create_namespace=True,
-            **helm_values_args(cert_manager_values()),
-            skip_await=False,
             timeout=CHART_TIMEOUT,
             opts=child(),
         )
@@ -194,17 +156,13 @@ class Kamaji(pulumi.ComponentResource):
             metadata=k8s.meta.v1.ObjectMetaArgs(name=METALLB_NAMESPACE, labels=PRIVILEGED_NAMESPACE_LABELS),
             opts=child(),
         )
-        metallb = k8s.helm.v3.Release(
+        metallb = helm_release(
             f"{name}-metallb",
-            name="metallb",
-            chart="metallb",
+            METALLB_CHART,
             version=versions.metallb,
-            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=METALLB_REPO),
-            namespace=metallb_namespace.metadata.name,
-            **helm_values_args(metallb_values()),
-            skip_await=False,
+            values=metallb_values(),
             timeout=CHART_TIMEOUT,
-            opts=child(),
+            opts=child(depends_on=[metallb_namespace]),
         )
 
         pool_range = pulumi.Output.from_input(args.kind_subnet).apply(lb_pool_range)
@@ -226,16 +184,12 @@ class Kamaji(pulumi.ComponentResource):
             opts=child(depends_on=[metallb]),
         )
 
-        self.release = k8s.helm.v3.Release(
+        self.release = helm_release(
             f"{name}-kamaji",
-            name=KAMAJI_RELEASE_NAME,
-            chart="kamaji",
+            KAMAJI_CHART,
             version=versions.kamaji_chart,
-            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=KAMAJI_REPO),
-            namespace=KAMAJI_NAMESPACE,
+            values=kamaji_values(versions),
             create_namespace=True,
-            **helm_values_args(kamaji_values(versions)),
-            skip_await=False,
             timeout=KAMAJI_TIMEOUT,
             # The chart renders cert-manager Issuer/Certificate objects.
             opts=child(depends_on=[cert_manager]),

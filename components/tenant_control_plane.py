@@ -16,6 +16,7 @@ import pulumi_random as random
 
 import config
 from components import tenant_spec
+from components.helm import helm_release
 from components.naming import COMPONENT_PREFIX
 
 # Kamaji needs a few minutes for certificates, datastore schema, the Deployment and the LB address.
@@ -173,36 +174,25 @@ class TenantControlPlane(pulumi.ComponentResource):
         )
 
         # --- CNI: Calico CRDs, then the operator with one VXLAN pool over podCidr ---------- #
-        calico_repo = k8s.helm.v3.RepositoryOptsArgs(repo=tenant_spec.CALICO_CHART_REPO)
-        calico_crds = k8s.helm.v3.Release(
+        calico_crds = helm_release(
             f"{name}-calico-crds",
-            k8s.helm.v3.ReleaseArgs(
-                name="calico-crds",
-                chart=tenant_spec.CALICO_CRD_CHART,
-                version=args.versions.calico,
-                repository_opts=calico_repo,
-                namespace=tenant_spec.CALICO_NAMESPACE,
-                create_namespace=True,
-                timeout=CRD_CHART_TIMEOUT_SECONDS,
-            ),
+            tenant_spec.CALICO_CRDS_CHART,
+            version=args.versions.calico,
+            create_namespace=True,
+            timeout=CRD_CHART_TIMEOUT_SECONDS,
             opts=tenant_opts,
         )
         pod_cidr = tenant.pod_cidr
         workers = len(tenant.workers)
-        calico = k8s.helm.v3.Release(
+        calico = helm_release(
             f"{name}-calico",
-            k8s.helm.v3.ReleaseArgs(
-                name="calico",
-                chart=tenant_spec.CALICO_OPERATOR_CHART,
-                version=args.versions.calico,
-                repository_opts=calico_repo,
-                namespace=tenant_spec.CALICO_NAMESPACE,
-                create_namespace=True,
-                values=self.endpoint.apply(
-                    lambda endpoint: tenant_spec.calico_operator_values(pod_cidr, endpoint, workers)
-                ),
-                timeout=CALICO_TIMEOUT_SECONDS,
+            tenant_spec.CALICO_OPERATOR_CHART,
+            version=args.versions.calico,
+            values=self.endpoint.apply(
+                lambda endpoint: tenant_spec.calico_operator_values(pod_cidr, endpoint, workers)
             ),
+            create_namespace=True,
+            timeout=CALICO_TIMEOUT_SECONDS,
             opts=pulumi.ResourceOptions(parent=self, provider=self.provider, depends_on=[calico_crds]),
         )
         self.cni = [calico_crds, calico]

@@ -20,6 +20,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from components.helm import Chart
 from config import Quota, Tenant
 from config.cidrs import dns_service_ip
 
@@ -315,11 +316,11 @@ def bootstrap_token_secret(token_id: str, token_secret: str, expiration: str) ->
 # --------------------------------------------------------------------------- #
 
 CALICO_CHART_REPO = "https://docs.tigera.io/calico/charts"
-# Since 3.32 the CRDs are a chart of their own, installed before the operator chart.
-CALICO_CRD_CHART = "crd.projectcalico.org.v1"
-CALICO_OPERATOR_CHART = "tigera-operator"
 # The operator reads its kubernetes-services-endpoint ConfigMap from the release namespace.
 CALICO_NAMESPACE = "tigera-operator"
+# Since 3.32 the CRDs are a chart of their own, installed before the operator chart.
+CALICO_CRDS_CHART = Chart("calico-crds", "crd.projectcalico.org.v1", CALICO_CHART_REPO, CALICO_NAMESPACE)
+CALICO_OPERATOR_CHART = Chart("calico", "tigera-operator", CALICO_CHART_REPO, CALICO_NAMESPACE)
 CALICO_BLOCK_SIZE = 26
 
 

@@ -44,6 +44,16 @@ def _first_free(
     return None
 
 
+def _take(pool: IPv4Network, prefix: int, taken: list[IPv4Network], key: str) -> str:
+    """The first free block of `pool`, recorded as taken; PoolExhaustedError names `key` otherwise."""
+    block = _first_free(pool, prefix, taken)
+    if block is None:
+        key_name = key.rsplit(".", 1)[-1]
+        raise PoolExhaustedError(f"{key}: no free /{prefix} left in {pool}; set {key_name} explicitly")
+    taken.append(block)
+    return str(block)
+
+
 def allocate_ranges(
     requested: Sequence[tuple[str | None, str | None]],
 ) -> list[TenantRanges]:
@@ -59,24 +69,8 @@ def allocate_ranges(
     ]
     result = []
     for index, (service, pod) in enumerate(requested):
-        if service is None:
-            block = _first_free(SERVICE_POOL, SERVICE_BLOCK_PREFIX, taken)
-            if block is None:
-                raise PoolExhaustedError(
-                    f"tenants[{index}].serviceCidr: no free /{SERVICE_BLOCK_PREFIX} "
-                    f"left in {SERVICE_POOL}; set serviceCidr explicitly"
-                )
-            taken.append(block)
-            service = str(block)
-        if pod is None:
-            block = _first_free(POD_POOL, POD_BLOCK_PREFIX, taken)
-            if block is None:
-                raise PoolExhaustedError(
-                    f"tenants[{index}].podCidr: no free /{POD_BLOCK_PREFIX} "
-                    f"left in {POD_POOL}; set podCidr explicitly"
-                )
-            taken.append(block)
-            pod = str(block)
+        service = service or _take(SERVICE_POOL, SERVICE_BLOCK_PREFIX, taken, f"tenants[{index}].serviceCidr")
+        pod = pod or _take(POD_POOL, POD_BLOCK_PREFIX, taken, f"tenants[{index}].podCidr")
         result.append(TenantRanges(service_cidr=service, pod_cidr=pod))
     return result
 

@@ -8,18 +8,16 @@ import pulumi_kubernetes as k8s
 import pytest
 import yaml
 
+from components.helm import helm_values_args, null_overrides, without_nulls
 from components.kamaji import (
     DEFAULT_DATASTORE,
     LB_POOL_NAME,
     Kamaji,
     KamajiArgs,
     cert_manager_values,
-    helm_values_args,
     kamaji_values,
     lb_pool_range,
     metallb_values,
-    null_overrides,
-    without_nulls,
 )
 from components.kind_cluster import KindManagementCluster, KindManagementClusterArgs
 from components.naming import COMPONENT_PREFIX
