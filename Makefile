@@ -20,12 +20,13 @@ endif
 # `make graph TENANTS=32` analyses N generated tenants instead of the stack file.
 TENANTS ?=
 
-.PHONY: help venv lint test preflight backend up down verify graph bench e2e
+.PHONY: help venv lint test preflight backend up down verify graph bench e2e kubeconfig
 
 help:
 	@echo "make up      preflight, local backend, stack '$(STACK)', pulumi up"
 	@echo "make test    create .venv, install pinned dependencies, lint, run the tests"
 	@echo "make down    pulumi destroy the stack '$(STACK)'"
+	@echo "make kubeconfig TENANT=<name>  write <name>.kubeconfig (mode 600) from the stack outputs"
 	@echo "make verify  check the running platform of stack '$(STACK)' (exit 0 = every check holds)"
 	@echo "make graph   resources, longest dependency chain and tenant coupling, without a cluster"
 	@echo "make bench   graph benchmark for 2, 8 and 32 tenants"
@@ -76,3 +77,9 @@ bench: venv
 
 e2e: venv
 	GPU_TENANCY_E2E=1 $(PY) -m pytest -m e2e tests/e2e -v -rs
+
+kubeconfig: venv
+	@test -n "$(TENANT)" || { echo "usage: make kubeconfig TENANT=<tenant name>" >&2; exit 2; }
+	@umask 077 && pulumi stack output tenantKubeconfigs --show-secrets --json --stack $(STACK) \
+		| $(PY) -c 'import json, sys; print(json.load(sys.stdin)[sys.argv[1]])' "$(TENANT)" > "$(TENANT).kubeconfig"
+	@echo "wrote $(TENANT).kubeconfig (tenant admin credentials: keep it private)"
