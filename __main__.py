@@ -13,7 +13,7 @@ from components.kamaji import Kamaji, KamajiArgs
 from components.kind_cluster import KindManagementCluster, KindManagementClusterArgs
 from components.naming import node_name
 from components.plan import plan_summary
-from components.tenant_control_plane import TenantControlPlane, TenantControlPlaneArgs
+from components.tenant_control_plane import TenantCni, TenantCniArgs, TenantControlPlane, TenantControlPlaneArgs
 from components.worker_node import WorkerNode, WorkerNodeArgs
 from config import read_stack_config
 
@@ -63,6 +63,16 @@ for tenant in config.tenants:
         )
         for worker in tenant.workers
     ]
+    cni = TenantCni(
+        tenant.name,
+        TenantCniArgs(
+            tenant=tenant,
+            tenant_provider=control_plane.provider,
+            endpoint=control_plane.endpoint,
+            versions=config.versions,
+            depends_on=[node.join for node in workers],
+        ),
+    )
     gpus = HamiMockGpu(
         tenant.name,
         HamiMockGpuArgs(
@@ -81,7 +91,7 @@ for tenant in config.tenants:
                 )
                 for worker, node in zip(tenant.workers, workers, strict=True)
             ],
-            depends_on=control_plane.cni,
+            depends_on=cni.releases,
         ),
     )
     tenant_outputs[tenant.name] = {

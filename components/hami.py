@@ -20,6 +20,7 @@ import pulumi_kubernetes as k8s
 import config
 from components.container_exec import TENANT_KUBECONFIG_ENV
 from components.gpu_register import (
+    JOIN_ANNOTATION,
     NVIDIA_NODE_LABEL,
     REGISTER_ANNOTATION,
     apply_capacity_script,
@@ -106,7 +107,10 @@ class HamiMockGpu(pulumi.ComponentResource):
                         f"{node.container_name}-gpu-register",
                         metadata={
                             "name": node.node_name,
-                            "annotations": {REGISTER_ANNOTATION: register_annotation(cards)},
+                            "annotations": {
+                                REGISTER_ANNOTATION: register_annotation(cards),
+                                JOIN_ANNOTATION: node.joined.id,
+                            },
                         },
                         opts=node_opts,
                     )
@@ -129,15 +133,19 @@ class HamiMockGpu(pulumi.ComponentResource):
         self.smoke_test = None
         if args.smoke_test.enabled:
             manifest = smoke_pod_manifest(args.smoke_test, f"registry.k8s.io/pause:{args.versions.pause}")
+            joins = pulumi.Output.all(*(node.joined.id for node in args.nodes)).apply(",".join)
+            metadata = {**manifest["metadata"], "annotations": {JOIN_ANNOTATION: joins}}
             pod = k8s.core.v1.Pod(
                 f"{tenant}-gpu-smoke-test",
-                metadata=manifest["metadata"],
+                metadata=metadata,
                 spec=manifest["spec"],
                 opts=pulumi.ResourceOptions(
                     **k8s_opts,
                     depends_on=[self.release, *node_resources],
                     # The pod has a fixed name and an immutable spec: a changed request means delete, then create.
                     delete_before_replace=True,
+                    # A rejoined worker dropped the pod with its old Node: prove again on the new one.
+                    replace_on_changes=[f"metadata.annotations.{JOIN_ANNOTATION}"],
                     custom_timeouts=pulumi.CustomTimeouts(create=SMOKE_POD_TIMEOUT),
                 ),
             )
@@ -161,6 +169,8 @@ class HamiMockGpu(pulumi.ComponentResource):
         create: pulumi.Input[str],
         depends_on: list[pulumi.Resource],
         delete: pulumi.Input[str] | None = None,
+        triggers: list[pulumi.Input[str]] | None = None,
+        delete_before_replace: bool = False,
     ) -> command.local.Command:
         """A host command that talks to the tenant API with the admin kubeconfig (env only, never argv or logs)."""
         return command.local.Command(
@@ -168,9 +178,13 @@ class HamiMockGpu(pulumi.ComponentResource):
             create=create,
             delete=delete,
             environment={TENANT_KUBECONFIG_ENV: self._kubeconfig},
+            triggers=triggers,
             logging=command.local.Logging.NONE,
             opts=pulumi.ResourceOptions(
-                parent=self, depends_on=depends_on, additional_secret_outputs=["stdout", "stderr"]
+                parent=self,
+                depends_on=depends_on,
+                additional_secret_outputs=["stdout", "stderr"],
+                delete_before_replace=delete_before_replace,
             ),
         )
 
@@ -182,6 +196,10 @@ class HamiMockGpu(pulumi.ComponentResource):
             create=node_name.apply(lambda n: in_container(node.container_name, apply_capacity_script(n, capacity))),
             delete=node_name.apply(lambda n: in_container_if_present(node.container_name, remove_capacity_script(n))),
             depends_on=[node.joined],
+            # A rejoined worker is a fresh Node without the capacity: apply it again. Delete first, so the
+            # old command's removal cannot run after the new command's patch.
+            triggers=[node.joined.id],
+            delete_before_replace=True,
         )
 
 

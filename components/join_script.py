@@ -193,8 +193,10 @@ def leave_script(node_name: str) -> str:
 
     Stops the node being a member (`kubeadm reset -f`, so a later join on the
     same container starts clean) and deletes its Node object with the tenant
-    admin kubeconfig from $TENANT_KUBECONFIG, retrying a few times; fails with
-    kubectl's message if the Node cannot be deleted.
+    admin kubeconfig from $TENANT_KUBECONFIG, retrying a few times. A tenant API
+    that no longer answers (control plane destroyed or replaced) has no Node to
+    remove, so that ends well; a tenant that answers but refuses the delete fails
+    with kubectl's message.
     """
     node = shlex.quote(node_name)
     body = f"""\
@@ -218,6 +220,12 @@ for ((attempt = 1; ; attempt++)); do
     exit 0
   fi
   if ((attempt >= attempts)); then
+    if ! kubectl get --raw /readyz --request-timeout=10s >/dev/null 2>&1; then
+      # The tenant control plane is gone (destroyed or replaced): there is no Node object left to remove.
+      printf 'gpu-tenancy: worker %s: the tenant API server does not answer; nothing to remove (%s)\\n' \\
+        "$node" "$out" >&2
+      exit 0
+    fi
     printf 'gpu-tenancy: worker %s: could not delete Node %s from the tenant after %s attempts: %s\\n' \\
       "$node" "$node" "$attempt" "$out" >&2
     printf '%s\\n' "If the tenant control plane is gone for good, drop this join from the stack:" \\

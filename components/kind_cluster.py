@@ -129,8 +129,10 @@ class KindManagementCluster(pulumi.ComponentResource):
             interpreter=["/bin/bash", "-c"],
             # Only a config change replaces the cluster; edits to the script text re-run the idempotent create.
             triggers=[config],
-            # stdout is the admin kubeconfig.
+            # stdout is the admin kubeconfig: never logged, and not handed back to the delete
+            # command as PULUMI_COMMAND_STDOUT.
             logging=command.local.Logging.NONE,
+            add_previous_output_in_env=False,
             opts=pulumi.ResourceOptions(
                 parent=self,
                 additional_secret_outputs=["stdout", "stderr"],

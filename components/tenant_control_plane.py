@@ -21,7 +21,7 @@ from components.naming import COMPONENT_PREFIX
 
 # Kamaji needs a few minutes for certificates, datastore schema, the Deployment and the LB address.
 TCP_TIMEOUT = "20m"
-# The operator pod needs a node, and workers join in parallel with this release.
+# Pulls the operator and calico-node images, then waits for the operator Deployment.
 CALICO_TIMEOUT_SECONDS = 20 * 60
 CRD_CHART_TIMEOUT_SECONDS = 5 * 60
 
@@ -64,7 +64,6 @@ class TenantControlPlane(pulumi.ComponentResource):
     provider: k8s.Provider
     join_token: pulumi.Output[str]
     token_expiration: str
-    cni: list[pulumi.Resource]
     quota: k8s.core.v1.ResourceQuota | None
 
     def __init__(self, name: str, args: TenantControlPlaneArgs, opts: pulumi.ResourceOptions | None = None):
@@ -118,10 +117,14 @@ class TenantControlPlane(pulumi.ComponentResource):
             depends_on=[self.tcp],
             additional_secret_outputs=["data", "stringData"],
         )
-        admin_id = f"{tcp_name}/{tenant_spec.admin_kubeconfig_secret_name(tcp_name)}"
+        # The ids come from the TCP's outputs: in a preview where the TCP does not exist yet they are
+        # unknown, so the engine skips the reads instead of failing on Secrets that do not exist yet
+        # (depends_on alone does not hold back a read during preview).
+        tcp_namespace = self.tcp.metadata.apply(lambda meta: meta["namespace"])
+        admin_id = tcp_namespace.apply(lambda ns: f"{ns}/{tenant_spec.admin_kubeconfig_secret_name(tcp_name)}")
         admin = k8s.core.v1.Secret.get(f"{name}-admin-kubeconfig", admin_id, opts=read_opts)
         self.kubeconfig = pulumi.Output.secret(admin.data.apply(lambda d: tenant_spec.admin_kubeconfig(d, tcp_name)))
-        ca_id = f"{tcp_name}/{tenant_spec.ca_secret_name(tcp_name)}"
+        ca_id = tcp_namespace.apply(lambda ns: f"{ns}/{tenant_spec.ca_secret_name(tcp_name)}")
         ca = k8s.core.v1.Secret.get(f"{name}-ca", ca_id, opts=read_opts)
         # The hash of the CA's public key is public by design (it is on every join command line).
         ca_hash = ca.data.apply(lambda d: tenant_spec.ca_discovery_hash(d, tcp_name))
@@ -130,6 +133,9 @@ class TenantControlPlane(pulumi.ComponentResource):
         self.provider = k8s.Provider(
             f"{name}-tenant",
             kubeconfig=self.kubeconfig,
+            # `pulumi destroy` after the tenant (or the whole kind cluster) is gone drops its objects
+            # from the state instead of failing on every one of them.
+            delete_unreachable=True,
             opts=pulumi.ResourceOptions(parent=self),
         )
         tenant_opts = pulumi.ResourceOptions(parent=self, provider=self.provider)
@@ -173,30 +179,6 @@ class TenantControlPlane(pulumi.ComponentResource):
             pulumi.Output.all(self.token_secret.id, token_parts).apply(lambda a: f"{a[1][0]}.{a[1][1]}")
         )
 
-        # --- CNI: Calico CRDs, then the operator with one VXLAN pool over podCidr ---------- #
-        calico_crds = helm_release(
-            f"{name}-calico-crds",
-            tenant_spec.CALICO_CRDS_CHART,
-            version=args.versions.calico,
-            create_namespace=True,
-            timeout=CRD_CHART_TIMEOUT_SECONDS,
-            opts=tenant_opts,
-        )
-        pod_cidr = tenant.pod_cidr
-        workers = len(tenant.workers)
-        calico = helm_release(
-            f"{name}-calico",
-            tenant_spec.CALICO_OPERATOR_CHART,
-            version=args.versions.calico,
-            values=self.endpoint.apply(
-                lambda endpoint: tenant_spec.calico_operator_values(pod_cidr, endpoint, workers)
-            ),
-            create_namespace=True,
-            timeout=CALICO_TIMEOUT_SECONDS,
-            opts=pulumi.ResourceOptions(parent=self, provider=self.provider, depends_on=[calico_crds]),
-        )
-        self.cni = [calico_crds, calico]
-
         # --- GPU quota in the tenant's default namespace --------------------------------- #
         quota = tenant_spec.gpu_resource_quota(tenant.quota)
         self.quota = None
@@ -218,3 +200,46 @@ class TenantControlPlane(pulumi.ComponentResource):
                 "token_expiration": self.token_expiration,
             }
         )
+
+
+@dataclass
+class TenantCniArgs:
+    tenant: config.Tenant
+    tenant_provider: k8s.Provider
+    endpoint: pulumi.Input[str]  # "<host>:<port>" of the tenant API server
+    versions: config.Versions
+    # The tenant's worker joins: Calico goes in after them (facts §6: workers joined -> CNI), so that
+    # on destroy it is uninstalled while its nodes still exist (its pre-delete hook Job needs one).
+    depends_on: list[pulumi.Resource]
+
+
+class TenantCni(pulumi.ComponentResource):
+    """Calico in one tenant: the CRD chart, then tigera-operator with one VXLAN pool over `podCidr`."""
+
+    releases: list[pulumi.Resource]
+
+    def __init__(self, name: str, args: TenantCniArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(f"{COMPONENT_PREFIX}:TenantCni", name, None, opts)
+        _, pod_cidr = tenant_spec.resolved_cidrs(args.tenant)
+        workers = len(args.tenant.workers)
+        calico_crds = helm_release(
+            f"{name}-calico-crds",
+            tenant_spec.CALICO_CRDS_CHART,
+            version=args.versions.calico,
+            create_namespace=True,
+            timeout=CRD_CHART_TIMEOUT_SECONDS,
+            opts=pulumi.ResourceOptions(parent=self, provider=args.tenant_provider, depends_on=args.depends_on),
+        )
+        calico = helm_release(
+            f"{name}-calico",
+            tenant_spec.CALICO_OPERATOR_CHART,
+            version=args.versions.calico,
+            values=pulumi.Output.from_input(args.endpoint).apply(
+                lambda endpoint: tenant_spec.calico_operator_values(pod_cidr, endpoint, workers)
+            ),
+            create_namespace=True,
+            timeout=CALICO_TIMEOUT_SECONDS,
+            opts=pulumi.ResourceOptions(parent=self, provider=args.tenant_provider, depends_on=[calico_crds]),
+        )
+        self.releases = [calico_crds, calico]
+        self.register_outputs({"releases": [release.name for release in self.releases]})

@@ -174,8 +174,9 @@ class WorkerNode(pulumi.ComponentResource):
                     TENANT_KUBECONFIG_ENV: args.tenant_kubeconfig,
                 }
             ),
-            # A new container (new id) is a new machine: join it again.
-            triggers=[self.container.id],
+            # A new container (new id) is a new machine, and a new control plane (endpoint or CA) is a new
+            # cluster: leave and join again. The token is not a trigger: a rotation needs no rejoin.
+            triggers=[self.container.id, args.endpoint, args.discovery_hash],
             logging=command.local.Logging.NONE,
             opts=pulumi.ResourceOptions(
                 parent=self,

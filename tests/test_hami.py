@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from components.gpu_register import (
+    JOIN_ANNOTATION,
     REGISTER_ANNOTATION,
     capacity_patch,
     capacity_removal_patch,
@@ -419,7 +420,20 @@ def test_capacity_commands_patch_status_create_and_delete(mock_run):
     assert json.dumps(capacity_removal_patch(), separators=(",", ":")) in delete
     assert "docker container inspect" in delete
     assert mock_run.depends_on(command_, mock_run.named("tenant-a-worker-1-join"))
-    assert "update" not in command_.inputs and "triggers" not in command_.inputs
+    assert "update" not in command_.inputs
+
+
+def test_a_rejoined_worker_gets_its_gpus_and_a_new_proof(mock_run):
+    # A rejoin (new join id) leaves a fresh Node without our patches and drops the pod bound to the old one.
+    join_id = "tenant-a-worker-1-join-id"  # the id the mocks give that join Command (`<name>-id`)
+    capacity = mock_run.named("tenant-a-worker-1-gpu-capacity", "command:local:Command")
+    assert capacity.inputs["triggers"] == [join_id]
+    assert capacity.delete_before_replace
+    register = mock_run.named("tenant-a-worker-1-gpu-register")
+    assert register.inputs["metadata"]["annotations"][JOIN_ANNOTATION] == join_id
+    pod = mock_run.named("tenant-a-gpu-smoke-test", "kubernetes:core/v1:Pod")
+    assert join_id in pod.inputs["metadata"]["annotations"][JOIN_ANNOTATION].split(",")
+    assert pod.replace_on_changes == [f"metadata.annotations.{JOIN_ANNOTATION}"]
 
 
 def test_smoke_pod_waits_for_hami_and_every_node_patch(mock_run):

@@ -68,6 +68,10 @@ exit 2
 """,
     "kubectl": r"""
 rec kubectl "$@"
+if [[ "$1 $2" == "get --raw" ]]; then
+  [[ "${READYZ:-ok}" == ok ]] && { echo ok; exit 0; }
+  echo "The connection to the server 172.18.255.200:6443 was refused" >&2; exit 1
+fi
 n=$(next_count kubectl)
 cp "$KUBECONFIG" "$CALLS/kubectl-kubeconfig"
 case "$(pick "${KUBECTL_PLAN:-ok}" "$n")" in
@@ -122,7 +126,7 @@ esac
 
 # Variables of the test harness itself that the docker stub lets through to the "container".
 HARNESS_ENV = [
-    "PATH", "HOME", "TMPDIR", "CALLS", js.ROOT_ENV, "KUBEADM_JOIN_PLAN", "KUBECTL_PLAN",
+    "PATH", "HOME", "TMPDIR", "CALLS", js.ROOT_ENV, "KUBEADM_JOIN_PLAN", "KUBECTL_PLAN", "READYZ",
     js.JOIN_ATTEMPTS_ENV, js.JOIN_PAUSE_ENV, js.RUNTIME_ATTEMPTS_ENV, js.RUNTIME_PAUSE_ENV,
     js.LEAVE_ATTEMPTS_ENV, js.LEAVE_PAUSE_ENV, "SYSTEMCTL_ACTIVE_AFTER", "MODPROBE_FAILS", "SWAPOFF_FAILS",
 ]
@@ -454,13 +458,23 @@ def test_leave_retries_an_unreachable_tenant(node):
     assert len(node.calls("kubectl")) == 2
 
 
-def test_leave_fails_loudly_when_the_node_cannot_be_deleted(node):
+def test_leave_fails_loudly_when_the_answering_tenant_keeps_refusing(node):
     done = run_leave(node, KUBECTL_PLAN="refused", **{js.LEAVE_ATTEMPTS_ENV: "3"})
 
     assert done.returncode == 1
-    assert len(node.calls("kubectl")) == 3
+    assert [call[0] for call in node.calls("kubectl")] == ["delete", "delete", "delete", "get"]
     assert f"could not delete Node {NODE} from the tenant after 3 attempts" in done.stderr
     assert "was refused" in done.stderr
+
+
+def test_leave_ends_well_when_the_tenant_is_gone(node):
+    node.mark_joined()
+    done = run_leave(node, KUBECTL_PLAN="refused", READYZ="down", **{js.LEAVE_ATTEMPTS_ENV: "2"})
+
+    assert done.returncode == 0, done.stderr
+    assert node.calls("kubeadm") == [["reset", "-f"]]
+    assert [call[0] for call in node.calls("kubectl")] == ["delete", "delete", "get"]
+    assert "the tenant API server does not answer; nothing to remove" in done.stderr
 
 
 def test_leave_command_refuses_a_script_that_would_end_its_heredoc(monkeypatch):

@@ -131,6 +131,8 @@ def test_hami_per_tenant_after_joins_and_cni(dev):
         assert dev.depends_on(release, dev.named(f"{tenant}-worker-0-join"))
         assert dev.depends_on(release, dev.named(f"{tenant}-calico"))
         assert dev.depends_on(release, dev.named(f"{tenant}-konnectivity-agent-ready"))
+        # Facts §6: workers joined -> CNI -> agent -> HAMi (and the reverse on destroy).
+        assert dev.depends_on(dev.named(f"{tenant}-calico-crds"), dev.named(f"{tenant}-worker-0-join"))
 
 
 def test_simulated_cards_annotation_capacity_and_smoke_test_per_tenant(dev):

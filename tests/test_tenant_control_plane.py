@@ -12,7 +12,7 @@ import pulumi_kubernetes as k8s
 import pytest
 
 from components import tenant_spec
-from components.tenant_control_plane import TenantControlPlane, TenantControlPlaneArgs
+from components.tenant_control_plane import TenantCni, TenantCniArgs, TenantControlPlane, TenantControlPlaneArgs
 from config import load_stack_config
 from tests.crd_schema import crd_json_schema, schema_errors
 from tools.mockrun import KIND_SUBNET_V4, TENANT_LB_IP, last_run_registrations, run_program, tenant_ca_pem
@@ -56,7 +56,7 @@ def _program(stack, now=NOW, components=None):
             if components is not None:
                 components[tenant.name] = tcp
             # Stand-in for a worker join: consumes exactly what WorkerNode consumes.
-            command.local.Command(
+            join = command.local.Command(
                 f"{tenant.name}-join-probe",
                 create="true",
                 environment={
@@ -65,6 +65,18 @@ def _program(stack, now=NOW, components=None):
                     "HASH": tcp.discovery_hash,
                 },
             )
+            cni = TenantCni(
+                tenant.name,
+                TenantCniArgs(
+                    tenant=tenant,
+                    tenant_provider=tcp.provider,
+                    endpoint=tcp.endpoint,
+                    versions=stack.versions,
+                    depends_on=[join],
+                ),
+            )
+            if components is not None:
+                components[f"{tenant.name}-cni"] = cni
             for key in OUTPUTS:
                 pulumi.export(f"{tenant.name}.{key}", getattr(tcp, key))
 
@@ -203,6 +215,13 @@ def test_joins_wait_for_the_token_secret_and_the_ready_tcp(run):
     assert not run.depends_on(probe, run.named("tenant-a-calico"))
 
 
+def test_calico_goes_in_after_the_joins(run):
+    # Facts §6 (workers joined -> CNI); on destroy Calico is then removed while its nodes still exist.
+    probe = run.named("tenant-a-join-probe")
+    assert run.depends_on(run.named("tenant-a-calico-crds"), probe)
+    assert run.depends_on(run.named("tenant-a-calico"), probe)
+
+
 def test_calico_crds_then_operator_on_the_tenant_provider(run, stack):
     for tenant in stack.tenants:
         provider = run.named(f"{tenant.name}-tenant").urn
@@ -222,12 +241,14 @@ def test_calico_crds_then_operator_on_the_tenant_provider(run, stack):
         assert values["kubernetesServiceEndpoint"] == {"host": TENANT_LB_IP, "port": "6443"}
 
 
-def test_cni_attribute_lists_both_releases(stack):
+def test_cni_releases_and_component_attributes(stack):
     components = {}
     run_program({}, program=_program(stack, components=components))
-    for name, component in components.items():
-        assert [type(r) for r in component.cni] == [k8s.helm.v3.Release, k8s.helm.v3.Release]
-        assert component.tenant_name == name
+    for tenant in stack.tenants:
+        cni = components[f"{tenant.name}-cni"]
+        assert [type(r) for r in cni.releases] == [k8s.helm.v3.Release, k8s.helm.v3.Release]
+        component = components[tenant.name]
+        assert component.tenant_name == tenant.name
         assert isinstance(component.tcp, k8s.apiextensions.CustomResource)
         assert isinstance(component.provider, k8s.Provider)
 
@@ -254,10 +275,12 @@ def test_every_resource_is_a_child_of_its_tenant_component(run, stack):
         component = run.named(tenant.name, COMPONENT)
         expected = {
             "namespace", "isolation", "tcp", "admin-kubeconfig", "ca", "tenant", "token-id", "token-secret",
-            "bootstrap-token", "calico-crds", "calico",
+            "bootstrap-token",
         } | ({"gpu-quota"} if tenant.quota else set())
         assert {child.name for child in run.children(component)} == {f"{tenant.name}-{n}" for n in expected}
         assert run.descendants(component) == run.children(component)
+        cni = run.named(tenant.name, "gpu-tenancy:index:TenantCni")
+        assert {child.name for child in run.children(cni)} == {f"{tenant.name}-calico-crds", f"{tenant.name}-calico"}
 
 
 def test_three_tenants_never_depend_on_each_other(run, stack):
@@ -311,3 +334,24 @@ def test_an_unresolved_tenant_fails_before_any_tenant_object_is_registered(stack
     with pytest.raises(Exception, match="load_stack_config"):
         run_program({}, program=program)
     assert [r.type for r in last_run_registrations()] == ["pulumi:providers:kubernetes", COMPONENT]
+
+
+def test_preview_before_the_tcp_exists_does_not_read_its_secrets(stack, monkeypatch):
+    # Adding a tenant to a running stack: in preview the TCP has no outputs yet. The Secret reads must
+    # then carry an unknown id (the engine skips them) rather than a fixed one (it reads and fails).
+    from pulumi.runtime import rpc
+
+    from tools import mockrun
+
+    original = mockrun.LabMocks.new_resource
+
+    def tcp_not_created_yet(self, args):
+        if args.typ == TCP_TYPE:
+            return "", {}
+        return original(self, args)
+
+    monkeypatch.setattr(mockrun.LabMocks, "new_resource", tcp_not_created_yet)
+    run_program({}, program=_program(stack), preview=True)
+    reads = [r for r in last_run_registrations() if r.read]
+    assert {r.name for r in reads} >= {"tenant-a-admin-kubeconfig", "tenant-a-ca"}
+    assert {r.resource_id for r in reads} == {rpc.UNKNOWN}

@@ -178,10 +178,11 @@ def test_join_output_is_secret_and_never_logged(run):
     assert join.additional_secret_outputs == ["stdout", "stderr"]
 
 
-def test_join_reruns_when_the_container_is_replaced(run):
+def test_join_reruns_when_the_container_or_the_control_plane_is_replaced(run):
     join = run.named("tenant-a-worker-0-join", COMMAND)
     container = run.named("tenant-a-worker-0-container", CONTAINER)
-    assert join.inputs["triggers"] == ["tenant-a-worker-0-container-id"]
+    # Not the token: a rotated token needs no rejoin.
+    assert join.inputs["triggers"] == ["tenant-a-worker-0-container-id", ENDPOINT, CA_HASH]
     assert container.urn in join.property_dependencies["triggers"]
     assert container.urn in join.dependencies
     # Replacing the join removes the old Node first; the new join registers the same name.

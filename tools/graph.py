@@ -24,7 +24,7 @@ from config import StackConfig, load_stack_config
 from tools.graph_analysis import GraphNode, GraphReport, analyse, mermaid
 from tools.mockrun import ProgramRun, load_stack_file, run_program
 
-TENANT_COMPONENTS = ("TenantControlPlane", "HamiMockGpu")
+TENANT_COMPONENTS = ("TenantControlPlane", "TenantCni", "HamiMockGpu")
 
 
 def generated_config(tenants: int) -> dict[str, Any]:
