@@ -14,6 +14,7 @@ import ipaddress
 import re
 from typing import Annotated, Literal
 
+import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
@@ -142,6 +143,42 @@ def _hami_safe_text(value: str) -> str:
     return value
 
 
+def _private_key(value: str) -> str:
+    # Never echo the value: it is a secret.
+    text = value.strip()
+    if not (text.startswith("-----BEGIN ") and "PRIVATE KEY-----" in text and text.endswith("-----")):
+        raise ValueError("must be a PEM private key (-----BEGIN ... PRIVATE KEY----- ... -----END ...-----)")
+    return value
+
+
+def _kubeconfig(value: str) -> str:
+    # Never echo the value: it holds credentials.
+    try:
+        document = yaml.safe_load(value)
+    except yaml.YAMLError:
+        document = None
+    if not isinstance(document, dict) or not document.get("clusters") or not document.get("users"):
+        raise ValueError("must be a kubeconfig document (YAML with clusters, users and contexts)")
+    return value
+
+
+def _address_pool(value: str) -> str:
+    """A MetalLB pool: an IPv4 CIDR or a `<first>-<last>` IPv4 range."""
+    first, dash, last = value.partition("-")
+    try:
+        if not dash:
+            ipaddress.IPv4Network(value, strict=True)
+            return value
+        start, end = ipaddress.IPv4Address(first.strip()), ipaddress.IPv4Address(last.strip())
+    except ValueError:
+        raise ValueError(
+            "must be an IPv4 range like 192.168.10.200-192.168.10.250 or a CIDR like 192.168.10.192/27"
+        ) from None
+    if end < start:
+        raise ValueError("range ends before it starts")
+    return f"{start}-{end}"
+
+
 def _card_uuid(value: str) -> str:
     _hami_safe_text(value)
     if not CARD_UUID_PATTERN.match(value):
@@ -181,9 +218,20 @@ class GpuCard(StrictModel):
     slots: int = Field(default=10, ge=1, le=1000)
 
 
+class SshConnection(StrictModel):
+    """How to reach a real machine that joins as a worker (instead of a local kindest/node container)."""
+
+    host: Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9][A-Za-z0-9.:-]*$")]
+    user: Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_-]{0,31}$")] = "root"
+    port: int = Field(default=22, ge=1, le=65535)
+    # Must be set with `pulumi config set --secret`; checked in config.validate.
+    private_key: Annotated[str, AfterValidator(_private_key)] = Field(alias="privateKey", repr=False)
+
+
 class Worker(StrictModel):
     name: WorkerName
     gpus: list[GpuCard] = Field(default_factory=list)
+    ssh: SshConnection | None = None
 
 
 class Quota(StrictModel):
@@ -214,12 +262,24 @@ class Tenant(StrictModel):
 
 
 class Management(StrictModel):
+    # The kind cluster this program creates (not used with `kubeconfig`).
     cluster_name: Annotated[
         str, Field(min_length=1, max_length=40), AfterValidator(_dns1123_label)
     ] = "gpu-tenancy"
     node_image: Annotated[str, Field(pattern=r"^[^\s:]+(:[A-Za-z0-9._-]+)?(@sha256:[0-9a-f]{64})?$")] = (
         "kindest/node:v1.35.0"
     )
+    # An existing cluster to adopt instead of creating one (a secret config value).
+    kubeconfig: Annotated[str, AfterValidator(_kubeconfig)] | None = Field(default=None, repr=False)
+    # MetalLB address pool; required for MetalLB on an existing cluster, carved from the kind network otherwise.
+    load_balancer_pool: Annotated[str, AfterValidator(_address_pool)] | None = None
+    # Networks tenant API servers accept connections from (workers, load-balancer source NAT), besides the
+    # kind network in the lab.
+    worker_cidrs: list[Annotated[str, AfterValidator(_ipv4_network)]] = Field(default_factory=list)
+
+    @property
+    def adopts_existing_cluster(self) -> bool:
+        return self.kubeconfig is not None
 
 
 class SmokeTest(StrictModel):

@@ -8,6 +8,7 @@ model reject it by name.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from pulumi.runtime import config as runtime_config
@@ -37,6 +38,16 @@ def raw_stack_config() -> dict[str, Any]:
     }
 
 
+def secret_stack_keys(keys: Iterable[str]) -> set[str]:
+    """Those of `keys` (without namespace) that Pulumi holds as secrets or that contain a secret."""
+    from_env = set(runtime_config.get_config_secret_keys_env())
+    return {
+        key for key in keys
+        if runtime_config.is_config_secret(f"{NAMESPACE}:{key}") or f"{NAMESPACE}:{key}" in from_env
+    }
+
+
 def read_stack_config() -> StackConfig:
     """The validated stack configuration; raises ConfigError listing every problem."""
-    return load_stack_config(raw_stack_config())
+    raw = raw_stack_config()
+    return load_stack_config(raw, secret_stack_keys(raw))

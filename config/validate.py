@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,6 +93,20 @@ def _allowed_keys(model: type[BaseModel]) -> list[str]:
     return [field.alias or name for name, field in model.model_fields.items()]
 
 
+# Keys whose values are credentials: never repeated in an error message.
+SECRET_KEYS = frozenset({"kubeconfig", "privateKey"})
+REDACTED = "[secret]"
+
+
+def redact(value: Any) -> Any:
+    """`value` with the values of every secret key replaced (recursively)."""
+    if isinstance(value, dict):
+        return {k: REDACTED if k in SECRET_KEYS else redact(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact(v) for v in value]
+    return value
+
+
 def _issue_from_pydantic(error: dict[str, Any]) -> ConfigIssue:
     loc = tuple(error["loc"])
     path = format_path(loc)
@@ -113,11 +127,18 @@ def _issue_from_pydantic(error: dict[str, Any]) -> ConfigIssue:
             f"unknown key '{loc[-1]}' (allowed here: {', '.join(allowed)}){hint}",
         )
     if kind == "missing":
+        if loc and loc[-1] in SECRET_KEYS:
+            return ConfigIssue(path, f"required key is missing; {_secret_hint(path)}")
         return ConfigIssue(path, "required key is missing")
     message = error["msg"]
     if message.startswith("Value error, "):
         message = message[len("Value error, "):]
-    return ConfigIssue(path, message, error.get("input", _MISSING))
+    value = error.get("input", _MISSING)
+    if any(part in SECRET_KEYS for part in loc):
+        value = _MISSING
+    elif value is not _MISSING:
+        value = redact(value)
+    return ConfigIssue(path, message, value)
 
 
 def _tenant_issues(index: int, tenant: Tenant, gpu_mode: str) -> list[ConfigIssue]:
@@ -276,14 +297,70 @@ def _pod_room_issues(config: StackConfig) -> list[ConfigIssue]:
     return issues
 
 
-def load_stack_config(raw: dict[str, Any]) -> StackConfig:
-    """Validate raw config and fill in automatic CIDRs, or raise ConfigError."""
+def _secret_hint(path: str) -> str:
+    return (
+        f"store it as a secret: pulumi config set --secret --path '{NAMESPACE}:{path}' \"$(cat <file>)\" "
+        "(a plain value would sit unencrypted in Pulumi.<stack>.yaml)"
+    )
+
+
+def _infrastructure_issues(config: StackConfig, secret_keys: Collection[str]) -> list[ConfigIssue]:
+    """Existing management cluster and SSH workers: what goes with what, and secrets stored as secrets."""
+    issues: list[ConfigIssue] = []
+    management = config.management
+    if management.adopts_existing_cluster:
+        if "management" not in secret_keys:
+            issues.append(ConfigIssue("management.kubeconfig", _secret_hint("management.kubeconfig")))
+        for key, field in (("clusterName", "cluster_name"), ("nodeImage", "node_image")):
+            if field in management.model_fields_set:
+                issues.append(
+                    ConfigIssue(
+                        f"management.{key}",
+                        "only applies to the kind cluster this program creates; remove it when "
+                        "management.kubeconfig names an existing cluster",
+                    )
+                )
+        if not management.worker_cidrs:
+            issues.append(
+                ConfigIssue(
+                    "management.workerCidrs",
+                    "is required with management.kubeconfig: list the IPv4 networks your GPU servers (and the "
+                    "load balancer's source NAT, i.e. the management nodes) reach tenant API servers from, "
+                    "e.g. ['10.20.0.0/16']; tenant control planes accept connections only from there",
+                )
+            )
+    ssh_workers = False
+    for index, tenant in enumerate(config.tenants):
+        for w_index, worker in enumerate(tenant.workers):
+            path = f"tenants[{index}].workers[{w_index}]"
+            if worker.ssh is not None:
+                ssh_workers = True
+            elif management.adopts_existing_cluster:
+                issues.append(
+                    ConfigIssue(
+                        f"{path}.ssh",
+                        "is required with management.kubeconfig: a worker without `ssh` is a local kindest/node "
+                        "container on the kind network, which an existing cluster does not have",
+                    )
+                )
+    if ssh_workers and "tenants" not in secret_keys:
+        issues.append(
+            ConfigIssue("tenants[*].workers[*].ssh.privateKey", _secret_hint("tenants[0].workers[0].ssh.privateKey"))
+        )
+    return issues
+
+
+def load_stack_config(raw: dict[str, Any], secret_keys: Collection[str] = ()) -> StackConfig:
+    """Validate raw config and fill in automatic CIDRs, or raise ConfigError.
+
+    `secret_keys` names the top-level keys Pulumi holds as secrets (or that contain secrets).
+    """
     try:
         config = StackConfig.model_validate(raw)
     except ValidationError as error:
         raise ConfigError([_issue_from_pydantic(e) for e in error.errors()]) from None
 
-    issues = _stack_issues(config)
+    issues = _stack_issues(config) + _infrastructure_issues(config, secret_keys)
     if issues:
         raise ConfigError(issues)
 
