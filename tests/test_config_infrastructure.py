@@ -1,0 +1,152 @@
+"""Config for real infrastructure: an existing management cluster and SSH-joined workers."""
+
+import copy
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519
+
+from config import ConfigError, load_stack_config
+from tools.mockrun import kubeconfig_yaml, load_stack_file
+
+PRIVATE_KEY = ed25519.Ed25519PrivateKey.generate().private_bytes(
+    serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+).decode()
+KUBECONFIG = kubeconfig_yaml("https://10.20.0.10:6443", "prod-mgmt")
+SECRET_FRAGMENT = PRIVATE_KEY.splitlines()[1][:20]
+
+
+def ssh(host="10.20.1.11", **extra):
+    return {"host": host, "user": "ubuntu", "privateKey": PRIVATE_KEY, **extra}
+
+
+def card(uuid, memory=81920):
+    return {"uuid": uuid, "model": "NVIDIA-H100", "memoryMiB": memory}
+
+
+def adopted(**management):
+    return {
+        "management": {"kubeconfig": KUBECONFIG, "workerCidrs": ["10.20.0.0/16"], **management},
+        "gpuMode": "nvidia",
+        "tenants": [
+            {"name": "team-a", "workers": [{"name": "gpu-0", "ssh": ssh(), "gpus": [card("GPU-0")]}]},
+        ],
+    }
+
+
+SECRETS = {"management", "tenants"}
+
+
+def issues(raw, secret_keys=SECRETS):
+    with pytest.raises(ConfigError) as caught:
+        load_stack_config(raw, secret_keys)
+    return {issue.path: issue for issue in caught.value.issues}, str(caught.value)
+
+
+def test_adopted_cluster_with_ssh_workers_validates():
+    config = load_stack_config(adopted(loadBalancerPool="10.20.255.200-10.20.255.250"), SECRETS)
+    assert config.management.adopts_existing_cluster
+    assert config.management.load_balancer_pool == "10.20.255.200-10.20.255.250"
+    worker = config.tenants[0].workers[0]
+    assert (worker.ssh.host, worker.ssh.user, worker.ssh.port) == ("10.20.1.11", "ubuntu", 22)
+    # The key never shows in a repr (e.g. in a traceback).
+    assert SECRET_FRAGMENT not in repr(config)
+
+
+def test_mixed_container_and_ssh_workers_in_the_kind_lab():
+    raw = copy.deepcopy(load_stack_file("dev"))
+    raw["tenants"][0]["workers"].append({"name": "gpu-server", "ssh": ssh(), "gpus": [card("GPU-REAL-0", 8192)]})
+    config = load_stack_config(raw, {"tenants"})
+    assert [w.ssh is not None for w in config.tenants[0].workers] == [False, True]
+
+
+def test_kubeconfig_must_be_a_secret():
+    found, message = issues(adopted(), secret_keys={"tenants"})
+    assert "--secret" in found["management.kubeconfig"].message
+    assert "pulumi config set --secret --path 'gpu-tenancy:management.kubeconfig'" in message
+
+
+def test_private_key_must_be_a_secret():
+    found, message = issues(adopted(), secret_keys={"management"})
+    assert "tenants[*].workers[*].ssh.privateKey" in found
+    assert "--secret" in message
+
+
+def test_kind_only_keys_are_refused_with_an_existing_cluster():
+    found, _ = issues(adopted(clusterName="lab", nodeImage="kindest/node:v1.35.0"))
+    assert "only applies to the kind cluster" in found["management.clusterName"].message
+    assert "management.nodeImage" in found
+
+
+def test_worker_cidrs_required_with_an_existing_cluster():
+    raw = adopted()
+    del raw["management"]["workerCidrs"]
+    found, _ = issues(raw)
+    assert "GPU servers" in found["management.workerCidrs"].message
+
+
+def test_container_workers_need_the_kind_lab():
+    raw = adopted()
+    raw["tenants"][0]["workers"].append({"name": "local", "gpus": [card("GPU-1")]})
+    found, _ = issues(raw)
+    assert "kind network" in found["tenants[0].workers[1].ssh"].message
+
+
+@pytest.mark.parametrize(
+    "mutate, path, text",
+    [
+        (lambda r: r["management"].update(kubeconfig="not: [a kubeconfig"), "management.kubeconfig", "kubeconfig document"),
+        (lambda r: r["management"].update(loadBalancerPool="10.0.0.9-10.0.0.1"), "management.loadBalancerPool", "ends before"),
+        (lambda r: r["management"].update(loadBalancerPool="pool"), "management.loadBalancerPool", "IPv4 range"),
+        (lambda r: r["management"].update(workerCidrs=["10.0.0.1/8"]), "management.workerCidrs[0]", "IPv4 network"),
+        (lambda r: r["tenants"][0]["workers"][0]["ssh"].update(port=0), "tenants[0].workers[0].ssh.port", "greater than or equal to 1"),
+        (lambda r: r["tenants"][0]["workers"][0]["ssh"].update(user="Bad User"), "tenants[0].workers[0].ssh.user", "pattern"),
+        (lambda r: r["tenants"][0]["workers"][0]["ssh"].update(keyFile="/x"), "tenants[0].workers[0].ssh.keyFile", "unknown key"),
+        (lambda r: r["tenants"][0]["workers"][0]["ssh"].update(privateKey="hunter2"), "tenants[0].workers[0].ssh.privateKey", "PEM"),
+        (lambda r: r["tenants"][0]["workers"][0]["ssh"].pop("privateKey"), "tenants[0].workers[0].ssh.privateKey", "--secret"),
+    ],
+)
+def test_invalid_infrastructure_keys_name_the_key(mutate, path, text):
+    raw = adopted()
+    mutate(raw)
+    found, message = issues(raw)
+    assert path in found, message
+    assert text in message
+
+
+def test_secrets_are_never_repeated_in_error_messages():
+    raw = adopted()
+    raw["management"]["kubeconfig"] = "clusters: []\nusers: []\ntoken: s3cr3t-value"
+    raw["tenants"][0]["workers"][0]["ssh"]["privateKey"] = "-----BEGIN nope s3cr3t-key"
+    # An error whose offending input is a whole mapping of workers, private key included.
+    raw["tenants"].append({"name": "team-b", "workers": {"gpu-0": {"name": "gpu-0", "ssh": ssh()}}})
+    found, message = issues(raw)
+    assert "[secret]" in str(found["tenants[1].workers"])
+    assert "s3cr3t" not in message
+    assert SECRET_FRAGMENT not in message
+
+
+def prod_example_with_secrets():
+    """Pulumi.prod.example.yaml with the secrets its header tells users to set."""
+    raw = copy.deepcopy(load_stack_file("prod.example"))
+    raw["management"]["kubeconfig"] = KUBECONFIG
+    for tenant in raw["tenants"]:
+        for worker in tenant["workers"]:
+            worker["ssh"]["privateKey"] = PRIVATE_KEY
+    return raw
+
+
+def test_prod_example_needs_its_secrets_and_says_how_to_set_them():
+    found, message = issues(copy.deepcopy(load_stack_file("prod.example")), secret_keys=set())
+    keys = [f"tenants[{t}].workers[{w}].ssh.privateKey" for t in (0, 1) for w in (0, 1)]
+    assert set(keys) <= set(found)
+    assert "pulumi config set --secret --path 'gpu-tenancy:tenants[1].workers[0].ssh.privateKey'" in message
+
+
+def test_prod_example_validates_once_its_secrets_are_set():
+    config = load_stack_config(prod_example_with_secrets(), SECRETS)
+    assert config.gpu_mode == "nvidia"
+    assert config.management.adopts_existing_cluster
+    assert [t.name for t in config.tenants] == ["team-vision", "team-speech"]
+    assert all(w.ssh for t in config.tenants for w in t.workers)
+    assert all(t.quota for t in config.tenants)
