@@ -24,11 +24,19 @@ management = KindManagementCluster(
     KindManagementClusterArgs(
         cluster_name=config.management.cluster_name,
         node_image=config.management.node_image,
+        # Set: adopt that existing cluster instead of creating a kind cluster (wrapped secret there).
+        kubeconfig=config.management.kubeconfig,
+        worker_cidrs=config.management.worker_cidrs,
     ),
 )
 kamaji = Kamaji(
     "kamaji",
-    KamajiArgs(provider=management.provider, kind_subnet=management.kind_subnet, versions=config.versions),
+    KamajiArgs(
+        provider=management.provider,
+        kind_subnet=management.kind_subnet,
+        versions=config.versions,
+        load_balancer_pool=config.management.load_balancer_pool,
+    ),
 )
 
 tenant_outputs = {}
@@ -40,7 +48,7 @@ for tenant in config.tenants:
         TenantControlPlaneArgs(
             tenant=tenant,
             management_provider=management.provider,
-            kind_subnet=management.kind_subnet,
+            worker_networks=management.worker_networks,
             datastore_name=kamaji.datastore_name,
             versions=config.versions,
             depends_on=kamaji.ready,
@@ -57,6 +65,7 @@ for tenant in config.tenants:
                 join_token=control_plane.join_token,
                 discovery_hash=control_plane.discovery_hash,
                 tenant_kubeconfig=control_plane.kubeconfig,
+                # Container workers sit on the kind network, which exists only once the cluster does.
                 management_cluster=management,
                 network_name=management.network_name,
             ),
@@ -86,7 +95,7 @@ for tenant in config.tenants:
                 GpuNode(
                     worker=worker,
                     node_name=node.node_name,
-                    container_name=node.container_name,
+                    access=node.access,
                     joined=node.join,
                 )
                 for worker, node in zip(tenant.workers, workers, strict=True)
@@ -110,6 +119,7 @@ for tenant in config.tenants:
 pulumi.export("plan", plan_summary(config))
 pulumi.export("managementKubeconfig", management.kubeconfig)
 pulumi.export("kindSubnet", management.kind_subnet)
+pulumi.export("workerNetworks", management.worker_networks)
 pulumi.export("lbPoolRange", kamaji.lb_pool_range)
 pulumi.export("tenants", tenant_outputs)
 # Secrets in their own outputs, so `tenants` stays readable without --show-secrets.

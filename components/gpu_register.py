@@ -6,12 +6,9 @@ per card) and only treats the node as healthy while its status advertises
 `nvidia.com/gpu` capacity/allocatable > 0 (facts §8; HAMi v2.10.0
 `pkg/device/devices.go` `CheckHealth` reads `status.allocatable`). The
 annotation is applied with a NodePatch; the status cannot be (it is a
-subresource), so a `kubectl patch --subresource=status` runs inside the
-worker container with the tenant admin kubeconfig.
-
-Host-side commands run with /bin/sh (pulumi-command's default interpreter);
-the scripts they carry run with bash inside the kindest/node container, fed on
-stdin by a quoted heredoc, so nothing in them is expanded on the host.
+subresource), so a `kubectl patch --subresource=status` runs on the worker
+(through `components.node_access`: docker exec or SSH) with the tenant admin
+kubeconfig, which the scripts read from $TENANT_KUBECONFIG.
 """
 
 from __future__ import annotations
@@ -21,7 +18,7 @@ import shlex
 from collections.abc import Sequence
 from typing import Any
 
-from components.container_exec import TENANT_KUBECONFIG_ENV, docker_exec, with_tenant_kubeconfig
+from components.container_exec import with_tenant_kubeconfig
 from config import GpuCard
 
 REGISTER_ANNOTATION = "hami.io/node-nvidia-register"
@@ -39,8 +36,6 @@ KONNECTIVITY_TIMEOUT_SECONDS = 300
 POLL_SECONDS = 2
 # Seconds `kubectl wait --for=create` gives a just-joined Node to appear.
 NODE_APPEAR_TIMEOUT_SECONDS = 120
-
-_SCRIPT_EOF = "GPU_TENANCY_HAMI_SCRIPT"
 
 
 # --------------------------------------------------------------------------- #
@@ -91,7 +86,7 @@ def capacity_removal_patch() -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- #
-# Scripts run inside a worker container with the tenant admin kubeconfig
+# Scripts run on a worker with the tenant admin kubeconfig
 # --------------------------------------------------------------------------- #
 
 
@@ -163,32 +158,3 @@ kubectl -n {ns} rollout status {ds} --timeout="$(remaining)s" \\
   || fail "{ds} did not finish rolling out within {timeout_seconds}s."
 """)
 
-
-# --------------------------------------------------------------------------- #
-# Host-side command lines (pulumi-command, /bin/sh)
-# --------------------------------------------------------------------------- #
-
-
-def in_container(container: str, script: str) -> str:
-    """Run `script` with bash inside `container`, the tenant kubeconfig forwarded by name only."""
-    if any(line.strip() == _SCRIPT_EOF for line in script.splitlines()):
-        raise ValueError(f"script must not contain the heredoc delimiter {_SCRIPT_EOF}")
-    exec_line = docker_exec(container, [TENANT_KUBECONFIG_ENV])
-    return f"{exec_line} <<'{_SCRIPT_EOF}'\n{script.rstrip()}\n{_SCRIPT_EOF}\n"
-
-
-def in_container_if_present(container: str, script: str) -> str:
-    """Like `in_container`, but succeeds without running anything when the container is gone or stopped."""
-    name = shlex.quote(container)
-    return (
-        f"if ! state=\"$(docker container inspect -f '{{{{.State.Running}}}}' {name} 2>&1)\"; then\n"
-        '  case "$state" in\n'
-        f"    *'No such'*) echo 'gpu-tenancy: container {container} is gone: nothing to undo'; exit 0 ;;\n"
-        '    *) echo "$state" >&2; exit 1 ;;\n'
-        "  esac\n"
-        "fi\n"
-        'if [ "$state" != true ]; then\n'
-        f"  echo 'gpu-tenancy: container {container} is stopped: nothing to undo'\n"
-        "  exit 0\n"
-        "fi\n" + in_container(container, script)
-    )

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pulumi
-import pulumi_command as command
 import pulumi_kubernetes as k8s
 
 import config
@@ -25,8 +24,6 @@ from components.gpu_register import (
     REGISTER_ANNOTATION,
     apply_capacity_script,
     gpu_capacity,
-    in_container,
-    in_container_if_present,
     konnectivity_wait_script,
     register_annotation,
     remove_capacity_script,
@@ -35,6 +32,7 @@ from components.hami_smoke import check_smoke_evidence, observed_pod, smoke_pod_
 from components.hami_values import HAMI_CHART, hami_values
 from components.helm import helm_release
 from components.naming import COMPONENT_PREFIX
+from components.node_access import NodeAccess, NodeScript, run_on_node
 
 # Helm waits for HAMi's Deployment, its certificate hook Jobs and (in mock mode) the plugin DaemonSet.
 HELM_TIMEOUT_SECONDS = 600
@@ -45,8 +43,8 @@ SMOKE_POD_TIMEOUT = "5m"
 @dataclass
 class GpuNode:
     worker: config.Worker  # configured cards
-    node_name: pulumi.Input[str]  # "<tenant>-<worker>"
-    container_name: str  # docker container of that worker (same as node name)
+    node_name: pulumi.Input[str]  # "<tenant>-<worker>"; WorkerNode.node_name resolves after the join
+    access: NodeAccess  # how to run a script on that worker (WorkerNode.access): container or SSH
     joined: pulumi.Resource  # the worker's join Command: anything touching the Node waits on it
 
 
@@ -80,7 +78,8 @@ class HamiMockGpu(pulumi.ComponentResource):
         # (1) The webhook is reached through the tunnel: wait for its agents before installing HAMi.
         tunnel = self._tenant_command(
             f"{tenant}-konnectivity-agent-ready",
-            create=in_container(args.nodes[0].container_name, konnectivity_wait_script(len(args.nodes))),
+            args.nodes[0].access,
+            create=konnectivity_wait_script(len(args.nodes)),
             depends_on=[*(node.joined for node in args.nodes), *args.depends_on],
         )
 
@@ -104,7 +103,7 @@ class HamiMockGpu(pulumi.ComponentResource):
             if mock:
                 node_resources.append(
                     k8s.core.v1.NodePatch(
-                        f"{node.container_name}-gpu-register",
+                        f"{node.access.node_name}-gpu-register",
                         metadata={
                             "name": node.node_name,
                             "annotations": {
@@ -119,7 +118,7 @@ class HamiMockGpu(pulumi.ComponentResource):
             else:
                 node_resources.append(
                     k8s.core.v1.NodePatch(
-                        f"{node.container_name}-gpu-label",
+                        f"{node.access.node_name}-gpu-label",
                         metadata={"name": node.node_name, "labels": dict(NVIDIA_NODE_LABEL)},
                         opts=node_opts,
                     )
@@ -165,36 +164,36 @@ class HamiMockGpu(pulumi.ComponentResource):
     def _tenant_command(
         self,
         name: str,
+        access: NodeAccess,
         *,
         create: pulumi.Input[str],
         depends_on: list[pulumi.Resource],
         delete: pulumi.Input[str] | None = None,
         triggers: list[pulumi.Input[str]] | None = None,
         delete_before_replace: bool = False,
-    ) -> command.local.Command:
-        """A host command that talks to the tenant API with the admin kubeconfig (env only, never argv or logs)."""
-        return command.local.Command(
+    ) -> pulumi.CustomResource:
+        """A script run on a worker that talks to the tenant API with the admin kubeconfig (never argv or logs)."""
+        uses_kubeconfig = (TENANT_KUBECONFIG_ENV,)
+        return run_on_node(
             name,
-            create=create,
-            delete=delete,
-            environment={TENANT_KUBECONFIG_ENV: self._kubeconfig},
+            access,
+            create=NodeScript(create, uses_kubeconfig),
+            delete=NodeScript(delete, uses_kubeconfig) if delete is not None else None,
+            secrets={TENANT_KUBECONFIG_ENV: self._kubeconfig},
             triggers=triggers,
-            logging=command.local.Logging.NONE,
             opts=pulumi.ResourceOptions(
-                parent=self,
-                depends_on=depends_on,
-                additional_secret_outputs=["stdout", "stderr"],
-                delete_before_replace=delete_before_replace,
+                parent=self, depends_on=depends_on, delete_before_replace=delete_before_replace
             ),
         )
 
-    def _capacity_command(self, node: GpuNode, capacity: int) -> command.local.Command:
-        """`nvidia.com/gpu` on the Node status; the count is in the command text, so a change re-runs create."""
+    def _capacity_command(self, node: GpuNode, capacity: int) -> pulumi.CustomResource:
+        """`nvidia.com/gpu` on the Node status; the count is in the script, so a change re-runs create."""
         node_name = pulumi.Output.from_input(node.node_name)
         return self._tenant_command(
-            f"{node.container_name}-gpu-capacity",
-            create=node_name.apply(lambda n: in_container(node.container_name, apply_capacity_script(n, capacity))),
-            delete=node_name.apply(lambda n: in_container_if_present(node.container_name, remove_capacity_script(n))),
+            f"{node.access.node_name}-gpu-capacity",
+            node.access,
+            create=node_name.apply(lambda n: apply_capacity_script(n, capacity)),
+            delete=node_name.apply(remove_capacity_script),
             depends_on=[node.joined],
             # A rejoined worker is a fresh Node without the capacity: apply it again. Delete first, so the
             # old command's removal cannot run after the new command's patch.

@@ -1,29 +1,32 @@
-"""Scripts that join a kindest/node container to a hosted control plane, and take it out again.
+"""Scripts that join a worker node to a hosted control plane, and take it out again.
 
-Plain text builders, no Pulumi: the `WorkerNode` component runs them with
-pulumi-command through `docker exec`. The join script travels on stdin and
-reads the endpoint, the bootstrap token and the CA hash from environment
-variables that `docker exec -e NAME` forwards by name, so the token never
-appears in any argv (host or container): it is written with bash's builtin
-`printf` into a private kubeadm `JoinConfiguration` file, and `kubeadm join
---config` reads it from there. Modelled on clastix/kamaji
-`e2e/worker_kubeadm_join_test.go` (modprobe, swapoff, kubeadm join with
-SystemVerification/FileExisting ignored).
+Plain text builders, no Pulumi: `WorkerNode` runs them on the node through
+`components.node_access` (`docker exec` into a kindest/node container, or SSH
+to a real machine). The join script reads the endpoint, the bootstrap token
+and the CA hash from variables (forwarded by name by `docker exec -e`, or
+decoded from the SSH stdin program), so the token never appears in any argv:
+it is written with bash's builtin `printf` into a private kubeadm
+`JoinConfiguration` file, and `kubeadm join --config` reads it from there.
+Modelled on clastix/kamaji `e2e/worker_kubeadm_join_test.go` (modprobe,
+swapoff, kubeadm join with SystemVerification/FileExisting ignored in a
+container).
 """
 
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 
-from components.container_exec import TENANT_KUBECONFIG_ENV, docker_exec, with_tenant_kubeconfig
+from components.container_exec import with_tenant_kubeconfig
+from config.models import MIN_KUBERNETES_VERSION, parse_version
 
-# Environment variables the join Command sets and `docker exec` forwards by name.
+# Variables the join script reads (secret as a group: the token is among them).
 ENDPOINT_ENV = "WORKER_JOIN_ENDPOINT"
 TOKEN_ENV = "WORKER_JOIN_TOKEN"
 DISCOVERY_HASH_ENV = "WORKER_DISCOVERY_HASH"
 JOIN_ENV_NAMES = (ENDPOINT_ENV, TOKEN_ENV, DISCOVERY_HASH_ENV)
 
-# Test-only knobs (never forwarded by `docker exec`, so production uses the defaults):
+# Test-only knobs (never forwarded by `docker exec` nor set over SSH, so production uses the defaults):
 # a prefix for /etc and /proc paths, the retry bounds, and the pauses between attempts.
 ROOT_ENV = "GPU_TENANCY_NODE_ROOT"
 JOIN_ATTEMPTS_ENV = "JOIN_ATTEMPTS"
@@ -43,31 +46,98 @@ DEFAULT_RUNTIME_PAUSE_SECONDS = 1
 DEFAULT_LEAVE_ATTEMPTS = 5
 DEFAULT_LEAVE_PAUSE_SECONDS = 3
 
-# Kamaji's join recipe ignores these (facts §5): preflight cannot verify a container's kernel
-# config (SystemVerification), and kindest/node lacks some host tools kubeadm looks for (FileExisting).
+# Kamaji's join recipe ignores these in a kindest/node container (facts §5): preflight cannot verify a
+# container's kernel config (SystemVerification), and kindest/node lacks some host tools (FileExisting).
+# A real machine gets kubeadm's full preflight.
 IGNORED_PREFLIGHT_ERRORS = ("SystemVerification", "FileExisting")
 KUBEADM_API_VERSION = "kubeadm.k8s.io/v1beta4"
+
+# What a node must bring; kindest/node ships all four. kubectl is used by the leave and GPU capacity scripts.
+REQUIRED_TOOLS = ("kubeadm", "kubelet", "kubectl", "containerd")
+# Kamaji's tenant kubelet configuration needs kubelet >= 1.35 (facts §1, kamaji issue 1062).
+MIN_KUBELET_MINOR = MIN_KUBERNETES_VERSION[1]
 
 # Scripts arrive on stdin (`bash -s`); a brace group is parsed whole before it runs,
 # so no command inside can swallow the rest of the script from that stdin.
 _READ_WHOLE_SCRIPT_FIRST = "# One brace group: bash reads all of it from stdin before running any command."
 
-# Heredoc delimiter for the leave script in the host-side delete command.
-_LEAVE_EOF = "GPU_TENANCY_LEAVE_SCRIPT"
+
+def install_hint(kubernetes_version: str) -> str:
+    """How to give a machine what a worker needs, for the tenant's Kubernetes minor version."""
+    major, minor, _ = parse_version(kubernetes_version)
+    series = f"v{major}.{minor}"
+    return (
+        f"Install kubeadm, kubelet and kubectl {series} from pkgs.k8s.io "
+        f"(https://pkgs.k8s.io/core:/stable:/{series}/deb/ or .../rpm/, see "
+        "https://kubernetes.io/docs/setup/production-environment/tools/kubeadm/install-kubeadm/) "
+        "and containerd with SystemdCgroup = true "
+        "(https://kubernetes.io/docs/setup/production-environment/container-runtimes/#containerd-systemd)"
+    )
 
 
-def join_script(node_name: str) -> str:
-    """Bash script (run inside the node container) that joins it to the tenant, idempotently.
+def _preflight(kubernetes_version: str) -> str:
+    """Bash that checks the node's tools and kubelet version, failing with what is missing and how to fix it."""
+    _, tenant_minor, _ = parse_version(kubernetes_version)
+    hint = shlex.quote(install_hint(kubernetes_version))
+    tools = " ".join(REQUIRED_TOOLS)
+    return f"""\
+# What a real machine must bring (a kindest/node container has all of it).
+install_hint={hint}
+missing=""
+for tool in {tools}; do
+  command -v "$tool" >/dev/null 2>&1 || missing+=" $tool"
+done
+[[ -z "$missing" ]] || fail "missing on this node:$missing. $install_hint"
+kubelet_version="$(kubelet --version 2>&1)" || fail "kubelet --version failed: $kubelet_version"
+[[ "$kubelet_version" =~ v([0-9]+)\\.([0-9]+)\\. ]] \\
+  || fail "cannot read a version from kubelet --version ('$kubelet_version'). $install_hint"
+kubelet_major="${{BASH_REMATCH[1]}}"
+kubelet_minor="${{BASH_REMATCH[2]}}"
+if ((kubelet_major != 1 || kubelet_minor < {MIN_KUBELET_MINOR})); then
+  fail "kubelet v$kubelet_major.$kubelet_minor is too old: Kamaji's tenant kubelet configuration needs kubelet" \\
+    ">= v1.{MIN_KUBELET_MINOR}. $install_hint"
+fi
+if ((kubelet_minor > {tenant_minor})); then
+  fail "kubelet v$kubelet_major.$kubelet_minor is newer than the tenant control plane {kubernetes_version}:" \\
+    "a kubelet must not be newer than its API server (Kubernetes version skew policy). $install_hint"
+fi
+# The tenant kubelet uses the systemd cgroup driver; containerd's runc must use it too.
+if containerd_config="$(containerd config dump 2>/dev/null)"; then
+  [[ "$containerd_config" =~ SystemdCgroup[[:space:]]*=[[:space:]]*true ]] \\
+    || fail "containerd does not use the systemd cgroup driver (no SystemdCgroup = true in" \\
+      "'containerd config dump'); the kubelet does. Set SystemdCgroup = true for the runc runtime in" \\
+      "/etc/containerd/config.toml and restart containerd." \\
+      "See https://kubernetes.io/docs/setup/production-environment/container-runtimes/#containerd-systemd"
+else
+  note "cannot run 'containerd config dump'; not checking containerd's cgroup driver"
+fi
+"""
+
+
+def join_script(
+    node_name: str,
+    kubernetes_version: str,
+    ignore_preflight_errors: Sequence[str] = IGNORED_PREFLIGHT_ERRORS,
+) -> str:
+    """Bash script (run on the node) that joins it to the tenant, idempotently.
 
     Exits 0 without calling kubeadm when /etc/kubernetes/kubelet.conf exists.
-    Otherwise loads br_netfilter, turns swap off, waits for containerd, writes a
-    private JoinConfiguration and runs `kubeadm join --config`, retrying (with
-    `kubeadm reset -f` in between) while the tenant finishes its RBAC. On
-    giving up it exits 1 with the last kubeadm output on stderr. The token is
-    never printed: kubeadm output is shown with the token secret redacted.
+    Otherwise checks the node brings kubeadm, kubelet, kubectl and containerd
+    (with a kubelet between v1.35 and the tenant version), loads br_netfilter,
+    turns swap off, waits for containerd, writes a private JoinConfiguration
+    and runs `kubeadm join --config`, retrying (with `kubeadm reset -f` in
+    between) while the tenant finishes its RBAC. On giving up it exits 1 with
+    the last kubeadm output on stderr. The token is never printed: kubeadm
+    output is shown with the token secret redacted.
     """
     node = shlex.quote(node_name)
-    ignored = "".join(f"  printf '  - %s\\n' {shlex.quote(check)}\n" for check in IGNORED_PREFLIGHT_ERRORS)
+    if ignore_preflight_errors:
+        ignored = "  printf '  ignorePreflightErrors:\\n'\n" + "".join(
+            f"  printf '  - %s\\n' {shlex.quote(check)}\n" for check in ignore_preflight_errors
+        )
+    else:
+        ignored = ""
+    preflight = _preflight(kubernetes_version)
     return f"""\
 set -euo pipefail
 {_READ_WHOLE_SCRIPT_FIRST}
@@ -106,6 +176,7 @@ unset {TOKEN_ENV}
   || fail "{DISCOVERY_HASH_ENV} must be sha256:<64 hex digits>, got '$ca_hash'"
 token_secret="${{token#*.}}"
 
+{preflight}
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
@@ -137,7 +208,7 @@ for ((attempt = 1; ; attempt++)); do
   fi
   if ((attempt >= runtime_attempts)); then
     fail "containerd is not active after $runtime_attempts checks;" \\
-      "inspect it with: docker exec $node systemctl status containerd"
+      "inspect it on the node: systemctl status containerd"
   fi
   sleep "$runtime_pause"
 done
@@ -156,7 +227,6 @@ config="$work/join-configuration.yaml"
   printf '    - "%s"\\n' "$ca_hash"
   printf 'nodeRegistration:\\n'
   printf '  name: "%s"\\n' "$node"
-  printf '  ignorePreflightErrors:\\n'
 {ignored}  }} >"$config"
 )
 unset token
@@ -176,7 +246,7 @@ for ((attempt = 1; ; attempt++)); do
   if ((attempt >= join_attempts)); then
     note "kubeadm join to $endpoint failed $attempt times; last kubeadm output:"
     redacted "$work/join.log" >&2
-    fail "giving up. Check that the tenant control plane is Ready and reachable from the kind network," \\
+    fail "giving up. Check that the tenant control plane is Ready and reachable from this node," \\
       "then run pulumi up again"
   fi
   note "kubeadm join attempt $attempt/$join_attempts failed; resetting and retrying in ${{join_pause}}s"
@@ -189,7 +259,7 @@ done
 
 
 def leave_script(node_name: str) -> str:
-    """Bash script (run inside the node container) that takes the node out of the tenant.
+    """Bash script (run on the node) that takes the node out of the tenant.
 
     Stops the node being a member (`kubeadm reset -f`, so a later join on the
     same container starts clean) and deletes its Node object with the tenant
@@ -212,6 +282,13 @@ if [[ -f "$root/etc/kubernetes/kubelet.conf" ]]; then
   if ! out="$(kubeadm reset -f 2>&1)"; then
     printf 'gpu-tenancy: worker %s: kubeadm reset -f failed (continuing): %s\\n' "$node" "$out" >&2
   fi
+fi
+
+if ! command -v kubectl >/dev/null 2>&1; then
+  # Only a node that failed the join preflight lacks kubectl, and such a node never registered.
+  printf 'gpu-tenancy: worker %s: kubectl is not installed here; not removing Node %s %s\\n' \\
+    "$node" "$node" "(if it exists: kubectl delete node $node)" >&2
+  exit 0
 fi
 
 for ((attempt = 1; ; attempt++)); do
@@ -238,29 +315,3 @@ done
 """
     return with_tenant_kubeconfig(body)
 
-
-def join_command(container_name: str) -> str:
-    """Host command of the join: `docker exec` reading the join script from stdin."""
-    return docker_exec(container_name, JOIN_ENV_NAMES)
-
-
-def leave_command(container_name: str, node_name: str) -> str:
-    """Host command of the delete: runs `leave_script` in the container, or notes it is already gone.
-
-    pulumi-command feeds the Command's `stdin` (the join script) to the delete
-    command too, so the leave script is passed as a heredoc, which replaces it.
-    """
-    container = shlex.quote(container_name)
-    script = leave_script(node_name)
-    if _LEAVE_EOF in script:
-        raise ValueError(f"leave script must not contain the heredoc delimiter {_LEAVE_EOF}")
-    return f"""\
-running="$(docker container inspect --format '{{{{.State.Running}}}}' {container} 2>/dev/null || true)"
-if [ "$running" != "true" ]; then
-  echo "gpu-tenancy: worker container {container_name} is gone or stopped; its Node object cannot be removed from \
-here (if it remains: kubectl delete node {node_name})" >&2
-  exit 0
-fi
-{docker_exec(container_name, [TENANT_KUBECONFIG_ENV])} <<'{_LEAVE_EOF}'
-{script}{_LEAVE_EOF}
-"""

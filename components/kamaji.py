@@ -1,9 +1,17 @@
-"""The management plane on the kind cluster: cert-manager, MetalLB with a pool from the kind subnet, and Kamaji.
+"""The management plane: cert-manager, Kamaji, and MetalLB when this stack provides the load-balancer pool.
 
 Order, all on the management Provider:
 
     cert-manager ──────────────────────────────► Kamaji (+ kamaji-etcd, DataStore `default`)
-    Namespace metallb-system ─► MetalLB ─► IPAddressPool + L2Advertisement
+    Namespace metallb-system ─► MetalLB ─► IPAddressPool + L2Advertisement   (only with a pool)
+
+The pool is `management.loadBalancerPool` if set, else (kind cluster) carved
+from the kind subnet. An adopted cluster without a pool gets no MetalLB at all:
+it must provide LoadBalancer Services itself. On an adopted cluster the
+`cert-manager` and `kamaji-system` namespaces are Namespace resources of this
+stack (see `Kamaji._release_namespace`): `pulumi destroy` deletes them with
+everything left inside, and a namespace that already exists is never taken
+over. Only the charts' CRDs stay (Helm keeps them by design).
 
 Every chart is a `helm.v3.Release` awaited by Helm (`skip_await=False`), which
 is what makes the edges above real readiness conditions:
@@ -42,6 +50,9 @@ KAMAJI_CHART = Chart(KAMAJI_RELEASE_NAME, "kamaji", "https://clastix.github.io/c
 # The DataStore kamaji-etcd creates and TenantControlPlanes use when they name none.
 DEFAULT_DATASTORE = "default"
 LB_POOL_NAME = "kind-ip-pool"
+# On a cluster we did not create the pool holds tenant API server addresses, not kind's.
+ADOPTED_LB_POOL_NAME = "tenant-control-planes"
+POOL_CONFIG_KEY = "management.loadBalancerPool"
 
 # Helm timeouts (seconds per operation): images are pulled on first install.
 CHART_TIMEOUT = 600
@@ -76,12 +87,77 @@ def lb_pool_range(subnet: str) -> str:
     return f"{top[LB_POOL_FIRST_OFFSET]}-{top[LB_POOL_LAST_OFFSET]}"
 
 
-def cert_manager_values() -> dict[str, Any]:
-    return {
+def pool_bounds(pool: str) -> tuple[ipaddress.IPv4Address, ipaddress.IPv4Address]:
+    """First and last address of a MetalLB pool written as `<first>-<last>` or as an IPv4 CIDR."""
+    first, dash, last = pool.partition("-")
+    try:
+        if dash:
+            bounds = ipaddress.IPv4Address(first.strip()), ipaddress.IPv4Address(last.strip())
+        else:
+            network = ipaddress.IPv4Network(pool.strip(), strict=True)
+            bounds = network.network_address, network.broadcast_address
+    except ValueError:
+        raise ValueError(
+            f"{POOL_CONFIG_KEY} = {pool!r} is neither an IPv4 range like 192.168.10.200-192.168.10.250 "
+            "nor a CIDR like 192.168.10.192/27"
+        ) from None
+    if bounds[1] < bounds[0]:
+        raise ValueError(f"{POOL_CONFIG_KEY} = {pool!r} ends before it starts")
+    return bounds
+
+
+def choose_lb_pool(kind_subnet: str | None, load_balancer_pool: str | None) -> str | None:
+    """The MetalLB pool this stack installs, or None when the cluster provides load balancers itself.
+
+    An explicit pool wins; on kind it must lie inside the kind subnet, clear of the network, gateway and
+    broadcast addresses. Without one, kind gets `lb_pool_range(kind_subnet)` and an adopted cluster none.
+    """
+    if load_balancer_pool is None:
+        return lb_pool_range(kind_subnet) if kind_subnet is not None else None
+    first, last = pool_bounds(load_balancer_pool)
+    if kind_subnet is None:
+        return load_balancer_pool
+    network = ipaddress.ip_network(kind_subnet, strict=False)
+    if first not in network or last not in network:
+        raise ValueError(
+            f"{POOL_CONFIG_KEY} = {load_balancer_pool!r} is not inside the kind network's IPv4 subnet "
+            f"{network}: MetalLB answers ARP only for addresses on that network. {_pool_hint(kind_subnet)}"
+        )
+    # Docker gives the network's first host address to the gateway (the host's bridge interface).
+    reserved = {
+        network.network_address: "the network address",
+        network.network_address + 1: "the docker gateway",
+        network.broadcast_address: "the broadcast address",
+    }
+    for address, what in reserved.items():
+        if first <= address <= last:
+            raise ValueError(
+                f"{POOL_CONFIG_KEY} = {load_balancer_pool!r} includes {address}, {what} of the kind network "
+                f"{network}; handing it to a Service would break the network. {_pool_hint(kind_subnet)}"
+            )
+    return load_balancer_pool
+
+
+def _pool_hint(kind_subnet: str) -> str:
+    try:
+        default = lb_pool_range(kind_subnet)
+    except ValueError:
+        return "Pick a range inside it, clear of the low addresses docker gives containers."
+    return f"Pick a range inside it, e.g. {default}, or remove the key to use that default."
+
+
+def cert_manager_values(adopted: bool = False) -> dict[str, Any]:
+    values: dict[str, Any] = {
         "crds": {"enabled": True},
         # Default, spelled out: this post-install Job is what proves the webhook answers.
         "startupapicheck": {"enabled": True},
     }
+    if adopted:
+        # The chart puts its leader-election Leases in kube-system (cert-manager/cert-manager
+        # deploy/charts/cert-manager/values.yaml `global.leaderElection.namespace`); on a cluster we do not own
+        # they go in our namespace, which destroy removes.
+        values["global"] = {"leaderElection": {"namespace": CERT_MANAGER_CHART.namespace}}
+    return values
 
 
 def metallb_values() -> dict[str, Any]:
@@ -120,16 +196,21 @@ def kamaji_values(versions: config.Versions) -> dict[str, Any]:
 @dataclass
 class KamajiArgs:
     provider: k8s.Provider
-    kind_subnet: pulumi.Input[str]
+    # IPv4 subnet of the kind network; None on an adopted cluster (one this stack did not create).
+    kind_subnet: pulumi.Input[str] | None
     versions: config.Versions
+    # `management.loadBalancerPool`: MetalLB's range; None means carve it from the kind subnet, or (adopted
+    # cluster) install no MetalLB because the cluster provides LoadBalancer Services itself.
+    load_balancer_pool: str | None = None
 
 
 class Kamaji(pulumi.ComponentResource):
-    """cert-manager, MetalLB (pool from the kind subnet) and Kamaji with its default DataStore."""
+    """cert-manager, Kamaji with its default DataStore, and MetalLB with a pool when this stack provides one."""
 
     provider: k8s.Provider
     datastore_name: pulumi.Output[str]
-    lb_pool_range: pulumi.Output[str]
+    # MetalLB's address range; None when no MetalLB is installed (adopted cluster without a pool).
+    lb_pool_range: pulumi.Output[str] | None
     release: k8s.helm.v3.Release
     ready: list[pulumi.Resource]
 
@@ -137,69 +218,42 @@ class Kamaji(pulumi.ComponentResource):
         super().__init__(f"{COMPONENT_PREFIX}:Kamaji", name, None, opts)
         self.provider = args.provider
         versions = args.versions
-
-        def child(depends_on: list[pulumi.Resource] | None = None) -> pulumi.ResourceOptions:
-            return pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=depends_on)
+        adopted = args.kind_subnet is None
 
         cert_manager = helm_release(
             f"{name}-cert-manager",
             CERT_MANAGER_CHART,
             version=versions.cert_manager,
-            values=cert_manager_values(),
-            create_namespace=True,
+            values=cert_manager_values(adopted),
             timeout=CHART_TIMEOUT,
-            opts=child(),
+            **self._release_namespace(f"{name}-cert-manager-namespace", CERT_MANAGER_CHART.namespace, adopted),
         )
-
-        metallb_namespace = k8s.core.v1.Namespace(
-            f"{name}-metallb-namespace",
-            metadata=k8s.meta.v1.ObjectMetaArgs(name=METALLB_NAMESPACE, labels=PRIVILEGED_NAMESPACE_LABELS),
-            opts=child(),
-        )
-        metallb = helm_release(
-            f"{name}-metallb",
-            METALLB_CHART,
-            version=versions.metallb,
-            values=metallb_values(),
-            timeout=CHART_TIMEOUT,
-            opts=child(depends_on=[metallb_namespace]),
-        )
-
-        pool_range = pulumi.Output.from_input(args.kind_subnet).apply(lb_pool_range)
-        # Custom resources wait for the MetalLB release: its webhook must answer first.
-        pool = k8s.apiextensions.CustomResource(
-            f"{name}-ip-pool",
-            api_version="metallb.io/v1beta1",
-            kind="IPAddressPool",
-            metadata=k8s.meta.v1.ObjectMetaArgs(name=LB_POOL_NAME, namespace=METALLB_NAMESPACE),
-            spec=pool_range.apply(ip_address_pool_spec),
-            opts=child(depends_on=[metallb]),
-        )
-        l2_advertisement = k8s.apiextensions.CustomResource(
-            f"{name}-l2-advertisement",
-            api_version="metallb.io/v1beta1",
-            kind="L2Advertisement",
-            metadata=k8s.meta.v1.ObjectMetaArgs(name=LB_POOL_NAME, namespace=METALLB_NAMESPACE),
-            spec=l2_advertisement_spec(LB_POOL_NAME),
-            opts=child(depends_on=[metallb]),
-        )
-
         self.release = helm_release(
             f"{name}-kamaji",
             KAMAJI_CHART,
             version=versions.kamaji_chart,
             values=kamaji_values(versions),
-            create_namespace=True,
             timeout=KAMAJI_TIMEOUT,
             # The chart renders cert-manager Issuer/Certificate objects.
-            opts=child(depends_on=[cert_manager]),
+            **self._release_namespace(f"{name}-kamaji-namespace", KAMAJI_NAMESPACE, adopted, [cert_manager]),
         )
-
-        # TenantControlPlanes need Kamaji's webhook and DataStore, and an address from the pool.
-        self.ready = [self.release, pool, l2_advertisement]
+        # TenantControlPlanes need Kamaji's webhook and DataStore, and (with MetalLB) an address from the pool.
+        self.ready = [self.release]
         # Derived from resource outputs, so consumers of these values wait for those resources.
         self.datastore_name = self.release.id.apply(lambda _: DEFAULT_DATASTORE)
-        self.lb_pool_range = pulumi.Output.all(pool.id, pool_range).apply(lambda values: values[1])
+
+        self.lb_pool_range = None
+        if adopted and args.load_balancer_pool is not None:
+            # Checked now: nothing about it waits for a resource.
+            pool_range = pulumi.Output.from_input(choose_lb_pool(None, args.load_balancer_pool))
+            self.lb_pool_range = self._metallb(name, ADOPTED_LB_POOL_NAME, pool_range, versions)
+        elif not adopted:
+            # Checked inside the apply: the kind subnet is known only once the cluster exists.
+            pool_range = pulumi.Output.from_input(args.kind_subnet).apply(
+                lambda subnet: choose_lb_pool(subnet, args.load_balancer_pool)
+            )
+            self.lb_pool_range = self._metallb(name, LB_POOL_NAME, pool_range, versions)
+        # Otherwise (adopted, no pool) the cluster provides LoadBalancer Services: no MetalLB of ours.
 
         self.register_outputs(
             {
@@ -208,3 +262,61 @@ class Kamaji(pulumi.ComponentResource):
                 "releaseName": self.release.name,
             }
         )
+
+    def _child(self, depends_on: list[pulumi.Resource] | None = None) -> pulumi.ResourceOptions:
+        return pulumi.ResourceOptions(parent=self, provider=self.provider, depends_on=depends_on)
+
+    def _release_namespace(
+        self, resource_name: str, namespace: str, adopted: bool, depends_on: list[pulumi.Resource] | None = None
+    ) -> dict[str, Any]:
+        """`create_namespace` and `opts` of a release: Helm creates the namespace on kind, this stack when adopted."""
+        depends_on = list(depends_on or [])
+        if not adopted:
+            # Kind: the namespace goes away with the cluster (and existing stacks keep their graph).
+            return {"create_namespace": True, "opts": self._child(depends_on)}
+        # Helm never deletes a namespace it created, and kamaji-etcd's PVCs outlive its StatefulSet (no
+        # persistentVolumeClaimRetentionPolicy in clastix/kamaji-etcd charts/kamaji-etcd/templates/etcd_sts.yaml):
+        # only deleting the namespace removes the tenants' etcd data on destroy. A namespace that already exists
+        # fails `pulumi up` (the adopted cluster's provider never upserts) rather than being taken over.
+        owned = k8s.core.v1.Namespace(resource_name, metadata={"name": namespace}, opts=self._child())
+        return {"create_namespace": False, "opts": self._child([*depends_on, owned])}
+
+    def _metallb(
+        self, name: str, pool_name: str, pool_range: pulumi.Output[str], versions: config.Versions
+    ) -> pulumi.Output[str]:
+        """MetalLB in its own privileged namespace, then the pool and its L2 advertisement (added to `ready`).
+
+        Returns the pool's range as an output that carries the pool resource as a dependency.
+        """
+        namespace = k8s.core.v1.Namespace(
+            f"{name}-metallb-namespace",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=METALLB_NAMESPACE, labels=PRIVILEGED_NAMESPACE_LABELS),
+            opts=self._child(),
+        )
+        metallb = helm_release(
+            f"{name}-metallb",
+            METALLB_CHART,
+            version=versions.metallb,
+            values=metallb_values(),
+            timeout=CHART_TIMEOUT,
+            opts=self._child([namespace]),
+        )
+        # Custom resources wait for the MetalLB release: its webhook must answer first.
+        pool = k8s.apiextensions.CustomResource(
+            f"{name}-ip-pool",
+            api_version="metallb.io/v1beta1",
+            kind="IPAddressPool",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=pool_name, namespace=METALLB_NAMESPACE),
+            spec=pool_range.apply(ip_address_pool_spec),
+            opts=self._child([metallb]),
+        )
+        l2_advertisement = k8s.apiextensions.CustomResource(
+            f"{name}-l2-advertisement",
+            api_version="metallb.io/v1beta1",
+            kind="L2Advertisement",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=pool_name, namespace=METALLB_NAMESPACE),
+            spec=l2_advertisement_spec(pool_name),
+            opts=self._child([metallb]),
+        )
+        self.ready += [pool, l2_advertisement]
+        return pulumi.Output.all(pool.id, pool_range).apply(lambda values: values[1])

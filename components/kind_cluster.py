@@ -1,11 +1,16 @@
-"""The kind management cluster: one control-plane node, its kubeconfig, a Provider, and the kind network's subnet.
+"""The management cluster: a kind cluster this stack creates, or an existing cluster it adopts.
 
-One `pulumi-command` Command creates (or adopts) the cluster and prints its
-kubeconfig, so a replaced cluster always comes with a fresh kubeconfig. The
-kind config travels on the command's stdin (`kind create cluster --config -`)
-and is also its replacement trigger: changing the cluster name or node image
-shows in `pulumi preview` and replaces the cluster (delete first, because the
-new cluster has the same name), which also replaces everything inside it.
+Kind mode: one `pulumi-command` Command creates (or reuses) the cluster and
+prints its kubeconfig, so a replaced cluster always comes with a fresh
+kubeconfig. The kind config travels on the command's stdin (`kind create
+cluster --config -`) and is also its replacement trigger: changing the cluster
+name or node image shows in `pulumi preview` and replaces the cluster (delete
+first, because the new cluster has the same name), which also replaces
+everything inside it.
+
+Adopt mode (`kubeconfig` given): only a Provider for that cluster. Nothing is
+run on the host and nothing in the cluster is created or deleted by this
+component; later layers delete only the objects they created themselves.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 import ipaddress
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
@@ -99,25 +104,135 @@ def ipv4_subnet(subnets: Sequence[str | None], network: str = KIND_NETWORK) -> s
     )
 
 
+@dataclass(frozen=True)
+class KubeconfigCluster:
+    """The cluster a kubeconfig's current context points at."""
+
+    name: str
+    server: str
+
+
+def current_cluster(kubeconfig: str) -> KubeconfigCluster:
+    """Name and API server of the current context's cluster; errors never echo the (secret) document."""
+    try:
+        document = yaml.safe_load(kubeconfig)
+    except yaml.YAMLError:
+        document = None
+    if not isinstance(document, dict):
+        raise ValueError("management.kubeconfig is not a kubeconfig document (YAML with clusters, users, contexts)")
+    context_name = document.get("current-context")
+    if not context_name:
+        raise ValueError(
+            "management.kubeconfig has no current-context: set the context this stack should use "
+            "(`kubectl config use-context <name> --kubeconfig <file>`) and store the file again"
+        )
+
+    def named(section: str, wanted: str) -> dict[str, Any]:
+        for entry in document.get(section) or []:
+            if isinstance(entry, dict) and entry.get("name") == wanted:
+                return entry
+        raise ValueError(f"management.kubeconfig: {section} has no entry named {wanted!r}")
+
+    context = named("contexts", context_name).get("context") or {}
+    cluster_name = context.get("cluster")
+    if not cluster_name:
+        raise ValueError(f"management.kubeconfig: context {context_name!r} names no cluster")
+    server = (named("clusters", cluster_name).get("cluster") or {}).get("server")
+    if not server:
+        raise ValueError(f"management.kubeconfig: cluster {cluster_name!r} has no server")
+    return KubeconfigCluster(name=str(cluster_name), server=str(server))
+
+
+def worker_networks(kind_subnet: str | None, worker_cidrs: Sequence[str]) -> list[str]:
+    """IPv4 networks tenant API servers accept connections from: the kind subnet (if any), then `worker_cidrs`."""
+    networks: list[str] = []
+    for entry in ([kind_subnet] if kind_subnet is not None else []) + list(worker_cidrs):
+        network = ipaddress.ip_network(entry, strict=False)
+        if network.version != 4:
+            raise ValueError(f"management.workerCidrs: {entry!r} is not an IPv4 network")
+        if str(network) not in networks:
+            networks.append(str(network))
+    if not networks:
+        raise ValueError(
+            "management.workerCidrs is empty: with management.kubeconfig, list the IPv4 networks your GPU "
+            "servers reach tenant API servers from (tenant control planes accept connections only from there)"
+        )
+    return networks
+
+
 @dataclass
 class KindManagementClusterArgs:
     cluster_name: str
     node_image: str
+    # An existing cluster to adopt instead of creating a kind cluster (secret).
+    kubeconfig: pulumi.Input[str] | None = None
+    # Extra IPv4 networks workers reach tenant API servers from (beside the kind network in kind mode).
+    worker_cidrs: list[str] = field(default_factory=list)
 
 
 class KindManagementCluster(pulumi.ComponentResource):
-    """A kind cluster that hosts Kamaji; exposes its kubeconfig (secret), a Provider and the kind subnet."""
+    """The cluster that hosts Kamaji: a kind cluster created here, or an adopted one (`args.kubeconfig`).
+
+    Exposes its kubeconfig (secret), a Provider, and the networks tenant API servers accept workers from.
+    """
 
     cluster_name: str
     network_name: str
+    adopted: bool
     kubeconfig: pulumi.Output[str]
     provider: k8s.Provider
-    kind_subnet: pulumi.Output[str]
+    # IPv4 subnet of the docker `kind` network; None for an adopted cluster.
+    kind_subnet: pulumi.Output[str] | None
+    worker_networks: pulumi.Output[list[str]]
 
     def __init__(self, name: str, args: KindManagementClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{COMPONENT_PREFIX}:KindManagementCluster", name, None, opts)
-        self.cluster_name = args.cluster_name
         self.network_name = KIND_NETWORK
+        self.adopted = args.kubeconfig is not None
+        if args.kubeconfig is not None:
+            self._adopt(name, args, args.kubeconfig)
+        else:
+            self._create_kind_cluster(name, args)
+        self.register_outputs(
+            {
+                "clusterName": self.cluster_name,
+                "networkName": self.network_name,
+                "adopted": self.adopted,
+                "kubeconfig": self.kubeconfig,
+                "kindSubnet": self.kind_subnet,
+                "workerNetworks": self.worker_networks,
+            }
+        )
+
+    def _adopt(self, name: str, args: KindManagementClusterArgs, kubeconfig: pulumi.Input[str]) -> None:
+        if isinstance(kubeconfig, str):
+            # The config value is read now: a broken kubeconfig fails before any resource exists.
+            cluster = current_cluster(kubeconfig)
+            self.cluster_name = cluster.name
+            identifier: pulumi.Input[str] = cluster.server
+        else:
+            self.cluster_name = args.cluster_name
+            identifier = pulumi.Output.from_input(kubeconfig).apply(lambda text: current_cluster(text).server)
+        self.kubeconfig = pulumi.Output.secret(kubeconfig)
+        self.kind_subnet = None
+        self.worker_networks = pulumi.Output.from_input(worker_networks(None, args.worker_cidrs))
+        self.provider = k8s.Provider(
+            f"{name}-provider",
+            kubeconfig=self.kubeconfig,
+            # Not our cluster: an unreachable API (VPN down, expired credentials) must fail `pulumi destroy`
+            # loudly, not drop cert-manager, Kamaji and the tenants from the state while they keep running.
+            # Set explicitly, so PULUMI_K8S_DELETE_UNREACHABLE cannot flip it.
+            delete_unreachable=False,
+            # Creating an object that already exists fails instead of taking it over (and deleting it on destroy).
+            upsert_existing_objects=False,
+            # Only a different API server means a different cluster: a rotated token, CA or proxy setting in the
+            # kubeconfig updates the provider instead of replacing everything in the cluster (pulumi-kubernetes#4019).
+            cluster_identifier=identifier,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+
+    def _create_kind_cluster(self, name: str, args: KindManagementClusterArgs) -> None:
+        self.cluster_name = args.cluster_name
         config = kind_config_yaml(args.cluster_name, args.node_image)
 
         cluster = command.local.Command(
@@ -158,12 +273,5 @@ class KindManagementCluster(pulumi.ComponentResource):
         self.kind_subnet = network.apply(
             lambda result: ipv4_subnet([entry.subnet for entry in result.ipam_configs or []])
         )
-
-        self.register_outputs(
-            {
-                "clusterName": self.cluster_name,
-                "networkName": self.network_name,
-                "kubeconfig": self.kubeconfig,
-                "kindSubnet": self.kind_subnet,
-            }
-        )
+        worker_cidrs = list(args.worker_cidrs)
+        self.worker_networks = self.kind_subnet.apply(lambda subnet: worker_networks(subnet, worker_cidrs))

@@ -30,8 +30,8 @@ CRD_CHART_TIMEOUT_SECONDS = 5 * 60
 class TenantControlPlaneArgs:
     tenant: config.Tenant
     management_provider: k8s.Provider
-    # IPv4 CIDR of the docker `kind` network the workers are attached to.
-    kind_subnet: pulumi.Input[str]
+    # IPv4 networks the workers (and load-balancer traffic) come from: the kind network in the lab.
+    worker_networks: pulumi.Input[list[str]]
     datastore_name: pulumi.Input[str]
     versions: config.Versions
     # Kamaji readiness: its release and DataStore must exist before any TCP (facts §2).
@@ -82,8 +82,8 @@ class TenantControlPlane(pulumi.ComponentResource):
         )
         self.namespace = namespace.metadata.name
 
-        policy = pulumi.Output.from_input(args.kind_subnet).apply(
-            lambda subnet: tenant_spec.isolation_network_policy(tcp_name, subnet)
+        policy = pulumi.Output.from_input(args.worker_networks).apply(
+            lambda networks: tenant_spec.isolation_network_policy(tcp_name, networks)
         )
         self.isolation = k8s.networking.v1.NetworkPolicy(
             f"{name}-isolation",

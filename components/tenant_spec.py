@@ -12,7 +12,7 @@ import binascii
 import datetime
 import ipaddress
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,24 +46,27 @@ def _namespace_selector(name: str) -> dict[str, Any]:
     return {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: name}}}
 
 
-def isolation_network_policy(namespace: str, kind_subnet: str) -> dict[str, Any]:
+def isolation_network_policy(namespace: str, worker_networks: Sequence[str]) -> dict[str, Any]:
     """NetworkPolicy that fences every pod of a tenant namespace on the management cluster.
 
     Ingress only from: pods of the same namespace, Kamaji (kamaji-system), and the
-    docker `kind` network (the tenant's workers, the host running Pulumi, and the
-    management nodes, which is where LoadBalancer traffic and kubelet probes come from).
+    worker networks (in the lab the docker `kind` network: the tenant's workers, the
+    host running Pulumi, and the management nodes, which is where LoadBalancer traffic
+    and kubelet probes come from; on real infrastructure `management.workerCidrs`).
     Egress only to: the same namespace, kamaji-system (the kamaji-etcd datastore),
-    cluster DNS, and the `kind` network. Pods of other tenants' namespaces match
+    cluster DNS, and the worker networks. Pods of other tenants' namespaces match
     none of these in either direction, so tenants cannot reach each other's control planes.
     """
-    network = ipaddress.ip_network(kind_subnet, strict=False)
-    if network.version != 4:
-        raise ValueError(
-            f"kind subnet {kind_subnet!r} is not IPv4: pass the IPv4 subnet of the docker 'kind' network"
-        )
+    if not worker_networks:
+        raise ValueError("no worker networks: tenant workers could not reach their control plane")
+    blocks = []
+    for cidr in worker_networks:
+        network = ipaddress.ip_network(cidr, strict=False)
+        if network.version != 4:
+            raise ValueError(f"worker network {cidr!r} is not IPv4: NetworkPolicy ipBlocks here are IPv4 only")
+        blocks.append({"ipBlock": {"cidr": str(network)}})
     same_namespace = {"podSelector": {}}
     kamaji = _namespace_selector(KAMAJI_NAMESPACE)
-    kind_network = {"ipBlock": {"cidr": str(network)}}
     cluster_dns = {
         **_namespace_selector("kube-system"),
         "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
@@ -80,9 +83,9 @@ def isolation_network_policy(namespace: str, kind_subnet: str) -> dict[str, Any]
             # Every pod of the namespace: the TCP pods and anything Kamaji adds later.
             "podSelector": {},
             "policyTypes": ["Ingress", "Egress"],
-            "ingress": [{"from": [same_namespace, kamaji, kind_network]}],
+            "ingress": [{"from": [same_namespace, kamaji, *blocks]}],
             "egress": [
-                {"to": [same_namespace, kamaji, kind_network]},
+                {"to": [same_namespace, kamaji, *blocks]},
                 {
                     "to": [cluster_dns],
                     "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],

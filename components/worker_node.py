@@ -1,11 +1,14 @@
-"""WorkerNode: a kindest/node container on the kind network, joined to a tenant's hosted control plane.
+"""WorkerNode: a worker joined to a tenant's hosted control plane -- a local container or a real machine.
 
-The container is started the way kind starts its own nodes
+A worker without `ssh` is a kindest/node container on the kind network,
+started the way kind starts its own nodes
 (kubernetes-sigs/kind pkg/cluster/internal/providers/docker/provision.go),
 described as plain data by `node_container_spec` and wired to
-`pulumi_docker.Container`. The join is a pulumi-command `Command` that runs
-`components.join_script.join_script` inside the container; its delete runs
-`leave_script`, which removes the Node object from the tenant.
+`pulumi_docker.Container`. A worker with `ssh` is an existing machine; no
+docker resource is created for it. Either way the join is one pulumi-command
+Command made by `components.node_access.run_on_node`, which runs
+`components.join_script.join_script` on the node (docker exec or SSH); its
+delete runs `leave_script`, which removes the Node object from the tenant.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import config
 from components import join_script
 from components.container_exec import TENANT_KUBECONFIG_ENV
 from components.naming import COMPONENT_PREFIX, KIND_NETWORK, node_name
+from components.node_access import NodeAccess, NodeScript, node_access, run_on_node
 
 # Worker image repository; the tag is the tenant's Kubernetes version (facts §1).
 KIND_NODE_IMAGE_REPOSITORY = "kindest/node"
@@ -83,11 +87,26 @@ def node_container_spec(
     )
 
 
+def join_scripts(node: str, kubernetes_version: str, *, over_ssh: bool) -> tuple[NodeScript, NodeScript]:
+    """What the join Command runs on the node: (create = join, delete = leave), with the secrets each reads."""
+    # A kindest/node container cannot pass kubeadm's kernel and host-tool checks (facts §5); a real
+    # machine gets kubeadm's full preflight.
+    ignored = () if over_ssh else join_script.IGNORED_PREFLIGHT_ERRORS
+    join = NodeScript(join_script.join_script(node, kubernetes_version, ignored), join_script.JOIN_ENV_NAMES)
+    leave = NodeScript(
+        join_script.leave_script(node),
+        (TENANT_KUBECONFIG_ENV,),
+        gone_hint=f"If Node {node} remains in the tenant: kubectl delete node {node}",
+    )
+    return join, leave
+
+
 @dataclass
 class WorkerNodeArgs:
     tenant_name: str
+    # Configured worker; `worker.ssh` set means a real machine joined over SSH instead of a local container.
     worker: config.Worker
-    # Tenant version, e.g. "v1.35.0" -> image kindest/node:v1.35.0.
+    # Tenant version, e.g. "v1.35.0" -> image kindest/node:v1.35.0, and the newest kubelet an SSH machine may run.
     kubernetes_version: str
     # "<LB IP>:6443" of the tenant API server.
     endpoint: pulumi.Input[str]
@@ -97,22 +116,76 @@ class WorkerNodeArgs:
     discovery_hash: pulumi.Input[str]
     # Tenant admin kubeconfig (secret); the delete uses it to remove the Node.
     tenant_kubeconfig: pulumi.Input[str]
-    # The docker network "kind" exists only after the management cluster: explicit depends_on.
-    management_cluster: pulumi.Resource
+    # The docker network "kind" exists only after the management cluster: explicit depends_on of a container
+    # worker (required for those; unused by SSH workers).
+    management_cluster: pulumi.Resource | None = None
     network_name: str = KIND_NETWORK
 
 
 class WorkerNode(pulumi.ComponentResource):
-    """One kindest/node container joined with kubeadm to a Kamaji tenant control plane."""
+    """One worker joined with kubeadm to a Kamaji tenant control plane: a kindest/node container or an SSH machine."""
 
     node_name: pulumi.Output[str]
-    container_name: str
-    container: docker.Container
-    join: command.local.Command
+    access: NodeAccess
+    container_name: str | None  # None for an SSH worker
+    container: docker.Container | None  # None for an SSH worker
+    join: command.local.Command | command.remote.Command
 
     def __init__(self, name: str, args: WorkerNodeArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(f"{COMPONENT_PREFIX}:WorkerNode", name, None, opts)
 
+        self.access = node_access(args.tenant_name, args.worker)
+        node = self.access.node_name
+        self.container_name = None
+        self.container = None
+
+        if self.access.ssh is None:
+            self.container = self._container(name, args)
+            self.container_name = self.access.container_name
+            # A new container (new id) is a new machine.
+            machine: pulumi.Input[str] = self.container.id
+            depends_on: list[pulumi.Resource] = [self.container]
+        else:
+            # Another host is another machine.
+            machine = self.access.ssh.host
+            depends_on = []
+
+        join, leave = join_scripts(node, args.kubernetes_version, over_ssh=self.access.is_ssh)
+        self.join = run_on_node(
+            f"{name}-join",
+            self.access,
+            create=join,
+            delete=leave,
+            # The bootstrap token and the admin kubeconfig: secret, never on a command line.
+            secrets={
+                join_script.ENDPOINT_ENV: args.endpoint,
+                join_script.TOKEN_ENV: args.join_token,
+                join_script.DISCOVERY_HASH_ENV: args.discovery_hash,
+                TENANT_KUBECONFIG_ENV: args.tenant_kubeconfig,
+            },
+            # A new machine, or a new control plane (endpoint or CA) is a new cluster: leave and join again.
+            # The token is not a trigger: a rotation needs no rejoin.
+            triggers=[machine, args.endpoint, args.discovery_hash],
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=depends_on,
+                # Remove the old Node before the same name joins again.
+                delete_before_replace=True,
+            ),
+        )
+
+        # Resolves only once the join has succeeded, so whatever uses the name waits for the join.
+        self.node_name = self.join.id.apply(lambda _: node)
+
+        self.register_outputs({"node_name": self.node_name, "container_name": self.container_name})
+
+    def _container(self, name: str, args: WorkerNodeArgs) -> docker.Container:
+        """The kindest/node container of a local worker, run like kind runs its nodes."""
+        if args.management_cluster is None:
+            raise ValueError(
+                f"worker {args.worker.name} of tenant {args.tenant_name} is a local container: "
+                "WorkerNodeArgs.management_cluster is required (the kind network must exist first)"
+            )
         spec = node_container_spec(
             tenant=args.tenant_name,
             worker=args.worker.name,
@@ -120,8 +193,6 @@ class WorkerNode(pulumi.ComponentResource):
             network=args.network_name,
             stack=pulumi.get_stack(),
         )
-        self.container_name = spec.name
-
         image = docker.RemoteImage(
             f"{name}-image",
             name=spec.image,
@@ -129,8 +200,7 @@ class WorkerNode(pulumi.ComponentResource):
             keep_locally=True,
             opts=pulumi.ResourceOptions(parent=self),
         )
-
-        self.container = docker.Container(
+        return docker.Container(
             f"{name}-container",
             name=spec.name,
             hostname=spec.hostname,
@@ -159,36 +229,3 @@ class WorkerNode(pulumi.ComponentResource):
                 delete_before_replace=True,
             ),
         )
-
-        self.join = command.local.Command(
-            f"{name}-join",
-            create=join_script.join_command(spec.name),
-            stdin=join_script.join_script(spec.name),
-            delete=join_script.leave_command(spec.name, spec.name),
-            # Carries the bootstrap token and the admin kubeconfig: secret as a whole.
-            environment=pulumi.Output.secret(
-                {
-                    join_script.ENDPOINT_ENV: args.endpoint,
-                    join_script.TOKEN_ENV: args.join_token,
-                    join_script.DISCOVERY_HASH_ENV: args.discovery_hash,
-                    TENANT_KUBECONFIG_ENV: args.tenant_kubeconfig,
-                }
-            ),
-            # A new container (new id) is a new machine, and a new control plane (endpoint or CA) is a new
-            # cluster: leave and join again. The token is not a trigger: a rotation needs no rejoin.
-            triggers=[self.container.id, args.endpoint, args.discovery_hash],
-            logging=command.local.Logging.NONE,
-            opts=pulumi.ResourceOptions(
-                parent=self,
-                depends_on=[self.container],
-                additional_secret_outputs=["stdout", "stderr"],
-                # Remove the old Node before the same name joins again.
-                delete_before_replace=True,
-            ),
-        )
-
-        node = spec.name
-        # Resolves only once the join has succeeded, so whatever uses the name waits for the join.
-        self.node_name = self.join.id.apply(lambda _: node)
-
-        self.register_outputs({"node_name": self.node_name, "container_name": self.container_name})

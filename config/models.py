@@ -218,6 +218,9 @@ class GpuCard(StrictModel):
     slots: int = Field(default=10, ge=1, le=1000)
 
 
+HOST_KEY_PATTERN = r"^(ssh-(ed25519|rsa)|ecdsa-sha2-nistp(256|384|521)) [A-Za-z0-9+/=]+$"
+
+
 class SshConnection(StrictModel):
     """How to reach a real machine that joins as a worker (instead of a local kindest/node container)."""
 
@@ -226,6 +229,9 @@ class SshConnection(StrictModel):
     port: int = Field(default=22, ge=1, le=65535)
     # Must be set with `pulumi config set --secret`; checked in config.validate.
     private_key: Annotated[str, AfterValidator(_private_key)] = Field(alias="privateKey", repr=False)
+    # The server's public host key (`ssh-keyscan -t ed25519 <host>`, without the host name): when set, a
+    # server presenting another key is refused before it receives the join token or a kubeconfig.
+    host_key: Annotated[str, Field(pattern=HOST_KEY_PATTERN)] | None = None
 
 
 class Worker(StrictModel):

@@ -102,6 +102,7 @@ def test_container_workers_need_the_kind_lab():
         (lambda r: r["tenants"][0]["workers"][0]["ssh"].update(port=0), "tenants[0].workers[0].ssh.port", "greater than or equal to 1"),
         (lambda r: r["tenants"][0]["workers"][0]["ssh"].update(user="Bad User"), "tenants[0].workers[0].ssh.user", "pattern"),
         (lambda r: r["tenants"][0]["workers"][0]["ssh"].update(keyFile="/x"), "tenants[0].workers[0].ssh.keyFile", "unknown key"),
+        (lambda r: r["tenants"][0]["workers"][0]["ssh"].update(hostKey="10.20.1.11 ssh-ed25519 AAAA"), "tenants[0].workers[0].ssh.hostKey", "pattern"),
         (lambda r: r["tenants"][0]["workers"][0]["ssh"].update(privateKey="hunter2"), "tenants[0].workers[0].ssh.privateKey", "PEM"),
         (lambda r: r["tenants"][0]["workers"][0]["ssh"].pop("privateKey"), "tenants[0].workers[0].ssh.privateKey", "--secret"),
     ],

@@ -13,10 +13,13 @@ import yaml
 from components.gpu_register import (
     JOIN_ANNOTATION,
     REGISTER_ANNOTATION,
+    apply_capacity_script,
     capacity_patch,
     capacity_removal_patch,
     gpu_capacity,
+    konnectivity_wait_script,
     register_annotation,
+    remove_capacity_script,
 )
 from components.hami import GpuNode, HamiMockGpu, HamiMockGpuArgs
 from components.hami_smoke import (
@@ -33,8 +36,10 @@ from components.hami_values import (
     hami_values,
     nvidia_device_config,
 )
+from components.node_access import NodeScript, node_access, node_program
 from config import GpuCard, SmokeTest, Tenant, Versions
 from tests.chart_values import load_chart_values, unknown_value_keys
+from tests.ssh_worker import PRIVATE_KEY_BODY, ssh_worker_config
 from tools import mockrun as harness
 from tools.mockrun import kubeconfig_yaml, run_program
 
@@ -318,9 +323,9 @@ TENANT = {
 ADMIN_KUBECONFIG = kubeconfig_yaml("https://172.18.255.200:6443", "tenant-a")
 
 
-def _program(gpu_mode="mock", smoke=None):
+def _program(gpu_mode="mock", smoke=None, tenant_config=None):
     def program():
-        tenant = Tenant.model_validate(TENANT)
+        tenant = Tenant.model_validate(tenant_config or TENANT)
         provider = k8s.Provider("tenant-a-provider", kubeconfig=pulumi.Output.secret(ADMIN_KUBECONFIG))
         cni = command.local.Command("tenant-a-calico", create="true")
         nodes = []
@@ -328,7 +333,7 @@ def _program(gpu_mode="mock", smoke=None):
             node = f"{tenant.name}-{worker.name}"
             join = command.local.Command(f"{node}-join", create="join")
             nodes.append(GpuNode(worker=worker, node_name=join.stdout.apply(lambda _, n=node: n),
-                                 container_name=node, joined=join))
+                                 access=node_access(tenant.name, worker), joined=join))
         gpu = HamiMockGpu("tenant-a", HamiMockGpuArgs(
             tenant=tenant,
             gpu_mode=gpu_mode,
@@ -516,3 +521,79 @@ def test_no_nodes_is_refused():
 
     with pytest.raises(Exception, match="at least one joined worker"):
         run_program({}, program=program)
+
+
+# --------------------------------------------------------------------------- #
+# Workers reached over SSH
+# --------------------------------------------------------------------------- #
+
+# worker-0 (first, so it runs the Konnectivity wait) and cpu-0 are real machines; worker-1 stays a container.
+SSH_TENANT = {
+    **TENANT,
+    "workers": [
+        ssh_worker_config("worker-0", user="ops", gpus=[A100]),
+        TENANT["workers"][1],
+        ssh_worker_config("cpu-0", user="root"),
+    ],
+}
+KUBECONFIG_SECRET = {"TENANT_KUBECONFIG": ADMIN_KUBECONFIG}
+USES_KUBECONFIG = ("TENANT_KUBECONFIG",)
+
+
+@pytest.fixture(scope="module")
+def ssh_run():
+    return run_program({}, program=_program(tenant_config=SSH_TENANT))
+
+
+def test_konnectivity_wait_runs_on_the_first_node_over_ssh(ssh_run):
+    tunnel = ssh_run.named("tenant-a-konnectivity-agent-ready", "command:remote:Command")
+    inputs = tunnel.inputs
+    assert inputs["connection"]["user"] == "ops"
+    assert inputs["create"] == "sudo -n env GPU_TENANCY_ACTION=create bash -s"
+    assert "delete" not in inputs
+    assert inputs["stdin"] == node_program(
+        {"create": NodeScript(konnectivity_wait_script(3), USES_KUBECONFIG)}, KUBECONFIG_SECRET
+    )
+    assert tunnel.is_secret("stdin") and tunnel.is_secret("connection")
+    assert inputs["logging"] == "none"
+    assert {"stdout", "stderr"} <= set(tunnel.additional_secret_outputs)
+    # Same order as with containers: every join and the CNI, then the tunnel, then HAMi.
+    assert all(ssh_run.depends_on(tunnel, ssh_run.named(f"tenant-a-{w}-join")) for w in ("worker-0", "worker-1"))
+    assert ssh_run.depends_on(tunnel, ssh_run.named("tenant-a-calico"))
+    assert ssh_run.depends_on(ssh_run.named("tenant-a-hami"), tunnel)
+
+
+def test_capacity_of_an_ssh_node_is_patched_by_a_remote_command_with_a_secret_stdin(ssh_run):
+    capacity = ssh_run.named("tenant-a-worker-0-gpu-capacity", "command:remote:Command")
+    inputs = capacity.inputs
+    assert inputs["create"] == "sudo -n env GPU_TENANCY_ACTION=create bash -s"
+    assert inputs["delete"] == "sudo -n env GPU_TENANCY_ACTION=delete bash -s"
+    assert inputs["stdin"] == node_program(
+        {
+            "create": NodeScript(apply_capacity_script("tenant-a-worker-0", 10), USES_KUBECONFIG),
+            "delete": NodeScript(remove_capacity_script("tenant-a-worker-0"), USES_KUBECONFIG),
+        },
+        KUBECONFIG_SECRET,
+    )
+    assert capacity.is_secret("stdin")
+    assert "environment" not in inputs
+    for key in ("create", "delete"):
+        assert "mock-token-tenant-a" not in inputs[key] and PRIVATE_KEY_BODY not in inputs[key]
+    assert inputs["triggers"] == ["tenant-a-worker-0-join-id"]
+    assert capacity.delete_before_replace
+    assert ssh_run.depends_on(capacity, ssh_run.named("tenant-a-worker-0-join"))
+    assert ssh_run.depends_on(ssh_run.named("tenant-a-gpu-smoke-test"), capacity)
+
+
+def test_container_and_ssh_nodes_mix_in_one_tenant(ssh_run):
+    local = ssh_run.named("tenant-a-worker-1-gpu-capacity", "command:local:Command")
+    assert "docker exec -i -e TENANT_KUBECONFIG tenant-a-worker-1 bash -s" in local.inputs["create"]
+    assert local.is_secret("environment")
+    # The register annotation is a NodePatch through the tenant provider, whatever the node is.
+    register = ssh_run.named("tenant-a-worker-0-gpu-register", "kubernetes:core/v1:NodePatch")
+    assert len(json.loads(register.inputs["metadata"]["annotations"][REGISTER_ANNOTATION])) == 1
+    names = {r.name for r in ssh_run.resources}
+    assert "tenant-a-cpu-0-gpu-capacity" not in names
+    assert ssh_run.outputs["gpu_capacity"].value == {
+        "tenant-a-worker-0": 10, "tenant-a-worker-1": 8, "tenant-a-cpu-0": 0,
+    }

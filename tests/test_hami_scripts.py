@@ -1,4 +1,9 @@
-"""The host commands of HamiMockGpu, run for real with /bin/sh and bash against stub docker/kubectl."""
+"""The node commands of HamiMockGpu, run for real with /bin/sh and bash against stub docker/kubectl.
+
+Container nodes: the `docker exec` command lines. SSH nodes: the remote command
+line with the secret stdin program, exactly as pulumi-command's remote Command
+feeds them to the machine's shell.
+"""
 
 import json
 import os
@@ -12,13 +17,35 @@ from components.gpu_register import (
     apply_capacity_script,
     capacity_patch,
     capacity_removal_patch,
-    in_container,
-    in_container_if_present,
     konnectivity_wait_script,
     remove_capacity_script,
 )
+from components.node_access import (
+    NodeScript,
+    docker_exec_script,
+    docker_exec_script_if_present,
+    node_program,
+    ssh_command,
+)
 
 KUBECONFIG_TEXT = "apiVersion: v1\nkind: Config\n# admin of tenant-a\n"
+USES_KUBECONFIG = ("TENANT_KUBECONFIG",)
+
+
+def in_container(container: str, script: str) -> str:
+    return docker_exec_script(container, script, USES_KUBECONFIG)
+
+
+def in_container_if_present(container: str, script: str) -> str:
+    return docker_exec_script_if_present(container, script, USES_KUBECONFIG)
+
+
+def over_ssh(create: str, delete: str | None = None) -> str:
+    """The stdin program of an SSH node's Command, holding the kubeconfig for the scripts."""
+    scripts = {"create": NodeScript(create, USES_KUBECONFIG)}
+    if delete is not None:
+        scripts["delete"] = NodeScript(delete, USES_KUBECONFIG)
+    return node_program(scripts, {"TENANT_KUBECONFIG": KUBECONFIG_TEXT})
 
 # `docker`: `container inspect` answers from $STUB_CONTAINER; `exec ... bash -s` runs the script locally.
 DOCKER_STUB = """\
@@ -76,15 +103,18 @@ def stubs(tmp_path):
     ready = tmp_path / "ready"
     ready.write_text("1\n")
 
-    def run(command: str, **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+    def run(command: str, stdin: str | None = None, **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+        """`stdin` given: an SSH node, whose kubeconfig comes from stdin only (not from the environment)."""
+        secrets = {} if stdin is not None else {"TENANT_KUBECONFIG": KUBECONFIG_TEXT}
         done = subprocess.run(
             ["/bin/sh", "-c", command],
+            input=stdin,
             capture_output=True,
             text=True,
             timeout=30,
             env={
                 "PATH": f"{bin_dir}:{os.environ['PATH']}",
-                "TENANT_KUBECONFIG": KUBECONFIG_TEXT,
+                **secrets,
                 "EXPECTED_KUBECONFIG": KUBECONFIG_TEXT.rstrip("\n"),
                 "STUB_LOG": str(log),
                 "STUB_READY": str(ready),
@@ -196,6 +226,77 @@ def test_scripts_refuse_bad_input():
     with pytest.raises(ValueError, match="delimiter"):
         in_container("c", textwrap.dedent("""\
             echo hi
-            GPU_TENANCY_HAMI_SCRIPT
+            GPU_TENANCY_NODE_SCRIPT
             echo after
         """))
+
+
+# --------------------------------------------------------------------------- #
+# SSH nodes: the same scripts, the kubeconfig on stdin
+# --------------------------------------------------------------------------- #
+
+
+def test_capacity_create_over_ssh_patches_the_node_status(stubs):
+    program = over_ssh(apply_capacity_script("tenant-a-gpu-1", 10), remove_capacity_script("tenant-a-gpu-1"))
+
+    done, calls = stubs(ssh_command("create", "root"), program)
+
+    assert done.returncode == 0, done.stderr
+    assert calls[0] == "kubectl wait --for=create node/tenant-a-gpu-1 --timeout=120s"
+    (patch,) = _patch_calls(calls)
+    prefix = "kubectl patch node tenant-a-gpu-1 --subresource=status --type=merge -p "
+    assert json.loads(patch[len(prefix):]) == capacity_patch(10)
+    assert not any("admin of tenant-a" in line for line in calls)
+    assert "admin of tenant-a" not in program
+
+
+def test_capacity_delete_over_ssh_removes_both_entries_from_the_same_stdin(stubs):
+    program = over_ssh(apply_capacity_script("tenant-a-gpu-1", 10), remove_capacity_script("tenant-a-gpu-1"))
+
+    done, calls = stubs(ssh_command("delete", "root"), program)
+
+    assert done.returncode == 0, done.stderr
+    (patch,) = _patch_calls(calls)
+    prefix = "kubectl patch node tenant-a-gpu-1 --subresource=status --type=merge -p "
+    assert json.loads(patch[len(prefix):]) == capacity_removal_patch()
+    assert not any("wait --for=create" in line for line in calls)
+
+
+def test_capacity_delete_over_ssh_tolerates_a_missing_node(stubs):
+    program = over_ssh(apply_capacity_script("tenant-a-gpu-1", 10), remove_capacity_script("tenant-a-gpu-1"))
+
+    done, calls = stubs(ssh_command("delete", "root"), program, STUB_NODE="gone")
+
+    assert done.returncode == 0, done.stderr
+    assert "node tenant-a-gpu-1 is gone" in done.stdout
+    assert _patch_calls(calls) == []
+
+
+def test_konnectivity_wait_over_ssh(stubs):
+    stubs.ready.write_text("0 2\n")
+    program = over_ssh(konnectivity_wait_script(expected_nodes=2, timeout_seconds=20, poll_seconds=0.01))
+
+    done, calls = stubs(ssh_command("create", "root"), program)
+
+    assert done.returncode == 0, done.stderr
+    assert calls[-1].startswith("kubectl -n kube-system rollout status daemonset/konnectivity-agent")
+
+
+def test_konnectivity_wait_over_ssh_fails_like_in_a_container(stubs):
+    stubs.ready.write_text("0\n")
+    program = over_ssh(konnectivity_wait_script(expected_nodes=2, timeout_seconds=1, poll_seconds=0.05))
+
+    done, _ = stubs(ssh_command("create", "root"), program)
+
+    assert done.returncode == 1
+    assert "daemonset/konnectivity-agent has 0 of 2 pods ready after 1s" in done.stderr
+
+
+def test_over_ssh_without_the_kubeconfig_on_stdin_kubectl_gets_nothing(stubs):
+    """Negative case: the kubeconfig really comes from stdin, not from anywhere else."""
+    program = node_program({"create": NodeScript(apply_capacity_script("n", 1), ())}, {})
+
+    done, calls = stubs(ssh_command("create", "root"), program)
+
+    assert done.returncode != 0
+    assert _patch_calls(calls) == []

@@ -1,13 +1,18 @@
 """The join and leave scripts, run with bash against stub binaries that record their argv.
 
-Stubs stand in for what only exists inside a kindest/node container (kubeadm,
-kubectl, systemctl, modprobe, swapoff) and for the docker CLI on the host; a
-temporary directory stands in for the container's root filesystem.
+Stubs stand in for what only exists on a node (kubeadm, kubelet, kubectl,
+containerd, systemctl, modprobe, swapoff) and for the docker CLI on the host; a
+temporary directory stands in for the node's root filesystem. PATH holds only
+the stubs and a few coreutils, so a removed stub really is a missing tool.
+
+The scripts are run three ways: directly with bash, through `docker exec` as a
+container worker's Command runs them, and as an SSH worker's Command runs
+them (`env GPU_TENANCY_ACTION=<action> bash -s` with the secret stdin program).
 """
 
 from __future__ import annotations
 
-import os
+import shutil
 import stat
 import subprocess
 from dataclasses import dataclass
@@ -17,6 +22,16 @@ import pytest
 import yaml
 
 from components import join_script as js
+from components.container_exec import TENANT_KUBECONFIG_ENV
+from components.node_access import (
+    CREATE,
+    DELETE,
+    docker_exec_script,
+    docker_exec_script_if_present,
+    node_program,
+    ssh_command,
+)
+from components.worker_node import join_scripts
 
 NODE = "tenant-a-worker-0"
 TOKEN = "abcdef.0123456789abcdef"
@@ -24,6 +39,10 @@ TOKEN_SECRET = TOKEN.split(".")[1]
 ENDPOINT = "172.18.255.200:6443"
 CA_HASH = "sha256:" + "ab" * 32
 KUBECONFIG_TEXT = "apiVersion: v1\nkind: Config\nusers:\n- name: admin\n  user:\n    token: s3cr3t-admin\n"
+VERSION = "v1.35.0"
+SECRETS = {js.ENDPOINT_ENV: ENDPOINT, js.TOKEN_ENV: TOKEN, js.DISCOVERY_HASH_ENV: CA_HASH}
+# Host tools the scripts and stubs use besides the stubbed node tools.
+SYSTEM_TOOLS = ("bash", "env", "mktemp", "rm", "wc", "sleep", "cat", "cp", "stat", "mkdir", "sed", "base64")
 
 # Shared by every stub: append "<argc>\x1f<arg>\x1f<arg>..." to $CALLS/<name>.argv, one line per call.
 PRELUDE = r"""#!/bin/bash
@@ -92,6 +111,19 @@ if [[ "${MODPROBE_FAILS:-}" == 1 ]]; then echo "modprobe: FATAL: Module $1 not f
 rec swapoff "$@"
 if [[ "${SWAPOFF_FAILS:-}" == 1 ]]; then echo "swapoff: /swap.img: swapoff failed: No such file or directory" >&2; exit 1; fi
 """,
+    "kubelet": r"""
+rec kubelet "$@"
+[[ "$1" == --version ]] || { echo "stub kubelet: unexpected $*" >&2; exit 2; }
+echo "Kubernetes ${KUBELET_VERSION:-v1.35.0}"
+""",
+    # `containerd config dump` as containerd 2.x prints it (config version 3), runc with the configured driver.
+    "containerd": r"""
+rec containerd "$@"
+[[ "$1 $2" == "config dump" ]] || { echo "stub containerd: unexpected $*" >&2; exit 2; }
+[[ "${CONTAINERD_DUMP_FAILS:-}" == 1 ]] && { echo "containerd: unknown command config" >&2; exit 1; }
+printf '%s\n' 'version = 3' "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]" \
+  "  SystemdCgroup = ${CONTAINERD_SYSTEMD_CGROUP:-true}"
+""",
     # Host docker CLI: `container inspect` reports the container state; `exec` runs the command
     # with only the forwarded variables (plus the harness's own), as docker would inside the container.
     "docker": r"""
@@ -129,6 +161,7 @@ HARNESS_ENV = [
     "PATH", "HOME", "TMPDIR", "CALLS", js.ROOT_ENV, "KUBEADM_JOIN_PLAN", "KUBECTL_PLAN", "READYZ",
     js.JOIN_ATTEMPTS_ENV, js.JOIN_PAUSE_ENV, js.RUNTIME_ATTEMPTS_ENV, js.RUNTIME_PAUSE_ENV,
     js.LEAVE_ATTEMPTS_ENV, js.LEAVE_PAUSE_ENV, "SYSTEMCTL_ACTIVE_AFTER", "MODPROBE_FAILS", "SWAPOFF_FAILS",
+    "KUBELET_VERSION", "CONTAINERD_SYSTEMD_CGROUP", "CONTAINERD_DUMP_FAILS",
 ]
 
 
@@ -171,9 +204,12 @@ class Node:
     def joined(self) -> bool:
         return (self.root / "etc/kubernetes/kubelet.conf").exists()
 
+    def remove_tool(self, name: str) -> None:
+        (self.base / "bin" / name).unlink()
+
     def env(self, **overrides: str) -> dict[str, str]:
         env = {
-            "PATH": f"{self.base / 'bin'}:{os.environ['PATH']}",
+            "PATH": f"{self.base / 'bin'}:{self.base / 'sysbin'}",
             "HOME": str(self.base),
             "TMPDIR": str(self.tmp),
             "CALLS": str(self.calls_dir),
@@ -189,16 +225,29 @@ class Node:
     def run(self, args: list[str], stdin: str, **env: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(args, input=stdin, capture_output=True, text=True, env=self.env(**env), timeout=60)
 
-    def run_join(self, **env: str) -> subprocess.CompletedProcess[str]:
-        secrets = {js.ENDPOINT_ENV: ENDPOINT, js.TOKEN_ENV: TOKEN, js.DISCOVERY_HASH_ENV: CA_HASH}
-        return self.run(["bash", "-s"], js.join_script(NODE), **{**secrets, **env})
+    def run_join(self, version: str = VERSION, **env: str) -> subprocess.CompletedProcess[str]:
+        return self.run(["bash", "-s"], js.join_script(NODE, version), **{**SECRETS, **env})
+
+    def run_over_ssh(self, action: str, version: str = VERSION, **env: str) -> subprocess.CompletedProcess[str]:
+        """As the SSH worker's Command runs: action on the command line, scripts and secrets on stdin only."""
+        create, delete = join_scripts(NODE, version, over_ssh=True)
+        program = node_program({CREATE: create, DELETE: delete}, {**SECRETS, TENANT_KUBECONFIG_ENV: KUBECONFIG_TEXT})
+        return self.run(["/bin/sh", "-c", ssh_command(action, "root")], program, **env)
 
 
 @pytest.fixture
 def node(tmp_path: Path) -> Node:
     fake = Node(tmp_path)
-    for directory in ("bin", "calls", "tmp", "root/proc/sys/net", "root/etc"):
+    for directory in ("bin", "sysbin", "calls", "tmp", "root/proc/sys/net", "root/etc"):
         (tmp_path / directory).mkdir(parents=True)
+    for tool in SYSTEM_TOOLS:
+        found = shutil.which(tool)
+        assert found, f"{tool} is needed on the test host"
+        (tmp_path / "sysbin" / tool).symlink_to(found)
+    # base64 decodes the SSH stdin's secrets: record its argv too, then run the real one.
+    wrapper = tmp_path / "bin" / "base64"
+    wrapper.write_text(PRELUDE + f'rec base64 "$@"\nexec {tmp_path / "sysbin" / "base64"} "$@"\n')
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
     # An empty swap table: just the header line, as on a host without swap.
     (fake.root / "proc/swaps").write_text("Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n")
     for name, body in STUBS.items():
@@ -210,6 +259,7 @@ def node(tmp_path: Path) -> Node:
 
 def assert_token_never_exposed(node: Node, *outputs: subprocess.CompletedProcess[str]) -> None:
     assert TOKEN_SECRET not in node.all_argv_text()
+    assert "s3cr3t-admin" not in node.all_argv_text()
     assert not (node.calls_dir / "kubeadm-saw-token-env").exists(), "kubeadm inherited WORKER_JOIN_TOKEN"
     for done in outputs:
         assert TOKEN_SECRET not in done.stdout
@@ -256,6 +306,7 @@ def test_already_joined_node_is_left_alone(node):
     assert "already joined" in done.stdout
     assert node.calls("kubeadm") == []
     assert node.calls("modprobe") == [] and node.calls("swapoff") == []
+    assert node.calls("kubelet") == [] and node.calls("containerd") == []
 
 
 def test_transient_failure_is_reset_and_retried_until_success(node):
@@ -369,48 +420,236 @@ def test_malformed_inputs_are_rejected_before_touching_the_node(node, variable, 
 
     assert done.returncode == 1
     assert message in done.stderr
-    assert node.calls("modprobe") == [] and node.calls("kubeadm") == []
+    assert node.calls("modprobe") == [] and node.calls("kubeadm") == [] and node.calls("kubelet") == []
     if variable == js.TOKEN_ENV and value:
         assert value not in done.stderr
 
 
-def test_join_command_forwards_the_variables_by_name_through_docker_exec(node):
-    """The host command exactly as the Command runs it: script on stdin, values only in the environment."""
-    secrets = {js.ENDPOINT_ENV: ENDPOINT, js.TOKEN_ENV: TOKEN, js.DISCOVERY_HASH_ENV: CA_HASH}
+# --------------------------------------------------------------------------- #
+# preflight: what a real machine must bring
+# --------------------------------------------------------------------------- #
 
-    done = node.run(["/bin/sh", "-c", js.join_command(NODE)], js.join_script(NODE), **secrets)
+
+def test_preflight_checks_the_tools_the_kubelet_version_and_containerds_cgroup_driver(node):
+    done = node.run_join()
+
+    assert done.returncode == 0, done.stderr
+    assert node.calls("kubelet") == [["--version"]]
+    assert node.calls("containerd") == [["config", "dump"]]
+
+
+@pytest.mark.parametrize("tool", ["kubeadm", "kubelet", "kubectl", "containerd"])
+def test_a_missing_tool_fails_naming_it_and_how_to_install_it(node, tool):
+    node.remove_tool(tool)
+
+    done = node.run_join()
+
+    assert done.returncode == 1
+    assert f"missing on this node: {tool}." in done.stderr
+    assert "from pkgs.k8s.io (https://pkgs.k8s.io/core:/stable:/v1.35/deb/" in done.stderr
+    assert "kubeadm, kubelet and kubectl v1.35" in done.stderr
+    assert "containerd with SystemdCgroup = true" in done.stderr
+    assert node.calls("modprobe") == [] and node.calls("kubeadm") == []
+    assert_token_never_exposed(node, done)
+
+
+def test_every_missing_tool_is_named_at_once(node):
+    for tool in ("kubeadm", "kubectl"):
+        node.remove_tool(tool)
+
+    done = node.run_join(version="v1.36.1")
+
+    assert done.returncode == 1
+    assert "missing on this node: kubeadm kubectl." in done.stderr
+    # The install hint follows the tenant's minor version.
+    assert "https://pkgs.k8s.io/core:/stable:/v1.36/deb/" in done.stderr
+
+
+@pytest.mark.parametrize("kubelet", ["v1.34.3", "v1.29.0", "v0.99.0"])
+def test_a_kubelet_older_than_1_35_is_refused(node, kubelet):
+    done = node.run_join(KUBELET_VERSION=kubelet)
+
+    assert done.returncode == 1
+    minor = ".".join(kubelet.split(".")[:2])
+    assert f"kubelet {minor} is too old" in done.stderr
+    assert ">= v1.35" in done.stderr and "pkgs.k8s.io" in done.stderr
+    assert node.calls("kubeadm") == []
+
+
+def test_a_kubelet_newer_than_the_tenant_is_refused(node):
+    done = node.run_join(version="v1.35.0", KUBELET_VERSION="v1.36.0")
+
+    assert done.returncode == 1
+    assert "kubelet v1.36 is newer than the tenant control plane v1.35.0" in done.stderr
+    assert "version skew" in done.stderr
+    assert node.calls("kubeadm") == []
+
+
+def test_an_older_supported_kubelet_may_join_a_newer_tenant(node):
+    done = node.run_join(version="v1.36.2", KUBELET_VERSION="v1.35.4")
+
+    assert done.returncode == 0, done.stderr
+    assert node.joined()
+
+
+def test_an_unreadable_kubelet_version_is_refused(node):
+    done = node.run_join(KUBELET_VERSION="unknown")
+
+    assert done.returncode == 1
+    assert "cannot read a version from kubelet --version ('Kubernetes unknown')" in done.stderr
+
+
+def test_containerd_without_the_systemd_cgroup_driver_is_refused(node):
+    done = node.run_join(CONTAINERD_SYSTEMD_CGROUP="false")
+
+    assert done.returncode == 1
+    assert "containerd does not use the systemd cgroup driver" in done.stderr
+    assert "/etc/containerd/config.toml" in done.stderr
+    assert node.calls("kubeadm") == []
+
+
+def test_a_containerd_that_cannot_dump_its_config_is_not_held_against_the_node(node):
+    done = node.run_join(CONTAINERD_DUMP_FAILS="1")
+
+    assert done.returncode == 0, done.stderr
+    assert "not checking containerd's cgroup driver" in done.stderr
+    assert node.joined()
+
+
+def test_install_hint_names_the_tenant_minor_series():
+    hint = js.install_hint("v1.36.2")
+    assert "kubeadm, kubelet and kubectl v1.36 from pkgs.k8s.io" in hint
+    assert "https://pkgs.k8s.io/core:/stable:/v1.36/deb/" in hint
+    assert "SystemdCgroup = true" in hint
+
+
+# --------------------------------------------------------------------------- #
+# a container worker: docker exec with the secrets forwarded by name
+# --------------------------------------------------------------------------- #
+
+
+def container_join_command() -> str:
+    join, _ = join_scripts(NODE, VERSION, over_ssh=False)
+    return docker_exec_script(NODE, join.script, join.secrets)
+
+
+def container_leave_command() -> str:
+    _, leave = join_scripts(NODE, VERSION, over_ssh=False)
+    return docker_exec_script_if_present(NODE, leave.script, leave.secrets, leave.gone_hint)
+
+
+def test_container_join_forwards_the_variables_by_name_through_docker_exec(node):
+    """The host command exactly as the Command runs it: script in a heredoc, values only in the environment."""
+    done = node.run(["/bin/sh", "-c", container_join_command()], "", **SECRETS)
 
     assert done.returncode == 0, done.stderr
     [docker] = node.calls("docker")
     assert docker == ["exec", "-i", "-e", js.ENDPOINT_ENV, "-e", js.TOKEN_ENV, "-e", js.DISCOVERY_HASH_ENV,
                       NODE, "bash", "-s"]
     assert node.joined()
+    config = yaml.safe_load((node.calls_dir / "join-config-1.yaml").read_text())
+    assert config["nodeRegistration"]["ignorePreflightErrors"] == ["SystemVerification", "FileExisting"]
     assert_token_never_exposed(node, done)
 
 
 def test_join_fails_through_docker_exec_when_a_variable_is_not_forwarded(node):
     """Negative case for the test above: the stub really drops what is not forwarded."""
-    done = node.run(
-        ["/bin/sh", "-c", f"docker exec -i -e {js.ENDPOINT_ENV} -e {js.DISCOVERY_HASH_ENV} {NODE} bash -s"],
-        js.join_script(NODE),
-        **{js.ENDPOINT_ENV: ENDPOINT, js.TOKEN_ENV: TOKEN, js.DISCOVERY_HASH_ENV: CA_HASH},
-    )
+    join, _ = join_scripts(NODE, VERSION, over_ssh=False)
+    command = docker_exec_script(NODE, join.script, [js.ENDPOINT_ENV, js.DISCOVERY_HASH_ENV])
+
+    done = node.run(["/bin/sh", "-c", command], "", **SECRETS)
 
     assert done.returncode == 1
     assert "is not a bootstrap token" in done.stderr
 
 
 # --------------------------------------------------------------------------- #
-# leave (the Command's delete)
+# an SSH worker: action on the command line, scripts and secrets on stdin
+# --------------------------------------------------------------------------- #
+
+
+def test_ssh_join_joins_with_secrets_from_stdin_only(node):
+    # No secret in the environment: everything comes from the stdin program.
+    done = node.run_over_ssh(CREATE)
+
+    assert done.returncode == 0, done.stderr
+    assert node.joined()
+    assert [call[0] for call in node.calls("kubeadm")] == ["join"]
+    config = yaml.safe_load((node.calls_dir / "join-config-1.yaml").read_text())
+    assert config["discovery"]["bootstrapToken"] == {
+        "apiServerEndpoint": ENDPOINT, "token": TOKEN, "caCertHashes": [CA_HASH],
+    }
+    # A real machine gets kubeadm's full preflight.
+    assert config["nodeRegistration"] == {"name": NODE}
+    assert node.calls("kubectl") == []
+    assert all(call == ["-d"] for call in node.calls("base64"))
+    assert_token_never_exposed(node, done)
+
+
+def test_ssh_join_is_idempotent(node):
+    node.mark_joined()
+
+    done = node.run_over_ssh(CREATE)
+
+    assert done.returncode == 0, done.stderr
+    assert "already joined" in done.stdout
+    assert node.calls("kubeadm") == []
+
+
+def test_ssh_leave_resets_and_deletes_the_node_with_the_kubeconfig_from_stdin(node):
+    node.mark_joined()
+
+    done = node.run_over_ssh(DELETE)
+
+    assert done.returncode == 0, done.stderr
+    assert node.calls("kubeadm") == [["reset", "-f"]]
+    assert [call[:3] for call in node.calls("kubectl")] == [["delete", "node", NODE]]
+    assert (node.calls_dir / "kubectl-kubeconfig").read_text() == KUBECONFIG_TEXT
+    assert not node.joined()
+    assert list(node.tmp.iterdir()) == []
+    assert_token_never_exposed(node, done)
+
+
+@pytest.mark.parametrize("tool", ["kubeadm", "kubelet", "containerd", "kubectl"])
+def test_ssh_join_on_a_machine_missing_a_tool_fails_clearly(node, tool):
+    node.remove_tool(tool)
+
+    done = node.run_over_ssh(CREATE)
+
+    assert done.returncode == 1
+    assert f"gpu-tenancy: worker {NODE}: missing on this node: {tool}." in done.stderr
+    assert "pkgs.k8s.io" in done.stderr
+    assert_token_never_exposed(node, done)
+
+
+def test_ssh_join_with_an_old_kubelet_fails_clearly(node):
+    done = node.run_over_ssh(CREATE, KUBELET_VERSION="v1.31.4")
+
+    assert done.returncode == 1
+    assert "kubelet v1.31 is too old" in done.stderr
+    assert node.calls("kubeadm") == []
+
+
+def test_ssh_leave_on_a_machine_without_kubectl_ends_well(node):
+    node.remove_tool("kubectl")
+
+    done = node.run_over_ssh(DELETE)
+
+    assert done.returncode == 0, done.stderr
+    assert "kubectl is not installed here" in done.stderr
+    assert f"kubectl delete node {NODE}" in done.stderr
+
+
+# --------------------------------------------------------------------------- #
+# leave (the Command's delete) of a container worker
 # --------------------------------------------------------------------------- #
 
 
 def run_leave(node: Node, **env: str) -> subprocess.CompletedProcess[str]:
-    # pulumi-command feeds the Command's stdin (the join script) to the delete command as well.
     return node.run(
-        ["/bin/sh", "-c", js.leave_command(NODE, NODE)],
-        js.join_script(NODE),
-        **{js.TENANT_KUBECONFIG_ENV: KUBECONFIG_TEXT, **env},
+        ["/bin/sh", "-c", container_leave_command()],
+        "",
+        **{**SECRETS, TENANT_KUBECONFIG_ENV: KUBECONFIG_TEXT, **env},
     )
 
 
@@ -428,7 +667,7 @@ def test_leave_resets_the_node_and_deletes_it_from_the_tenant(node):
     assert not node.joined()
     # The admin kubeconfig only ever travelled by environment variable name.
     assert "s3cr3t-admin" not in node.all_argv_text()
-    assert node.calls("docker")[-1] == ["exec", "-i", "-e", js.TENANT_KUBECONFIG_ENV, NODE, "bash", "-s"]
+    assert node.calls("docker")[-1] == ["exec", "-i", "-e", TENANT_KUBECONFIG_ENV, NODE, "bash", "-s"]
     assert list(node.tmp.iterdir()) == []
 
 
@@ -440,13 +679,13 @@ def test_leave_of_a_node_that_never_joined_only_deletes_the_node_object(node):
     assert [call[:3] for call in node.calls("kubectl")] == [["delete", "node", NODE]]
 
 
-@pytest.mark.parametrize("state", ["missing", "exited"])
-def test_leave_tolerates_a_container_that_is_gone(node, state):
+@pytest.mark.parametrize(("state", "word"), [("missing", "gone"), ("exited", "stopped")])
+def test_leave_tolerates_a_container_that_is_gone(node, state, word):
     done = run_leave(node, DOCKER_CONTAINER_STATE=state)
 
     assert done.returncode == 0, done.stderr
-    assert f"worker container {NODE} is gone or stopped" in done.stderr
-    assert f"kubectl delete node {NODE}" in done.stderr
+    assert f"container {NODE} is {word}: nothing to undo" in done.stdout
+    assert f"kubectl delete node {NODE}" in done.stdout
     assert [call[0] for call in node.calls("docker")] == ["container"]
     assert node.calls("kubectl") == []
 
@@ -475,9 +714,3 @@ def test_leave_ends_well_when_the_tenant_is_gone(node):
     assert node.calls("kubeadm") == [["reset", "-f"]]
     assert [call[0] for call in node.calls("kubectl")] == ["delete", "delete", "get"]
     assert "the tenant API server does not answer; nothing to remove" in done.stderr
-
-
-def test_leave_command_refuses_a_script_that_would_end_its_heredoc(monkeypatch):
-    monkeypatch.setattr(js, "leave_script", lambda node_name: f"echo {js._LEAVE_EOF}\n")
-    with pytest.raises(ValueError, match="heredoc delimiter"):
-        js.leave_command(NODE, NODE)

@@ -1,6 +1,7 @@
 """Kamaji layer: MetalLB pool carving, chart values against vendored data, and the registered dependency graph."""
 
 import copy
+import gc
 import ipaddress
 
 import pulumi
@@ -15,9 +16,11 @@ from components.kamaji import (
     Kamaji,
     KamajiArgs,
     cert_manager_values,
+    choose_lb_pool,
     kamaji_values,
     lb_pool_range,
     metallb_values,
+    pool_bounds,
 )
 from components.kind_cluster import KindManagementCluster, KindManagementClusterArgs
 from components.naming import COMPONENT_PREFIX
@@ -90,6 +93,85 @@ def test_lb_pool_range_rejects_unusable_subnets(subnet, message):
 
 
 # --------------------------------------------------------------------------- #
+# Choosing the pool: management.loadBalancerPool or the carved default
+# --------------------------------------------------------------------------- #
+
+
+@pytest.mark.parametrize(
+    ("pool", "first", "last"),
+    [
+        ("172.18.255.200-172.18.255.250", "172.18.255.200", "172.18.255.250"),
+        ("10.0.0.7-10.0.0.7", "10.0.0.7", "10.0.0.7"),
+        ("172.18.200.0/24", "172.18.200.0", "172.18.200.255"),
+        ("10.20.255.192/27", "10.20.255.192", "10.20.255.223"),
+    ],
+)
+def test_pool_bounds(pool, first, last):
+    assert pool_bounds(pool) == (ipaddress.IPv4Address(first), ipaddress.IPv4Address(last))
+
+
+@pytest.mark.parametrize(
+    ("pool", "message"),
+    [
+        ("10.0.0.9-10.0.0.1", "ends before it starts"),
+        ("10.0.0.1/24", "neither an IPv4 range"),  # host bits set: not a network
+        ("fd00::1-fd00::9", "neither an IPv4 range"),
+        ("pool", "neither an IPv4 range"),
+    ],
+)
+def test_pool_bounds_rejects_unusable_pools_naming_the_key(pool, message):
+    with pytest.raises(ValueError, match=message) as raised:
+        pool_bounds(pool)
+    assert str(raised.value).startswith("management.loadBalancerPool")
+
+
+def test_without_an_explicit_pool_kind_gets_the_carved_range_and_an_adopted_cluster_none():
+    assert choose_lb_pool(KIND_SUBNET_V4, None) == lb_pool_range(KIND_SUBNET_V4) == "172.18.255.200-172.18.255.250"
+    assert choose_lb_pool(None, None) is None
+
+
+@pytest.mark.parametrize("pool", ["172.18.255.200-172.18.255.250", "172.18.100.10-172.18.100.20", "172.18.200.0/24"])
+def test_an_explicit_pool_inside_the_kind_subnet_wins(pool):
+    assert choose_lb_pool(KIND_SUBNET_V4, pool) == pool
+
+
+def test_an_explicit_pool_on_an_adopted_cluster_is_taken_as_given():
+    assert choose_lb_pool(None, "10.20.255.200-10.20.255.250") == "10.20.255.200-10.20.255.250"
+    with pytest.raises(ValueError, match="management.loadBalancerPool"):
+        choose_lb_pool(None, "10.20.255.250-10.20.255.200")
+
+
+@pytest.mark.parametrize(
+    "pool",
+    [
+        "10.20.0.200-10.20.0.250",  # another network entirely
+        "172.17.255.200-172.18.0.20",  # starts below the subnet
+        "172.18.255.200-172.19.0.5",  # ends above it
+        "172.18.0.0/15",  # a CIDR that contains the subnet
+    ],
+)
+def test_an_explicit_pool_outside_the_kind_subnet_is_rejected(pool):
+    with pytest.raises(ValueError, match=r"management\.loadBalancerPool = .* is not inside the kind network") as raised:
+        choose_lb_pool(KIND_SUBNET_V4, pool)
+    # The message offers the default that would work.
+    assert "172.18.255.200-172.18.255.250" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("pool", "address"),
+    [
+        ("172.18.0.0-172.18.0.10", "172.18.0.0"),
+        ("172.18.0.1-172.18.0.10", "172.18.0.1"),
+        ("172.18.255.200-172.18.255.255", "172.18.255.255"),
+        ("172.18.0.0/24", "172.18.0.0"),
+    ],
+)
+def test_an_explicit_pool_must_not_take_the_network_gateway_or_broadcast_address(pool, address):
+    with pytest.raises(ValueError, match=rf"management\.loadBalancerPool = .* includes {address}"):
+        choose_lb_pool(KIND_SUBNET_V4, pool)
+
+
+# --------------------------------------------------------------------------- #
 # Chart values
 # --------------------------------------------------------------------------- #
 
@@ -147,6 +229,14 @@ def test_metallb_is_plain_l2_and_cert_manager_installs_its_crds():
     assert metallb_values() == {"speaker": {"frr": {"enabled": False}}}
     assert cert_manager_values()["crds"] == {"enabled": True}
     assert cert_manager_values()["startupapicheck"] == {"enabled": True}
+
+
+def test_cert_manager_leader_election_moves_into_its_namespace_only_on_an_adopted_cluster():
+    # On kind the chart default (kube-system) stays: existing stacks see no change.
+    assert "global" not in cert_manager_values()
+    adopted = cert_manager_values(adopted=True)
+    assert adopted["global"] == {"leaderElection": {"namespace": "cert-manager"}}
+    assert {k: v for k, v in adopted.items() if k != "global"} == cert_manager_values()
 
 
 def test_nulls_are_split_out_for_helm():
@@ -311,6 +401,45 @@ def test_tenant_control_planes_can_wait_for_ready(run):
     for needed in (releases["kamaji"], releases["cert-manager"], releases["metallb"],
                    run.named("kamaji-ip-pool"), run.named("kamaji-l2-advertisement")):
         assert run.depends_on(consumer, needed), needed
+
+
+def test_kind_mode_lets_helm_create_the_release_namespaces(run):
+    releases = _releases(run)
+    assert releases["cert-manager"].inputs["createNamespace"] is True
+    assert releases["kamaji"].inputs["createNamespace"] is True
+    names = {r.inputs["metadata"]["name"] for r in run.of_type("kubernetes:core/v1:Namespace")}
+    assert names == {"metallb-system"}
+
+
+def _kind_program_with_pool(pool: str):
+    def program():
+        cluster = KindManagementCluster("management", KindManagementClusterArgs("gpu-tenancy", "kindest/node:v1.35.0"))
+        kamaji = Kamaji(
+            "kamaji",
+            KamajiArgs(provider=cluster.provider, kind_subnet=cluster.kind_subnet, versions=VERSIONS,
+                       load_balancer_pool=pool),
+        )
+        pulumi.export("lb_pool_range", kamaji.lb_pool_range)
+
+    return program
+
+
+def test_kind_mode_uses_an_explicit_pool_inside_the_kind_subnet():
+    run = run_program({}, program=_kind_program_with_pool("172.18.100.10-172.18.100.20"))
+    pool = run.named("kamaji-ip-pool", "kubernetes:metallb.io/v1beta1:IPAddressPool")
+    assert pool.inputs["spec"] == {"addresses": ["172.18.100.10-172.18.100.20"]}
+    assert pool.inputs["metadata"]["name"] == LB_POOL_NAME
+    assert run.outputs["lb_pool_range"].value == "172.18.100.10-172.18.100.20"
+
+
+def test_kind_mode_rejects_an_explicit_pool_outside_the_kind_subnet():
+    try:
+        with pytest.raises(ValueError, match=r"management\.loadBalancerPool = '10\.20\.0\.200-10\.20\.0\.250' is not inside"):
+            run_program({}, program=_kind_program_with_pool("10.20.0.200-10.20.0.250"))
+    finally:
+        # The failed run leaves futures whose "exception never retrieved" finalizers must run now, not inside a
+        # later failure report (a GC finalizer during pytest's ast.parse trips CPython 3.11's recursion check).
+        gc.collect()
 
 
 def test_outputs_carry_their_resources_as_dependencies(run):

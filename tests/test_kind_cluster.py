@@ -1,4 +1,5 @@
-"""KindManagementCluster: kind config, create/delete scripts against a stub `kind`, subnet picking, wiring."""
+"""KindManagementCluster (kind mode): kind config, create/delete scripts against a stub `kind`, subnet picking,
+kubeconfig parsing, worker networks, wiring. Adopt mode is in test_adopt_cluster.py."""
 
 import os
 import stat
@@ -12,15 +13,18 @@ from components.kind_cluster import (
     KIND_ENVIRONMENT,
     KindManagementCluster,
     KindManagementClusterArgs,
+    KubeconfigCluster,
     create_script,
+    current_cluster,
     delete_script,
     ipv4_subnet,
     kind_config,
     kind_config_yaml,
+    worker_networks,
 )
 from components.naming import COMPONENT_PREFIX, KIND_NETWORK
 from tools import mockrun as harness
-from tools.mockrun import KIND_SUBNET_V4, KIND_SUBNET_V6, run_program
+from tools.mockrun import KIND_SUBNET_V4, KIND_SUBNET_V6, kubeconfig_yaml, run_program
 
 NAME = "gpu-tenancy"
 IMAGE = "kindest/node:v1.35.0"
@@ -191,16 +195,116 @@ def test_ipv4_subnet_without_ipv4_explains_the_fix(subnets):
 
 
 # --------------------------------------------------------------------------- #
+# The kubeconfig's current cluster (adopt mode reads it for display and identity)
+# --------------------------------------------------------------------------- #
+
+TOKEN = "s3cr3t-token-value"
+
+
+def _kubeconfig(**changes) -> str:
+    document = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": "other", "cluster": {"server": "https://10.0.0.9:6443"}},
+            {"name": "prod-mgmt", "cluster": {"server": "https://mgmt.example.net:6443"}},
+        ],
+        "users": [{"name": "admin", "user": {"token": TOKEN}}],
+        "contexts": [
+            {"name": "old", "context": {"cluster": "other", "user": "admin"}},
+            {"name": "ops", "context": {"cluster": "prod-mgmt", "user": "admin"}},
+        ],
+        "current-context": "ops",
+    }
+    document.update(changes)
+    return yaml.safe_dump(document)
+
+
+def test_current_cluster_follows_the_current_context():
+    assert current_cluster(_kubeconfig()) == KubeconfigCluster(name="prod-mgmt", server="https://mgmt.example.net:6443")
+    assert current_cluster(_kubeconfig(**{"current-context": "old"})).server == "https://10.0.0.9:6443"
+
+
+def test_current_cluster_reads_the_mocked_kind_kubeconfig():
+    assert current_cluster(kubeconfig_yaml("https://127.0.0.1:41234", "kind-lab")) == KubeconfigCluster(
+        "kind-lab", "https://127.0.0.1:41234"
+    )
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"current-context": ""}, "no current-context"),
+        ({"current-context": "missing"}, "contexts has no entry named 'missing'"),
+        ({"contexts": [{"name": "ops", "context": {"user": "admin"}}]}, "context 'ops' names no cluster"),
+        ({"clusters": [{"name": "other", "cluster": {"server": "https://x"}}]}, "clusters has no entry named 'prod-mgmt'"),
+        ({"clusters": [{"name": "prod-mgmt", "cluster": {}}]}, "cluster 'prod-mgmt' has no server"),
+    ],
+)
+def test_current_cluster_explains_what_is_missing_without_echoing_credentials(changes, message):
+    with pytest.raises(ValueError, match=message) as raised:
+        current_cluster(_kubeconfig(**changes))
+    assert str(raised.value).startswith("management.kubeconfig")
+    assert TOKEN not in str(raised.value)
+
+
+@pytest.mark.parametrize("text", ["", "just text", "- a\n- list\n", f"token: {TOKEN}\n  bad: [yaml"])
+def test_current_cluster_rejects_non_kubeconfigs_without_echoing_them(text):
+    with pytest.raises(ValueError, match="management.kubeconfig") as raised:
+        current_cluster(text)
+    assert TOKEN not in str(raised.value)
+
+
+# --------------------------------------------------------------------------- #
+# Networks tenant API servers accept workers from
+# --------------------------------------------------------------------------- #
+
+
+def test_worker_networks_put_the_kind_subnet_first_then_the_configured_cidrs():
+    assert worker_networks(KIND_SUBNET_V4, ["10.20.0.0/16", "192.168.7.0/24"]) == [
+        KIND_SUBNET_V4,
+        "10.20.0.0/16",
+        "192.168.7.0/24",
+    ]
+
+
+def test_worker_networks_without_a_kind_subnet_are_the_configured_cidrs():
+    assert worker_networks(None, ["10.20.0.0/16"]) == ["10.20.0.0/16"]
+
+
+def test_worker_networks_drop_duplicates_and_normalise():
+    assert worker_networks("172.18.0.0/16", ["172.18.0.0/16", "10.20.0.0/16", "10.20.0.0/16"]) == [
+        "172.18.0.0/16",
+        "10.20.0.0/16",
+    ]
+    assert worker_networks("172.18.5.0/16", []) == ["172.18.0.0/16"]
+
+
+def test_worker_networks_need_at_least_one_network():
+    with pytest.raises(ValueError, match="management.workerCidrs is empty"):
+        worker_networks(None, [])
+
+
+def test_worker_networks_reject_ipv6():
+    with pytest.raises(ValueError, match="management.workerCidrs: 'fd00::/64' is not an IPv4 network"):
+        worker_networks(KIND_SUBNET_V4, ["fd00::/64"])
+
+
+# --------------------------------------------------------------------------- #
 # The component under mocks
 # --------------------------------------------------------------------------- #
 
 
-def _program(created: dict):
+def _program(created: dict, worker_cidrs: list[str] | None = None):
     def program():
-        cluster = KindManagementCluster("management", KindManagementClusterArgs(cluster_name=NAME, node_image=IMAGE))
+        cluster = KindManagementCluster(
+            "management",
+            KindManagementClusterArgs(cluster_name=NAME, node_image=IMAGE, worker_cidrs=worker_cidrs or []),
+        )
         created["cluster"] = cluster
         pulumi.export("kubeconfig", cluster.kubeconfig)
         pulumi.export("kind_subnet", cluster.kind_subnet)
+        pulumi.export("worker_networks", cluster.worker_networks)
 
     return program
 
@@ -219,6 +323,7 @@ def test_component_shape_and_plain_attributes(kind_run):
     assert sorted(r.type for r in children) == ["command:local:Command", "pulumi:providers:kubernetes"]
     assert cluster.cluster_name == NAME
     assert cluster.network_name == KIND_NETWORK == "kind"
+    assert cluster.adopted is False
 
 
 def test_cluster_command_runs_the_scripts_with_the_config_on_stdin(kind_run):
@@ -253,11 +358,28 @@ def test_kubeconfig_is_secret_everywhere(kind_run):
     assert run.depends_on(provider, command)
 
 
+def test_kind_provider_forgets_objects_of_a_cluster_deleted_by_hand(kind_run):
+    run, _ = kind_run
+    provider = run.named("management-provider", "pulumi:providers:kubernetes")
+    # Our own cluster: if it is gone, so is everything in it.
+    assert provider.inputs["deleteUnreachable"] == "true"  # provider config travels as strings
+
+
 def test_kind_subnet_is_the_ipv4_range_of_the_kind_network(kind_run):
     run, _ = kind_run
     assert run.outputs["kind_subnet"].value == KIND_SUBNET_V4
     (call,) = [c for c in run.calls if c.token == "docker:index/getNetwork:getNetwork"]
     assert call.args["name"] == "kind"
+
+
+def test_worker_networks_are_the_kind_subnet_in_kind_mode(kind_run):
+    run, _ = kind_run
+    assert run.outputs["worker_networks"].value == [KIND_SUBNET_V4]
+
+
+def test_worker_networks_add_configured_cidrs_after_the_kind_subnet():
+    run = run_program({}, program=_program({}, worker_cidrs=["10.20.0.0/16"]))
+    assert run.outputs["worker_networks"].value == [KIND_SUBNET_V4, "10.20.0.0/16"]
 
 
 def test_subnet_lookup_waits_for_the_cluster(monkeypatch):
@@ -272,3 +394,4 @@ def test_subnet_lookup_waits_for_the_cluster(monkeypatch):
     run = run_program({}, program=_program({}), preview=True)
     assert not [c for c in run.calls if c.token == "docker:index/getNetwork:getNetwork"]
     assert run.outputs["kind_subnet"].value is None
+    assert run.outputs["worker_networks"].value is None

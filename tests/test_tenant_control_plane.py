@@ -46,7 +46,7 @@ def _program(stack, now=NOW, components=None):
                 TenantControlPlaneArgs(
                     tenant=tenant,
                     management_provider=mgmt,
-                    kind_subnet=pulumi.Output.from_input(KIND_SUBNET_V4),
+                    worker_networks=pulumi.Output.from_input([KIND_SUBNET_V4]),
                     datastore_name="default",
                     versions=stack.versions,
                     depends_on=[kamaji],
@@ -152,7 +152,7 @@ def test_namespace_and_isolation_policy_on_the_management_cluster(run):
     assert namespace.inputs["metadata"]["name"] == "tenant-a"
     policy = run.named("tenant-a-isolation")
     assert policy.type == "kubernetes:networking.k8s.io/v1:NetworkPolicy"
-    expected = tenant_spec.isolation_network_policy("tenant-a", KIND_SUBNET_V4)
+    expected = tenant_spec.isolation_network_policy("tenant-a", [KIND_SUBNET_V4])
     assert policy.inputs["spec"] == expected["spec"]
     assert policy.inputs["metadata"]["namespace"] == "tenant-a"
     assert {_provider_urn(namespace), _provider_urn(policy)} == {mgmt.urn}
@@ -326,7 +326,7 @@ def test_an_unresolved_tenant_fails_before_any_tenant_object_is_registered(stack
         TenantControlPlane(
             raw.name,
             TenantControlPlaneArgs(
-                tenant=raw, management_provider=mgmt, kind_subnet=KIND_SUBNET_V4, datastore_name="default",
+                tenant=raw, management_provider=mgmt, worker_networks=[KIND_SUBNET_V4], datastore_name="default",
                 versions=stack.versions, depends_on=[],
             ),
         )

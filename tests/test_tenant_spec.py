@@ -175,7 +175,7 @@ POD_IP = "10.244.1.17"  # management cluster pod range: not on the kind network
 
 
 def test_other_tenants_cannot_reach_the_control_plane_pods():
-    policy = tenant_spec.isolation_network_policy("tenant-a", KIND_SUBNET)
+    policy = tenant_spec.isolation_network_policy("tenant-a", [KIND_SUBNET])
     assert policy["spec"]["podSelector"] == {}, "must select every pod of the tenant namespace"
     assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
     assert not _allowed(policy, "ingress", "tenant-b", POD_IP, port=6443)
@@ -184,7 +184,7 @@ def test_other_tenants_cannot_reach_the_control_plane_pods():
 
 
 def test_kamaji_workers_same_namespace_and_dns_still_work():
-    policy = tenant_spec.isolation_network_policy("tenant-a", KIND_SUBNET)
+    policy = tenant_spec.isolation_network_policy("tenant-a", [KIND_SUBNET])
     assert _allowed(policy, "ingress", "kamaji-system", POD_IP, port=6443)
     assert _allowed(policy, "ingress", "tenant-a", POD_IP, port=8132)
     assert _allowed(policy, "ingress", "elsewhere", "172.18.0.5", port=6443)  # a worker container
@@ -198,7 +198,7 @@ def test_kamaji_workers_same_namespace_and_dns_still_work():
 
 
 def test_no_peer_opens_the_policy_to_every_namespace():
-    policy = tenant_spec.isolation_network_policy("tenant-a", KIND_SUBNET)
+    policy = tenant_spec.isolation_network_policy("tenant-a", [KIND_SUBNET])
     for rule in policy["spec"]["ingress"] + policy["spec"]["egress"]:
         for peer in rule.get("from", []) + rule.get("to", []):
             assert peer.get("namespaceSelector") != {}, peer
@@ -207,7 +207,7 @@ def test_no_peer_opens_the_policy_to_every_namespace():
 
 
 def test_network_policy_is_a_valid_kubernetes_object():
-    policy = tenant_spec.isolation_network_policy("tenant-a", KIND_SUBNET)
+    policy = tenant_spec.isolation_network_policy("tenant-a", [KIND_SUBNET])
     assert _k8s_errors(policy) is None
     broken = yaml.safe_load(yaml.safe_dump(policy))
     broken["spec"]["ingress"][0]["from"][2]["ipBlock"]["cidrs"] = broken["spec"]["ingress"][0]["from"][2]["ipBlock"].pop("cidr")
@@ -216,7 +216,7 @@ def test_network_policy_is_a_valid_kubernetes_object():
 
 def test_network_policy_refuses_an_ipv6_subnet():
     with pytest.raises(ValueError, match="IPv4"):
-        tenant_spec.isolation_network_policy("tenant-a", "fc00:f853:ccd:e793::/64")
+        tenant_spec.isolation_network_policy("tenant-a", ["fc00:f853:ccd:e793::/64"])
 
 
 # --------------------------------------------------------------------------- #
@@ -343,3 +343,15 @@ def test_quota_lists_only_the_keys_that_are_set(tenants):
     assert tenant_spec.gpu_quota_hard(tenants[1].quota.model_copy(update={"gpus": 0, "memory_mib": None})) == {
         "requests.nvidia.com/gpu": "0"
     }
+
+
+def test_every_worker_network_is_admitted_both_ways():
+    policy = tenant_spec.isolation_network_policy("tenant-a", [KIND_SUBNET, "10.20.0.0/16"])
+    assert _allowed(policy, "ingress", "elsewhere", "10.20.1.11", port=6443)  # an SSH-joined GPU server
+    assert _allowed(policy, "egress", "elsewhere", "10.20.1.11", port=10250)
+    assert not _allowed(policy, "ingress", "elsewhere", "10.30.0.1", port=6443)
+
+
+def test_network_policy_needs_a_worker_network():
+    with pytest.raises(ValueError, match="no worker networks"):
+        tenant_spec.isolation_network_policy("tenant-a", [])
