@@ -46,7 +46,7 @@ test: lint
 	$(PY) -m pytest
 
 preflight: venv
-	$(PY) -m tools.preflight
+	$(PY) -m tools.preflight --stack $(STACK)
 
 backend:
 	@mkdir -p $(STATE_DIR)

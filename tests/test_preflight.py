@@ -34,7 +34,7 @@ def by_name(results):
 
 def test_healthy_host_passes(capsys):
     probes, calls = fake()
-    assert preflight.main(probes) == 0
+    assert preflight.main([], probes) == 0
     out = capsys.readouterr().out
     assert "preflight passed" in out
     assert "FAIL" not in out
@@ -43,7 +43,7 @@ def test_healthy_host_passes(capsys):
 
 def test_docker_daemon_down_says_how_to_start_it(capsys):
     probes, _ = fake(docker=(1, "Cannot connect to the Docker daemon at unix:///var/run/docker.sock"))
-    assert preflight.main(probes) == 1
+    assert preflight.main([], probes) == 1
     result = by_name(run_checks(probes))["Docker daemon answers"]
     assert not result.ok
     assert "Cannot connect" in result.detail
@@ -120,3 +120,30 @@ def test_every_failure_has_a_fix():
     results = run_checks(probes)
     assert all(not r.ok for r in results)
     assert all(r.fix for r in results)
+
+
+def test_existing_cluster_stack_needs_only_the_pulumi_cli():
+    probes, calls = fake(tools=("pulumi",), docker=(1, "no daemon"))
+    results = run_checks(probes, local_lab=False)
+    assert [(r.name, r.ok) for r in results] == [("pulumi on PATH", True)]
+    assert calls == []
+
+
+def test_which_stacks_need_a_local_lab():
+    from tools.preflight import needs_local_lab
+
+    ssh_only = {"config": {
+        "gpu-tenancy:management": {"kubeconfig": {"secure": "v1:abc"}},
+        "gpu-tenancy:tenants": [{"name": "a", "workers": [{"name": "w", "ssh": {"host": "h"}}]}],
+    }}
+    assert not needs_local_lab(ssh_only)
+    mixed = {"config": {**ssh_only["config"], "gpu-tenancy:tenants": [
+        {"name": "a", "workers": [{"name": "w", "ssh": {"host": "h"}}, {"name": "local"}]}]}}
+    assert needs_local_lab(mixed)
+    assert needs_local_lab({"config": {"gpu-tenancy:tenants": []}})
+
+
+def test_main_reads_the_stack_file(capsys):
+    probes, _ = fake()
+    assert preflight.main(["--stack", "dev"], probes) == 0
+    assert "no local lab" not in capsys.readouterr().out

@@ -8,6 +8,7 @@ checks are unit-tested without Docker.
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import subprocess
@@ -15,6 +16,8 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import yaml
 
 # kind's "known issues" page recommends these for clusters with several nodes.
 MIN_INOTIFY_WATCHES = 524288
@@ -163,16 +166,34 @@ def check_conntrack(probes: Probes) -> CheckResult:
     return CheckResult(name, True, str(value))
 
 
-def run_checks(probes: Probes = HOST) -> list[CheckResult]:
+def run_checks(probes: Probes = HOST, local_lab: bool = True) -> list[CheckResult]:
+    """All checks; without a local lab (existing cluster, SSH workers only) just the Pulumi CLI."""
+    pulumi_cli = check_tool(probes, "pulumi", "curl -fsSL https://get.pulumi.com | sh")
+    if not local_lab:
+        return [pulumi_cli]
     return [
         check_docker(probes),
         check_tool(probes, "kind",
                    "go install sigs.k8s.io/kind@v0.31.0   # or see https://kind.sigs.k8s.io/docs/user/quick-start/#installation"),
-        check_tool(probes, "pulumi", "curl -fsSL https://get.pulumi.com | sh"),
+        pulumi_cli,
         *check_inotify(probes),
         check_swap(probes),
         check_conntrack(probes),
     ]
+
+
+def needs_local_lab(stack_config: dict) -> bool:
+    """Whether a stack file's `gpu-tenancy` config builds anything on this host (kind cluster or containers)."""
+    config = stack_config.get("config") or {}
+    management = config.get("gpu-tenancy:management") or {}
+    if not isinstance(management, dict) or "kubeconfig" not in management:
+        return True
+    tenants = config.get("gpu-tenancy:tenants") or []
+    return any(
+        "ssh" not in worker
+        for tenant in tenants if isinstance(tenant, dict)
+        for worker in tenant.get("workers") or [] if isinstance(worker, dict)
+    )
 
 
 def render(results: Sequence[CheckResult]) -> str:
@@ -189,8 +210,18 @@ def render(results: Sequence[CheckResult]) -> str:
     return "\n".join(lines)
 
 
-def main(probes: Probes = HOST) -> int:
-    results = run_checks(probes)
+def main(argv: Sequence[str] | None = None, probes: Probes = HOST) -> int:
+    parser = argparse.ArgumentParser(prog="make preflight", description=__doc__.splitlines()[0])
+    parser.add_argument("--stack", help="check only what Pulumi.<stack>.yaml needs on this host")
+    args = parser.parse_args(argv)
+    local_lab = True
+    if args.stack:
+        stack_file = Path(__file__).resolve().parent.parent / f"Pulumi.{args.stack}.yaml"
+        if stack_file.exists():
+            local_lab = needs_local_lab(yaml.safe_load(stack_file.read_text()) or {})
+    if not local_lab:
+        print(f"stack {args.stack}: existing management cluster and SSH workers only; no local lab to check")
+    results = run_checks(probes, local_lab)
     print(render(results))
     return 0 if all(r.ok for r in results) else 1
 
