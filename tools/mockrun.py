@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import gc
 import hashlib
 import json
 import runpy
@@ -443,7 +444,12 @@ def run_program(
         [f"{PROJECT}:{key}" for key in secret_keys],
     )
     body = program or (lambda: runpy.run_path(str(MAIN), run_name="__main__"))
-    _sync_await(run_pulumi_func(body))
+    try:
+        _sync_await(run_pulumi_func(body))
+    finally:
+        # Futures of a run that failed inside an apply report "exception never retrieved" when collected;
+        # collect them now, not in the middle of pytest rendering a later failure.
+        gc.collect()
 
     root = settings.get_root_resource()
     outputs: dict[str, StackOutput] = {}
