@@ -35,6 +35,8 @@ RUNTIME_ATTEMPTS_ENV = "RUNTIME_WAIT_ATTEMPTS"
 RUNTIME_PAUSE_ENV = "RUNTIME_WAIT_PAUSE_SECONDS"
 LEAVE_ATTEMPTS_ENV = "LEAVE_ATTEMPTS"
 LEAVE_PAUSE_ENV = "LEAVE_RETRY_PAUSE_SECONDS"
+ENDPOINT_ATTEMPTS_ENV = "ENDPOINT_WAIT_ATTEMPTS"
+ENDPOINT_PAUSE_ENV = "ENDPOINT_WAIT_PAUSE_SECONDS"
 
 # Kamaji's soot controller can need up to a minute after Ready to finish the
 # bootstrap RBAC (facts §4): 12 attempts 10 s apart cover that with margin.
@@ -45,6 +47,13 @@ DEFAULT_RUNTIME_ATTEMPTS = 60
 DEFAULT_RUNTIME_PAUSE_SECONDS = 1
 DEFAULT_LEAVE_ATTEMPTS = 5
 DEFAULT_LEAVE_PAUSE_SECONDS = 3
+# The endpoint answers once the TCP is Ready; a node that cannot reach it (routing, firewall,
+# workerCidrs) is told so after a minute instead of kubeadm timing out for an hour.
+DEFAULT_ENDPOINT_ATTEMPTS = 12
+DEFAULT_ENDPOINT_PAUSE_SECONDS = 5
+# kubeadm's own waits per attempt (default 5 min each), kept short because we retry around them.
+KUBEADM_DISCOVERY_TIMEOUT = "1m0s"
+KUBEADM_TLS_BOOTSTRAP_TIMEOUT = "2m0s"
 
 # Kamaji's join recipe ignores these in a kindest/node container (facts §5): preflight cannot verify a
 # container's kernel config (SystemVerification), and kindest/node lacks some host tools (FileExisting).
@@ -52,8 +61,12 @@ DEFAULT_LEAVE_PAUSE_SECONDS = 3
 IGNORED_PREFLIGHT_ERRORS = ("SystemVerification", "FileExisting")
 KUBEADM_API_VERSION = "kubeadm.k8s.io/v1beta4"
 
-# What a node must bring; kindest/node ships all four. kubectl is used by the leave and GPU capacity scripts.
-REQUIRED_TOOLS = ("kubeadm", "kubelet", "kubectl", "containerd")
+# What a node must bring; kindest/node ships all of it. kubectl is used by the leave and GPU capacity
+# scripts, curl by the endpoint check.
+REQUIRED_TOOLS = ("kubeadm", "kubelet", "kubectl", "containerd", "curl")
+# kubeadm reads the v1beta4 JoinConfiguration from 1.31 on; `kubectl wait --for=create` exists from 1.31 on.
+MIN_KUBEADM_MINOR = 31
+MIN_KUBECTL_MINOR = 31
 # Kamaji's tenant kubelet configuration needs kubelet >= 1.35 (facts §1, kamaji issue 1062).
 MIN_KUBELET_MINOR = MIN_KUBERNETES_VERSION[1]
 
@@ -100,6 +113,25 @@ fi
 if ((kubelet_minor > {tenant_minor})); then
   fail "kubelet v$kubelet_major.$kubelet_minor is newer than the tenant control plane {kubernetes_version}:" \\
     "a kubelet must not be newer than its API server (Kubernetes version skew policy). $install_hint"
+fi
+minor_of() {{  # <what> <version text>: the minor of the first v1.N.x in the text, or fail
+  [[ "$2" =~ v1\\.([0-9]+)\\. ]] || fail "cannot read a version from $1 ('$2'). $install_hint"
+  printf '%s' "${{BASH_REMATCH[1]}}"
+}}
+kubeadm_minor="$(minor_of "kubeadm version -o short" "$(kubeadm version -o short 2>&1)")"
+((kubeadm_minor >= {MIN_KUBEADM_MINOR})) \\
+  || fail "kubeadm v1.$kubeadm_minor cannot read the kubeadm v1beta4 configuration" \\
+    "(needs >= v1.{MIN_KUBEADM_MINOR}). $install_hint"
+kubectl_minor="$(minor_of "kubectl version --client" "$(kubectl version --client 2>&1)")"
+((kubectl_minor >= {MIN_KUBECTL_MINOR})) \\
+  || fail "kubectl v1.$kubectl_minor is too old for these scripts (needs >= v1.{MIN_KUBECTL_MINOR}). $install_hint"
+# kubeadm's preflight refuses a node that does not forward IPv4 (and kube-proxy needs it).
+ip_forward_file="$root/proc/sys/net/ipv4/ip_forward"
+if [[ -r "$ip_forward_file" && "$(<"$ip_forward_file")" != 1 ]]; then
+  sysctl -w net.ipv4.ip_forward=1 >/dev/null 2>&1 \\
+    || fail "net.ipv4.ip_forward is 0 and cannot be set; run: sudo sysctl -w net.ipv4.ip_forward=1" \\
+      "(and persist it in /etc/sysctl.d/)"
+  note "set net.ipv4.ip_forward=1 (persist it in /etc/sysctl.d/ on a real machine)"
 fi
 # The tenant kubelet uses the systemd cgroup driver; containerd's runc must use it too.
 if containerd_config="$(containerd config dump 2>/dev/null)"; then
@@ -158,12 +190,17 @@ note() {{
   printf 'gpu-tenancy: worker %s: %s\\n' "$node" "$*" >&2
 }}
 
+endpoint="${{{ENDPOINT_ENV}:-}}"
 if [[ -f "$kubelet_conf" ]]; then
-  printf 'worker %s already joined (%s exists); nothing to do\\n' "$node" "$kubelet_conf"
-  exit 0
+  # Joined -- but to this tenant? A machine still joined to another cluster must not pass as done.
+  if grep -qF "server: https://$endpoint" "$kubelet_conf"; then
+    printf 'worker %s already joined (%s exists); nothing to do\\n' "$node" "$kubelet_conf"
+    exit 0
+  fi
+  fail "this machine is already joined to another cluster ($(grep -m1 'server:' "$kubelet_conf" || true))," \\
+    "not to the tenant at $endpoint. Run 'kubeadm reset -f' on it, or use another machine"
 fi
 
-endpoint="${{{ENDPOINT_ENV}:-}}"
 token="${{{TOKEN_ENV}:-}}"
 ca_hash="${{{DISCOVERY_HASH_ENV}:-}}"
 unset {TOKEN_ENV}
@@ -213,6 +250,22 @@ for ((attempt = 1; ; attempt++)); do
   sleep "$runtime_pause"
 done
 
+# Fail fast, with the reason, when this node cannot reach the tenant API at all.
+endpoint_attempts="${{{ENDPOINT_ATTEMPTS_ENV}:-{DEFAULT_ENDPOINT_ATTEMPTS}}}"
+endpoint_pause="${{{ENDPOINT_PAUSE_ENV}:-{DEFAULT_ENDPOINT_PAUSE_SECONDS}}}"
+for ((attempt = 1; ; attempt++)); do
+  # Any HTTP answer (even 401) proves the path; only a failed connection counts.
+  if curl -k -sS -o /dev/null --max-time 5 "https://$endpoint/healthz" 2>"$work/curl.log"; then
+    break
+  fi
+  if ((attempt >= endpoint_attempts)); then
+    fail "cannot reach the tenant API server at $endpoint from this node ($(<"$work/curl.log"))." \\
+      "Check routing and firewalls to the load-balancer address, and that this node's address is in" \\
+      "the worker networks (management.workerCidrs)"
+  fi
+  sleep "$endpoint_pause"
+done
+
 config="$work/join-configuration.yaml"
 (
   umask 077
@@ -227,7 +280,10 @@ config="$work/join-configuration.yaml"
   printf '    - "%s"\\n' "$ca_hash"
   printf 'nodeRegistration:\\n'
   printf '  name: "%s"\\n' "$node"
-{ignored}  }} >"$config"
+{ignored}  printf 'timeouts:\\n'
+  printf '  discovery: {KUBEADM_DISCOVERY_TIMEOUT}\\n'
+  printf '  tlsBootstrap: {KUBEADM_TLS_BOOTSTRAP_TIMEOUT}\\n'
+  }} >"$config"
 )
 unset token
 

@@ -83,7 +83,17 @@ def isolation_network_policy(namespace: str, worker_networks: Sequence[str]) -> 
             # Every pod of the namespace: the TCP pods and anything Kamaji adds later.
             "podSelector": {},
             "policyTypes": ["Ingress", "Egress"],
-            "ingress": [{"from": [same_namespace, kamaji, *blocks]}],
+            "ingress": [
+                {"from": [same_namespace, kamaji]},
+                # From outside the cluster only the API server and the Konnectivity server are served.
+                {
+                    "from": blocks,
+                    "ports": [
+                        {"protocol": "TCP", "port": API_SERVER_PORT},
+                        {"protocol": "TCP", "port": KONNECTIVITY_PORT},
+                    ],
+                },
+            ],
             "egress": [
                 {"to": [same_namespace, kamaji, *blocks]},
                 {

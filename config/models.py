@@ -51,11 +51,11 @@ HAMI_SEPARATORS = ",:;"
 
 
 class StrictModel(BaseModel):
-    """Base: camelCase aliases, unknown keys rejected, values validated on assignment."""
+    """Base: camelCase keys only (the public interface; `pod_cidr` is an unknown key like any other typo)."""
 
     model_config = ConfigDict(
         alias_generator=to_camel,
-        populate_by_name=True,
+        populate_by_name=False,
         extra="forbid",
         frozen=True,
     )
@@ -218,7 +218,9 @@ class GpuCard(StrictModel):
     slots: int = Field(default=10, ge=1, le=1000)
 
 
-HOST_KEY_PATTERN = r"^(ssh-(ed25519|rsa)|ecdsa-sha2-nistp(256|384|521)) [A-Za-z0-9+/=]+$"
+# Ed25519 or ECDSA only: pulumi-command offers exactly the pinned key's algorithm, and for RSA that is the
+# SHA-1 `ssh-rsa` which OpenSSH >= 8.8 servers no longer accept.
+HOST_KEY_PATTERN = r"^(ssh-ed25519|ecdsa-sha2-nistp(256|384|521)) [A-Za-z0-9+/=]+$"
 
 
 class SshConnection(StrictModel):

@@ -330,11 +330,23 @@ def _infrastructure_issues(config: StackConfig, secret_keys: Collection[str]) ->
                 )
             )
     ssh_workers = False
+    seen_hosts: dict[tuple[str, int], str] = {}
     for index, tenant in enumerate(config.tenants):
         for w_index, worker in enumerate(tenant.workers):
             path = f"tenants[{index}].workers[{w_index}]"
             if worker.ssh is not None:
                 ssh_workers = True
+                address = (worker.ssh.host.lower(), worker.ssh.port)
+                if address in seen_hosts:
+                    issues.append(
+                        ConfigIssue(
+                            f"{path}.ssh.host",
+                            f"is also {seen_hosts[address]}; a machine can be only one worker (two joins on one "
+                            "machine would reset each other)",
+                            worker.ssh.host,
+                        )
+                    )
+                seen_hosts.setdefault(address, f"{path}.ssh.host")
             elif management.adopts_existing_cluster:
                 issues.append(
                     ConfigIssue(

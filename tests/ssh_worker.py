@@ -17,7 +17,7 @@ SSH_HOST = "gpu-1.example.net"
 
 
 def ssh_connection(user: str = "ops", host: str = SSH_HOST, port: int = 2222) -> SshConnection:
-    return SshConnection(host=host, user=user, port=port, private_key=PRIVATE_KEY)
+    return SshConnection(host=host, user=user, port=port, privateKey=PRIVATE_KEY)
 
 
 def ssh_worker_config(name: str = "gpu-1", user: str = "ops", gpus: list | None = None) -> dict:

@@ -112,6 +112,7 @@ INVALID = [
     # (id, mutation, key path the message must name, extra text the message must contain)
     ("seed-podCIDR-typo", _rename("tenants[0].podCidr", "podCIDR"), "tenants[0].podCIDR", "did you mean 'podCidr'"),
     ("unknown-top-level-key", _set("gpuMod", "mock"), "gpuMod", "unknown key"),
+    ("snake-case-key", _rename("tenants[0].podCidr", "pod_cidr"), "tenants[0].pod_cidr", "did you mean 'podCidr'"),
     ("unknown-card-key", _set(f"{C00}.device_uuid", "x"), f"{C00}.device_uuid", "unknown key"),
     ("unknown-management-key", _set("management.kubeconfigPath", "/x"), "management.kubeconfigPath", "unknown key"),
     ("no-tenants", _set("tenants", []), "tenants", "at least 1"),

@@ -72,6 +72,13 @@ def test_private_key_must_be_a_secret():
     assert "--secret" in message
 
 
+def test_one_machine_is_one_worker():
+    raw = adopted()
+    raw["tenants"].append({"name": "team-b", "workers": [{"name": "gpu-0", "ssh": ssh(host="10.20.1.11")}]})
+    found, _ = issues(raw)
+    assert "tenants[0].workers[0].ssh.host" in found["tenants[1].workers[0].ssh.host"].message
+
+
 def test_kind_only_keys_are_refused_with_an_existing_cluster():
     found, _ = issues(adopted(clusterName="lab", nodeImage="kindest/node:v1.35.0"))
     assert "only applies to the kind cluster" in found["management.clusterName"].message
@@ -103,6 +110,7 @@ def test_container_workers_need_the_kind_lab():
         (lambda r: r["tenants"][0]["workers"][0]["ssh"].update(user="Bad User"), "tenants[0].workers[0].ssh.user", "pattern"),
         (lambda r: r["tenants"][0]["workers"][0]["ssh"].update(keyFile="/x"), "tenants[0].workers[0].ssh.keyFile", "unknown key"),
         (lambda r: r["tenants"][0]["workers"][0]["ssh"].update(hostKey="10.20.1.11 ssh-ed25519 AAAA"), "tenants[0].workers[0].ssh.hostKey", "pattern"),
+        (lambda r: r["tenants"][0]["workers"][0]["ssh"].update(hostKey="ssh-rsa AAAAB3NzaC1yc2E"), "tenants[0].workers[0].ssh.hostKey", "pattern"),
         (lambda r: r["tenants"][0]["workers"][0]["ssh"].update(privateKey="hunter2"), "tenants[0].workers[0].ssh.privateKey", "PEM"),
         (lambda r: r["tenants"][0]["workers"][0]["ssh"].pop("privateKey"), "tenants[0].workers[0].ssh.privateKey", "--secret"),
     ],

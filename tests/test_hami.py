@@ -160,7 +160,7 @@ def test_node_lock_timeout_is_added_to_the_chart_default_extender_args(chart):
 
 
 def test_mock_mode_runs_the_mock_plugin_with_a_device_config_it_can_parse():
-    values = hami_values("mock", "v1.35.0", Versions(mock_device_plugin="1.0.1"))
+    values = hami_values("mock", "v1.35.0", Versions(mockDevicePlugin="1.0.1"))
     assert values["devicePlugin"] == {"enabled": False}
     assert values["mockDevicePlugin"] == {"enabled": True, "image": {"tag": "1.0.1"}}
     content = values["device-config"]["content"]

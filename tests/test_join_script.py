@@ -42,7 +42,7 @@ KUBECONFIG_TEXT = "apiVersion: v1\nkind: Config\nusers:\n- name: admin\n  user:\
 VERSION = "v1.35.0"
 SECRETS = {js.ENDPOINT_ENV: ENDPOINT, js.TOKEN_ENV: TOKEN, js.DISCOVERY_HASH_ENV: CA_HASH}
 # Host tools the scripts and stubs use besides the stubbed node tools.
-SYSTEM_TOOLS = ("bash", "env", "mktemp", "rm", "wc", "sleep", "cat", "cp", "stat", "mkdir", "sed", "base64")
+SYSTEM_TOOLS = ("bash", "env", "mktemp", "rm", "wc", "sleep", "cat", "cp", "stat", "mkdir", "sed", "base64", "grep")
 
 # Shared by every stub: append "<argc>\x1f<arg>\x1f<arg>..." to $CALLS/<name>.argv, one line per call.
 PRELUDE = r"""#!/bin/bash
@@ -54,6 +54,8 @@ pick() { local -a plan; read -r -a plan <<<"$1"; local i=$(( $2 - 1 )); if (( i 
 
 STUBS = {
     "kubeadm": r"""
+# Version queries are not recorded: the tests read the calls that change the node.
+[[ "$1" == version ]] && { echo "${KUBEADM_VERSION:-v1.35.0}"; exit 0; }
 rec kubeadm "$@"
 case "$1" in
   join)
@@ -66,7 +68,8 @@ case "$1" in
     case "$(pick "${KUBEADM_JOIN_PLAN:-ok}" "$n")" in
       ok)
         mkdir -p "$GPU_TENANCY_NODE_ROOT/etc/kubernetes"
-        : >"$GPU_TENANCY_NODE_ROOT/etc/kubernetes/kubelet.conf"
+        server="$(sed -n 's/^ *apiServerEndpoint: "\(.*\)"$/\1/p' "$3")"
+        printf '    server: https://%s\n' "$server" >"$GPU_TENANCY_NODE_ROOT/etc/kubernetes/kubelet.conf"
         echo "This node has joined the cluster"
         exit 0 ;;
       forbidden)
@@ -86,6 +89,7 @@ echo "stub kubeadm: unexpected $*" >&2
 exit 2
 """,
     "kubectl": r"""
+[[ "$1" == version ]] && { echo "Client Version: ${KUBECTL_VERSION:-v1.35.0}"; exit 0; }
 rec kubectl "$@"
 if [[ "$1 $2" == "get --raw" ]]; then
   [[ "${READYZ:-ok}" == ok ]] && { echo ok; exit 0; }
@@ -96,6 +100,15 @@ cp "$KUBECONFIG" "$CALLS/kubectl-kubeconfig"
 case "$(pick "${KUBECTL_PLAN:-ok}" "$n")" in
   ok) echo "node \"$3\" deleted"; exit 0 ;;
   refused) echo "The connection to the server 172.18.255.200:6443 was refused - did you specify the right host or port?" >&2; exit 1 ;;
+esac
+""",
+    # The endpoint check: any HTTP answer is a success, a refused connection a failure.
+    "curl": r"""
+rec curl "$@"
+n=$(next_count curl)
+case "$(pick "${CURL_PLAN:-ok}" "$n")" in
+  ok) exit 0 ;;
+  refused) echo "curl: (7) Failed to connect to 172.18.255.200 port 6443: Connection refused" >&2; exit 7 ;;
 esac
 """,
     "systemctl": r"""
@@ -158,7 +171,8 @@ esac
 
 # Variables of the test harness itself that the docker stub lets through to the "container".
 HARNESS_ENV = [
-    "PATH", "HOME", "TMPDIR", "CALLS", js.ROOT_ENV, "KUBEADM_JOIN_PLAN", "KUBECTL_PLAN", "READYZ",
+    "PATH", "HOME", "TMPDIR", "CALLS", js.ROOT_ENV, "KUBEADM_JOIN_PLAN", "KUBECTL_PLAN", "READYZ", "CURL_PLAN",
+    "KUBEADM_VERSION", "KUBECTL_VERSION", js.ENDPOINT_ATTEMPTS_ENV, js.ENDPOINT_PAUSE_ENV,
     js.JOIN_ATTEMPTS_ENV, js.JOIN_PAUSE_ENV, js.RUNTIME_ATTEMPTS_ENV, js.RUNTIME_PAUSE_ENV,
     js.LEAVE_ATTEMPTS_ENV, js.LEAVE_PAUSE_ENV, "SYSTEMCTL_ACTIVE_AFTER", "MODPROBE_FAILS", "SWAPOFF_FAILS",
     "KUBELET_VERSION", "CONTAINERD_SYSTEMD_CGROUP", "CONTAINERD_DUMP_FAILS",
@@ -199,7 +213,7 @@ class Node:
 
     def mark_joined(self) -> None:
         (self.root / "etc/kubernetes").mkdir(parents=True, exist_ok=True)
-        (self.root / "etc/kubernetes/kubelet.conf").write_text("apiVersion: v1\n")
+        (self.root / "etc/kubernetes/kubelet.conf").write_text(f"    server: https://{ENDPOINT}\n")
 
     def joined(self) -> bool:
         return (self.root / "etc/kubernetes/kubelet.conf").exists()
@@ -278,6 +292,7 @@ def test_first_join_prepares_the_node_and_joins_with_a_private_config(node):
     assert node.calls("modprobe") == [["br_netfilter"]]
     assert node.calls("swapoff") == [["-a"]]
     assert node.calls("systemctl") == [["is-active", "--quiet", "containerd"]]
+    assert node.calls("curl") == [["-k", "-sS", "-o", "/dev/null", "--max-time", "5", f"https://{ENDPOINT}/healthz"]]
     [join] = node.calls("kubeadm")
     assert join[:2] == ["join", "--config"] and len(join) == 3
     assert node.joined()
@@ -289,6 +304,8 @@ def test_first_join_prepares_the_node_and_joins_with_a_private_config(node):
         "kind": "JoinConfiguration",
         "discovery": {"bootstrapToken": {"apiServerEndpoint": ENDPOINT, "token": TOKEN, "caCertHashes": [CA_HASH]}},
         "nodeRegistration": {"name": NODE, "ignorePreflightErrors": ["SystemVerification", "FileExisting"]},
+        # kubeadm's own 5-minute waits, shortened: the script retries around them.
+        "timeouts": {"discovery": "1m0s", "tlsBootstrap": "2m0s"},
     }
     assert (node.calls_dir / "join-config-1.mode").read_text().strip() == "600"
     # The file holding the token is gone once the script ends.
@@ -714,3 +731,54 @@ def test_leave_ends_well_when_the_tenant_is_gone(node):
     assert node.calls("kubeadm") == [["reset", "-f"]]
     assert [call[0] for call in node.calls("kubectl")] == ["delete", "delete", "get"]
     assert "the tenant API server does not answer; nothing to remove" in done.stderr
+
+
+
+def test_an_unreachable_endpoint_fails_fast_with_the_reason(node):
+    done = node.run_join(CURL_PLAN="refused", **{js.ENDPOINT_ATTEMPTS_ENV: "3", js.ENDPOINT_PAUSE_ENV: "0"})
+
+    assert done.returncode == 1
+    assert len(node.calls("curl")) == 3
+    assert node.calls("kubeadm") == []
+    assert f"cannot reach the tenant API server at {ENDPOINT}" in done.stderr
+    assert "Connection refused" in done.stderr
+    assert "management.workerCidrs" in done.stderr
+
+
+def test_endpoint_that_comes_up_late_is_waited_for(node):
+    done = node.run_join(CURL_PLAN="refused ok", **{js.ENDPOINT_PAUSE_ENV: "0"})
+
+    assert done.returncode == 0, done.stderr
+    assert len(node.calls("curl")) == 2
+
+
+def test_a_machine_joined_to_another_cluster_is_refused(node):
+    (node.root / "etc/kubernetes").mkdir(parents=True, exist_ok=True)
+    (node.root / "etc/kubernetes/kubelet.conf").write_text("    server: https://10.9.9.9:6443\n")
+
+    done = node.run_join()
+
+    assert done.returncode == 1
+    assert "already joined to another cluster" in done.stderr
+    assert "https://10.9.9.9:6443" in done.stderr
+    assert node.calls("kubeadm") == []
+
+
+@pytest.mark.parametrize("tool, variable", [("kubeadm", "KUBEADM_VERSION"), ("kubectl", "KUBECTL_VERSION")])
+def test_too_old_kubeadm_or_kubectl_is_refused(node, tool, variable):
+    done = node.run_join(**{variable: "v1.30.2"})
+
+    assert done.returncode == 1
+    assert f"{tool} v1.30" in done.stderr
+    assert "pkgs.k8s.io" in done.stderr
+
+
+def test_ip_forwarding_off_and_not_settable_fails_with_the_fix(node):
+    (node.root / "proc/sys/net/ipv4").mkdir(parents=True, exist_ok=True)
+    (node.root / "proc/sys/net/ipv4/ip_forward").write_text("0\n")
+
+    done = node.run_join()  # no sysctl on this node's PATH
+
+    assert done.returncode == 1
+    assert "sudo sysctl -w net.ipv4.ip_forward=1" in done.stderr
+    assert node.calls("kubeadm") == []

@@ -210,7 +210,7 @@ def test_value_key_check_catches_typos(vendored_kamaji_values, typo):
 
 
 def test_kamaji_values_pin_image_and_size_etcd_for_a_laptop():
-    versions = Versions(kamaji_image="26.9.1-edge")
+    versions = Versions(kamajiImage="26.9.1-edge")
     values = kamaji_values(versions)
     assert values["image"]["tag"] == "26.9.1-edge"
     assert "resources" in values and values["resources"] is None
@@ -256,7 +256,7 @@ def test_values_without_nulls_need_no_yaml_file():
 # The component under mocks
 # --------------------------------------------------------------------------- #
 
-VERSIONS = Versions(cert_manager="v1.21.1", metallb="0.15.3", kamaji_chart="0.0.0+latest", kamaji_image="26.8.2-edge")
+VERSIONS = Versions(certManager="v1.21.1", metallb="0.15.3", kamajiChart="0.0.0+latest", kamajiImage="26.8.2-edge")
 
 
 def _program():
@@ -381,7 +381,7 @@ def test_kamaji_waits_for_cert_manager_but_not_for_metallb(run):
 
 
 def test_versions_come_from_config():
-    versions = Versions(cert_manager="v1.99.0", metallb="0.99.0", kamaji_chart="0.0.1+test", kamaji_image="99.1.1-edge")
+    versions = Versions(certManager="v1.99.0", metallb="0.99.0", kamajiChart="0.0.1+test", kamajiImage="99.1.1-edge")
 
     def program():
         cluster = KindManagementCluster("management", KindManagementClusterArgs("gpu-tenancy", "kindest/node:v1.35.0"))

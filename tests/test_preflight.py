@@ -147,3 +147,22 @@ def test_main_reads_the_stack_file(capsys):
     probes, _ = fake()
     assert preflight.main(["--stack", "dev"], probes) == 0
     assert "no local lab" not in capsys.readouterr().out
+
+
+def test_credentials_in_plain_text_in_a_stack_file_are_flagged():
+    from tools.preflight import check_stack_secrets
+
+    stack = {"config": {
+        "gpu-tenancy:management": {"kubeconfig": {"secure": "v1:abc"}},
+        "gpu-tenancy:tenants": [{"name": "a", "workers": [
+            {"name": "w0", "ssh": {"host": "h", "privateKey": {"secure": "v1:def"}}},
+            {"name": "w1", "ssh": {"host": "h2", "privateKey": "-----BEGIN OPENSSH PRIVATE KEY-----"}},
+        ]}],
+    }}
+    result = check_stack_secrets("prod", stack)
+    assert not result.ok
+    assert result.detail.startswith("tenants[0].workers[1].ssh.privateKey in plain text")
+    assert "BEGIN" not in result.detail + result.fix
+    assert result.fix == "pulumi config set --secret --path 'gpu-tenancy:tenants[0].workers[1].ssh.privateKey' \"$(cat <file>)\""
+    stack["config"]["gpu-tenancy:tenants"][0]["workers"][1]["ssh"]["privateKey"] = {"secure": "v1:ghi"}
+    assert check_stack_secrets("prod", stack).ok

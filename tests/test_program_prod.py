@@ -78,7 +78,8 @@ def test_tenant_isolation_admits_the_worker_cidrs(prod):
     policies = prod.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
     assert len(policies) == 2
     for policy in policies:
-        blocks = [peer["ipBlock"]["cidr"] for peer in policy.inputs["spec"]["ingress"][0]["from"] if "ipBlock" in peer]
+        blocks = [peer["ipBlock"]["cidr"] for rule in policy.inputs["spec"]["ingress"] for peer in rule["from"]
+                  if "ipBlock" in peer]
         assert blocks == ["10.20.0.0/16"]
 
 

@@ -210,7 +210,8 @@ def test_network_policy_is_a_valid_kubernetes_object():
     policy = tenant_spec.isolation_network_policy("tenant-a", [KIND_SUBNET])
     assert _k8s_errors(policy) is None
     broken = yaml.safe_load(yaml.safe_dump(policy))
-    broken["spec"]["ingress"][0]["from"][2]["ipBlock"]["cidrs"] = broken["spec"]["ingress"][0]["from"][2]["ipBlock"].pop("cidr")
+    block = broken["spec"]["ingress"][1]["from"][0]["ipBlock"]
+    block["cidrs"] = block.pop("cidr")
     assert _k8s_errors(broken) is not None
 
 
@@ -343,6 +344,14 @@ def test_quota_lists_only_the_keys_that_are_set(tenants):
     assert tenant_spec.gpu_quota_hard(tenants[1].quota.model_copy(update={"gpus": 0, "memory_mib": None})) == {
         "requests.nvidia.com/gpu": "0"
     }
+
+
+def test_outside_traffic_reaches_only_the_api_and_konnectivity_ports():
+    policy = tenant_spec.isolation_network_policy("tenant-a", [KIND_SUBNET])
+    assert _allowed(policy, "ingress", "elsewhere", "172.18.0.5", port=6443)
+    assert _allowed(policy, "ingress", "elsewhere", "172.18.0.5", port=8132)
+    assert not _allowed(policy, "ingress", "elsewhere", "172.18.0.5", port=10257)  # controller manager
+    assert _allowed(policy, "ingress", "kamaji-system", POD_IP, port=10257)
 
 
 def test_every_worker_network_is_admitted_both_ways():

@@ -182,6 +182,38 @@ def run_checks(probes: Probes = HOST, local_lab: bool = True) -> list[CheckResul
     ]
 
 
+SECRET_LEAVES = ("kubeconfig", "privateKey")
+
+
+def plaintext_secrets(node: object, path: str = "") -> list[str]:
+    """Key paths of credentials a stack file holds in plain text instead of as `secure:` values."""
+    found: list[str] = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            child = f"{path}.{key}" if path else str(key)
+            if key in SECRET_LEAVES and isinstance(value, str):
+                found.append(child)
+            else:
+                found.extend(plaintext_secrets(value, child))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            found.extend(plaintext_secrets(value, f"{path}[{index}]"))
+    return found
+
+
+def check_stack_secrets(stack: str, stack_config: dict) -> CheckResult:
+    name = f"secrets of Pulumi.{stack}.yaml encrypted"
+    config = {key.removeprefix("gpu-tenancy:"): value for key, value in (stack_config.get("config") or {}).items()}
+    leaks = plaintext_secrets(config)
+    if not leaks:
+        return CheckResult(name, True, "no credential in plain text")
+    return CheckResult(
+        name, False,
+        f"{', '.join(leaks)} in plain text: anyone with the file has the credential",
+        " && ".join(f"pulumi config set --secret --path 'gpu-tenancy:{leak}' \"$(cat <file>)\"" for leak in leaks),
+    )
+
+
 def needs_local_lab(stack_config: dict) -> bool:
     """Whether a stack file's `gpu-tenancy` config builds anything on this host (kind cluster or containers)."""
     config = stack_config.get("config") or {}
@@ -215,13 +247,16 @@ def main(argv: Sequence[str] | None = None, probes: Probes = HOST) -> int:
     parser.add_argument("--stack", help="check only what Pulumi.<stack>.yaml needs on this host")
     args = parser.parse_args(argv)
     local_lab = True
+    stack_checks: list[CheckResult] = []
     if args.stack:
         stack_file = Path(__file__).resolve().parent.parent / f"Pulumi.{args.stack}.yaml"
         if stack_file.exists():
-            local_lab = needs_local_lab(yaml.safe_load(stack_file.read_text()) or {})
+            stack_config = yaml.safe_load(stack_file.read_text()) or {}
+            local_lab = needs_local_lab(stack_config)
+            stack_checks.append(check_stack_secrets(args.stack, stack_config))
     if not local_lab:
         print(f"stack {args.stack}: existing management cluster and SSH workers only; no local lab to check")
-    results = run_checks(probes, local_lab)
+    results = [*stack_checks, *run_checks(probes, local_lab)]
     print(render(results))
     return 0 if all(r.ok for r in results) else 1
 
