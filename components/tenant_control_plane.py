@@ -144,22 +144,20 @@ class TenantControlPlane(pulumi.ComponentResource):
         window = tenant_spec.token_window(args.now or datetime.datetime.now(datetime.timezone.utc))
         self.token_expiration = window.expiration_rfc3339
         keepers = {"rotationWindow": window.label}
-        random_opts = pulumi.ResourceOptions(parent=self, additional_secret_outputs=["result"])
-        token_id = random.RandomString(
-            f"{name}-token-id",
-            length=tenant_spec.TOKEN_ID_LENGTH,
-            upper=False,
-            special=False,
-            keepers=keepers,
-            opts=random_opts,
-        )
-        token_secret = random.RandomString(
-            f"{name}-token-secret",
-            length=tenant_spec.TOKEN_SECRET_LENGTH,
-            upper=False,
-            special=False,
-            keepers=keepers,
-            opts=random_opts,
+        # `[a-z0-9]` only: upper case and special characters off (numbers stay on by default).
+        token_id, token_secret = (
+            random.RandomString(
+                f"{name}-{part}",
+                length=length,
+                upper=False,
+                special=False,
+                keepers=keepers,
+                opts=pulumi.ResourceOptions(parent=self, additional_secret_outputs=["result"]),
+            )
+            for part, length in (
+                ("token-id", tenant_spec.TOKEN_ID_LENGTH),
+                ("token-secret", tenant_spec.TOKEN_SECRET_LENGTH),
+            )
         )
         token_parts = pulumi.Output.all(
             pulumi.Output.secret(token_id.result), pulumi.Output.secret(token_secret.result)
