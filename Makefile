@@ -1,4 +1,4 @@
-# gpu-tenancy: `make up` builds the lab, `make test` checks the code.
+# gpu-tenancy: `make up` builds the lab, `make test` checks the code, `make help` lists every target.
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
@@ -9,30 +9,46 @@ STACK ?= dev
 # Extra flags for `pulumi up` / `pulumi destroy`, e.g. PULUMI_FLAGS=--yes
 PULUMI_FLAGS ?=
 STATE_DIR := .pulumi-state
+# Generated, never committed (git-ignored): `make graph TENANTS=N` output.
+BUILD := build
 
-# The local backend encrypts secrets with a passphrase. Unless you provide
-# one, a random passphrase is generated once into .pulumi-passphrase (mode 600,
-# git-ignored): keep it, it is the only key to the secrets in the state.
+# The local backend encrypts secrets with a passphrase. Unless you provide one, a random passphrase is generated
+# once, OUTSIDE the project directory (a copy of the project then holds the encrypted state but not its key):
+# ~/.config/gpu-tenancy/<stack>-<hash of this directory>.passphrase, mode 600. Keep it: it is the only key to the
+# secrets in the state.
+PASSPHRASE_DIR ?= $(HOME)/.config/gpu-tenancy
 ifeq ($(origin PULUMI_CONFIG_PASSPHRASE),undefined)
-export PULUMI_CONFIG_PASSPHRASE_FILE ?= $(CURDIR)/.pulumi-passphrase
+export PULUMI_CONFIG_PASSPHRASE_FILE ?= $(PASSPHRASE_DIR)/$(STACK)-$(shell printf '%s' '$(CURDIR)' | sha256sum | cut -c1-12).passphrase
 endif
 
 # `make graph TENANTS=32` analyses N generated tenants instead of the stack file.
 TENANTS ?=
+# `make kubeconfig TENANT=<name> [ADMIN=1]`
+TENANT ?=
+ADMIN ?=
 
-.PHONY: help venv lint test preflight backend up down verify graph bench e2e kubeconfig
+.PHONY: help venv lint test preflight upstream charts backend pulumi-cli up down status verify graph bench e2e kubeconfig
 
 help:
-	@echo "make up      preflight, local backend, stack '$(STACK)', pulumi up"
-	@echo "make test    create .venv, install pinned dependencies, lint, run the tests"
-	@echo "make down    pulumi destroy the stack '$(STACK)'"
-	@echo "make kubeconfig TENANT=<name>  write <name>.kubeconfig (mode 600) from the stack outputs"
-	@echo "make verify  check the running platform of stack '$(STACK)' (exit 0 = every check holds)"
-	@echo "make graph   resources, longest dependency chain and tenant coupling, without a cluster"
-	@echo "make bench   graph benchmark for 2, 8 and 32 tenants"
-	@echo "make e2e     full lifecycle on this Docker host (up, verify, update, no-op, destroy)"
+	@echo "make up          preflight, the pinned Kamaji chart, local backend, stack '$(STACK)', pulumi up"
+	@echo "make down        pulumi destroy the stack '$(STACK)'"
+	@echo "make status      one table per tenant: endpoint, nodes, cards and slots, what the smoke test proved"
+	@echo "make verify      check the running platform of stack '$(STACK)' (exit 0 = every check holds)"
+	@echo "make kubeconfig TENANT=<name> [ADMIN=1]  write the tenant's user (or admin) kubeconfig, mode 600"
+	@echo "make test        create .venv, install pinned dependencies, lint, run the tests"
+	@echo "make lint        ruff on the Python code, shellcheck on components/scripts/*.sh"
+	@echo "make preflight   check this host and Pulumi.$(STACK).yaml (about a second)"
+	@echo "make upstream    download the pinned upstream reference files (CRDs, chart values), check their sha256"
+	@echo "make charts      download the pinned Kamaji chart (and kamaji-etcd), check every file"
+	@echo "make graph       resources, longest dependency chain and tenant coupling, without a cluster"
+	@echo "make bench       graph and image-pull benchmark for 2, 8 and 32 tenants"
+	@echo "make e2e         full lifecycle on this Docker host (up, verify, update, no-op, destroy)"
+	@echo "make venv | backend | pulumi-cli   the steps the targets above use"
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null || { \
+		echo "$(PYTHON) is not Python 3.10 or newer: install one, then: rm -rf $(VENV) && make <target> PYTHON=python3.12" >&2; \
+		exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	touch $@
@@ -41,35 +57,56 @@ venv: $(VENV)/.installed
 
 lint: venv
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/shellcheck -x components/scripts/*.sh
 
 test: lint
 	$(PY) -m pytest
 
 preflight: venv
-	$(PY) -m tools.preflight --stack $(STACK)
+	$(PY) -m tools.preflight --stack $(STACK) --charts
 
-backend:
+upstream: venv
+	$(PY) -m tools.upstream fetch --group reference
+
+charts: venv
+	$(PY) -m tools.upstream fetch --group chart
+
+pulumi-cli:
+	@command -v pulumi >/dev/null || { echo "the pulumi CLI is not on PATH: curl -fsSL https://get.pulumi.com | sh -s -- --version 3.272.0" >&2; exit 1; }
+
+backend: pulumi-cli venv
 	@mkdir -p $(STATE_DIR)
-	@if [ -n "$${PULUMI_CONFIG_PASSPHRASE_FILE:-}" ] && [ ! -s "$$PULUMI_CONFIG_PASSPHRASE_FILE" ]; then \
-		(umask 077 && $(PY) -c 'import secrets; print(secrets.token_urlsafe(32))' > "$$PULUMI_CONFIG_PASSPHRASE_FILE"); \
-		echo "generated $$PULUMI_CONFIG_PASSPHRASE_FILE (keep it: it decrypts the stack's secrets)"; \
+	@if [ -n "$${PULUMI_CONFIG_PASSPHRASE_FILE:-}" ]; then \
+		if [ -s .pulumi-passphrase ] && [ ! -s "$$PULUMI_CONFIG_PASSPHRASE_FILE" ]; then \
+			echo "found .pulumi-passphrase in the project directory: move it out, next to nothing it protects:" >&2; \
+			echo "  mkdir -p '$(PASSPHRASE_DIR)' && mv .pulumi-passphrase '$$PULUMI_CONFIG_PASSPHRASE_FILE'" >&2; \
+			exit 1; \
+		fi; \
+		$(PY) -m tools.passphrase "$$PULUMI_CONFIG_PASSPHRASE_FILE"; \
 	fi
 	pulumi stack select $(STACK) --create
 
-up: preflight backend
+up: preflight charts backend
 	pulumi up --stack $(STACK) $(PULUMI_FLAGS)
+	@$(PY) -m tools.status --stack $(STACK) || true
 
-down: venv backend
-	pulumi destroy --stack $(STACK) $(PULUMI_FLAGS)
+# A cluster that no longer answers cannot stop a tear-down: its objects are dropped from the state
+# (pulumi-kubernetes reads PULUMI_K8S_DELETE_UNREACHABLE; an adopted cluster's provider refuses it explicitly).
+down: pulumi-cli venv backend
+	PULUMI_K8S_DELETE_UNREACHABLE=true pulumi destroy --stack $(STACK) $(PULUMI_FLAGS)
 
-verify: venv
+status: pulumi-cli venv
+	$(PY) -m tools.status --stack $(STACK)
+
+verify: pulumi-cli venv
 	$(PY) -m tools.verify --stack $(STACK)
 
 graph: venv
 ifeq ($(TENANTS),)
 	$(PY) -m tools.graph --stack $(STACK) --mermaid docs/dependency-graph.md
 else
-	$(PY) -m tools.graph --tenants $(TENANTS) --mermaid dependency-graph-$(TENANTS).md
+	@mkdir -p $(BUILD)
+	$(PY) -m tools.graph --tenants $(TENANTS) --mermaid $(BUILD)/dependency-graph-$(TENANTS).md
 endif
 
 bench: venv
@@ -78,8 +115,6 @@ bench: venv
 e2e: venv
 	GPU_TENANCY_E2E=1 $(PY) -m pytest -m e2e tests/e2e -v -rs
 
-kubeconfig: venv
-	@test -n "$(TENANT)" || { echo "usage: make kubeconfig TENANT=<tenant name>" >&2; exit 2; }
-	@umask 077 && pulumi stack output tenantKubeconfigs --show-secrets --json --stack $(STACK) \
-		| $(PY) -c 'import json, sys; print(json.load(sys.stdin)[sys.argv[1]])' "$(TENANT)" > "$(TENANT).kubeconfig"
-	@echo "wrote $(TENANT).kubeconfig (tenant admin credentials: keep it private)"
+kubeconfig: pulumi-cli venv
+	@test -n "$(TENANT)" || { echo "usage: make kubeconfig TENANT=<tenant name> [ADMIN=1]" >&2; exit 2; }
+	@$(PY) -m tools.kubeconfig --stack $(STACK) --tenant '$(TENANT)' $(if $(ADMIN),--admin)

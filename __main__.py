@@ -2,19 +2,19 @@
 
 Reads and validates the stack configuration before any resource exists, then
 builds the layers top-down: kind management cluster -> Kamaji -> one hosted
-control plane per tenant -> its worker nodes -> HAMi with simulated GPUs and
-the in-stack smoke test. Tenants never depend on each other.
+control plane per tenant -> its worker nodes -> Calico -> HAMi with simulated
+GPUs and the in-stack smoke test. Tenants never depend on each other.
 """
 
 import pulumi
 
 from components.hami import GpuNode, HamiMockGpu, HamiMockGpuArgs
-from components.kamaji import Kamaji, KamajiArgs
+from components.kamaji import ETCD_CHART_DIR, Kamaji, KamajiArgs
 from components.kind_cluster import KindManagementCluster, KindManagementClusterArgs
 from components.naming import node_name
 from components.plan import plan_summary
 from components.tenant_control_plane import TenantCni, TenantCniArgs, TenantControlPlane, TenantControlPlaneArgs
-from components.worker_node import WorkerNode, WorkerNodeArgs
+from components.worker_node import TenantAccess, WorkerNode, WorkerNodeArgs, worker_image
 from config import read_stack_config
 
 config = read_stack_config()
@@ -33,40 +33,55 @@ kamaji = Kamaji(
     "kamaji",
     KamajiArgs(
         provider=management.provider,
+        kubeconfig=management.kubeconfig,
         kind_subnet=management.kind_subnet,
         versions=config.versions,
         load_balancer_pool=config.management.load_balancer_pool,
+        deleted_with=management.cluster,
     ),
 )
 
 tenant_outputs = {}
-tenant_kubeconfigs = {}
-tenant_join_tokens = {}
+admin_kubeconfigs = {}
+user_kubeconfigs = {}
 for tenant in config.tenants:
     control_plane = TenantControlPlane(
         tenant.name,
         TenantControlPlaneArgs(
             tenant=tenant,
             management_provider=management.provider,
+            management_kubeconfig=management.kubeconfig,
             worker_networks=management.worker_networks,
-            datastore_name=kamaji.datastore_name,
+            operator_cidrs=config.management.operator_cidrs,
+            shared_datastore=kamaji.datastore_name,
             versions=config.versions,
+            etcd_chart=ETCD_CHART_DIR,
             depends_on=kamaji.ready,
+            deleted_with=management.cluster,
         ),
     )
+    access = TenantAccess(
+        name=tenant.name,
+        namespace=control_plane.namespace,
+        kubernetes_version=tenant.kubernetes_version,
+        endpoint=control_plane.endpoint,
+        ca_certificate=control_plane.ca_certificate,
+        discovery_hash=control_plane.discovery_hash,
+        operator_kubeconfig=control_plane.operator_kubeconfig,
+        management_kubeconfig=management.kubeconfig,
+        control_plane=control_plane.tcp,
+    )
+    has_containers = any(worker.ssh is None for worker in tenant.workers)
+    image = worker_image(tenant) if has_containers else None
     workers = [
         WorkerNode(
             node_name(tenant.name, worker.name),
             WorkerNodeArgs(
-                tenant_name=tenant.name,
+                tenant=access,
                 worker=worker,
-                kubernetes_version=tenant.kubernetes_version,
-                endpoint=control_plane.endpoint,
-                join_token=control_plane.join_token,
-                discovery_hash=control_plane.discovery_hash,
-                tenant_kubeconfig=control_plane.kubeconfig,
+                image=image,
                 # Container workers sit on the kind network, which exists only once the cluster does.
-                management_cluster=management,
+                management_cluster=management.cluster,
                 network_name=management.network_name,
             ),
         )
@@ -79,7 +94,8 @@ for tenant in config.tenants:
             tenant_provider=control_plane.provider,
             endpoint=control_plane.endpoint,
             versions=config.versions,
-            depends_on=[node.join for node in workers],
+            depends_on=[node.registered for node in workers],
+            deleted_with=control_plane.tcp,
         ),
     )
     gpus = HamiMockGpu(
@@ -90,17 +106,16 @@ for tenant in config.tenants:
             smoke_test=config.smoke_test,
             versions=config.versions,
             tenant_provider=control_plane.provider,
-            tenant_kubeconfig=control_plane.kubeconfig,
+            operator_kubeconfig=control_plane.operator_kubeconfig,
+            management_kubeconfig=management.kubeconfig,
+            control_plane_namespace=control_plane.namespace,
+            control_plane=control_plane.tcp,
             nodes=[
-                GpuNode(
-                    worker=worker,
-                    node_name=node.node_name,
-                    access=node.access,
-                    joined=node.join,
-                )
+                GpuNode(worker=worker, access=node.access, registered=node.registered)
                 for worker, node in zip(tenant.workers, workers, strict=True)
             ],
             depends_on=cni.releases,
+            runtime_class_name=config.nvidia.runtime_class_name if config.nvidia else None,
         ),
     )
     tenant_outputs[tenant.name] = {
@@ -108,13 +123,13 @@ for tenant in config.tenants:
         "controlPlane": control_plane.tenant_name,
         "endpoint": control_plane.endpoint,
         "discoveryHash": control_plane.discovery_hash,
-        "joinTokenExpiration": control_plane.token_expiration,
+        "dataStore": control_plane.datastore,
         "nodes": gpus.node_names,
         "gpuCapacity": gpus.gpu_capacity,
         "smokeTest": gpus.smoke_test,
     }
-    tenant_kubeconfigs[tenant.name] = control_plane.kubeconfig
-    tenant_join_tokens[tenant.name] = control_plane.join_token
+    admin_kubeconfigs[tenant.name] = control_plane.admin_kubeconfig
+    user_kubeconfigs[tenant.name] = control_plane.user_kubeconfig
 
 pulumi.export("plan", plan_summary(config))
 pulumi.export("managementKubeconfig", management.kubeconfig)
@@ -123,5 +138,6 @@ pulumi.export("workerNetworks", management.worker_networks)
 pulumi.export("lbPoolRange", kamaji.lb_pool_range)
 pulumi.export("tenants", tenant_outputs)
 # Secrets in their own outputs, so `tenants` stays readable without --show-secrets.
-pulumi.export("tenantKubeconfigs", pulumi.Output.secret(tenant_kubeconfigs))
-pulumi.export("tenantJoinTokens", pulumi.Output.secret(tenant_join_tokens))
+# The tenants' users get the restricted credential; the admin one is the operator's.
+pulumi.export("tenantKubeconfigs", pulumi.Output.secret(user_kubeconfigs))
+pulumi.export("tenantAdminKubeconfigs", pulumi.Output.secret(admin_kubeconfigs))

@@ -29,8 +29,9 @@ class SmokeTestError(RuntimeError):
     """The smoke-test pod exists but the evidence shows a broken link in the GPU path."""
 
 
-def smoke_pod_manifest(smoke: SmokeTest, image: str) -> dict[str, Any]:
-    """`metadata` and `spec` of the smoke-test pod: a fractional GPU request, as a user would write it."""
+def smoke_pod_manifest(smoke: SmokeTest, image: str, node_name: str) -> dict[str, Any]:
+    """`metadata` and `spec` of the smoke-test pod: a fractional GPU request, as a user would write it, pinned
+    by a node selector to `node_name` (`SmokeTest.worker_in` says why)."""
     return {
         "metadata": {
             "name": SMOKE_POD_NAME,
@@ -39,6 +40,7 @@ def smoke_pod_manifest(smoke: SmokeTest, image: str) -> dict[str, Any]:
         },
         "spec": {
             # No schedulerName and no nodeName: HAMi's webhook must set the former and rejects the latter.
+            "nodeSelector": {"kubernetes.io/hostname": node_name},
             "automountServiceAccountToken": False,
             "terminationGracePeriodSeconds": 0,
             "securityContext": {
@@ -92,8 +94,28 @@ def observed_pod(metadata: Mapping[str, Any] | None, spec: Mapping[str, Any] | N
     }
 
 
-def check_smoke_evidence(pod: Mapping[str, Any], tenant: str, resource: str = "") -> dict[str, Any]:
-    """Evidence that `pod` went through HAMi's webhook and scheduler; raises SmokeTestError naming the broken link."""
+def planned_evidence(smoke: SmokeTest) -> dict[str, Any]:
+    """What a preview shows for the proof: the update checks the pod it creates, a preview has none to check."""
+    return {
+        "pod": f"{SMOKE_POD_NAMESPACE}/{SMOKE_POD_NAME}",
+        "proves": (f"checked after the pod runs: HAMi's webhook sets schedulerName {HAMI_SCHEDULER_NAME}, its "
+                   f"scheduler allocates {smoke.gpus} GPU(s) with {smoke.memory_mib} MiB and {smoke.cores}% cores, "
+                   "and the node advertises the device plugin's nvidia.com/gpumem and gpucores"),
+    }
+
+
+# What HAMi's mock device plugin registers with the kubelet (Project-HAMi/mock-device-plugin v1.0.1
+# nvidia/device.go): a node without them has no working plugin, yet the kubelet would still run the pod, because
+# it drops extended requests a node does not advertise (pkg/kubelet/lifecycle/predicate.go).
+PLUGIN_RESOURCES = ("nvidia.com/gpumem", "nvidia.com/gpucores")
+
+
+def check_smoke_evidence(
+    pod: Mapping[str, Any], tenant: str, resource: str = "", node_status: Mapping[str, Any] | None = None,
+    mock: bool = True,
+) -> dict[str, Any]:
+    """Evidence that `pod` went through HAMi's webhook, scheduler and (in mock mode) the mock device plugin on its
+    node; raises SmokeTestError naming the broken link."""
     metadata = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     annotations = metadata.get("annotations") or {}
@@ -133,9 +155,20 @@ def check_smoke_evidence(pod: Mapping[str, Any], tenant: str, resource: str = ""
             "by HAMi's scheduler extender (check the hami-scheduler pod logs in kube-system)." + retry
         )
 
+    allocatable = dict(_field(node_status, "allocatable", "allocatable") or {})
+    if mock:
+        absent = [key for key in PLUGIN_RESOURCES if not allocatable.get(key)]
+        if absent:
+            raise SmokeTestError(
+                f"{where} was scheduled onto {vgpu_node}, but that node advertises no {', '.join(absent)}: HAMi's mock "
+                "device plugin registered nothing there (kubectl -n kube-system logs -l "
+                "app.kubernetes.io/component=hami-mock-device-plugin; it needs the node's nvidia.com/gpu capacity "
+                f"and the {REGISTER_ANNOTATION} annotation)." + retry
+            )
     return {
         "pod": name,
         "node": node or vgpu_node,
         "schedulerName": scheduler,
         "devicesAllocated": annotations[DEVICES_ALLOCATED_ANNOTATION],
+        "nodeResources": {key: str(allocatable[key]) for key in PLUGIN_RESOURCES if key in allocatable},
     }

@@ -12,10 +12,13 @@ from typing import Any, Literal
 import yaml
 
 from components.helm import Chart
+from components.images import kubernetes_image_tag
 from config import Versions
 
 HAMI_CHART_REPO = "https://project-hami.github.io/HAMi/"
-# Release name and namespace the mock plugin's ConfigMap name (`hami-scheduler-device`) assumes.
+# The chart derives its object names from the release name (`hami-scheduler`, `hami-webhook`, and the mock
+# plugin's ConfigMap `<fullname>-scheduler-device`, templates/device-plugin/daemonsetmock.yaml); the docs and
+# every kubectl hint use these names.
 HAMI_RELEASE = "hami"
 HAMI_NAMESPACE = "kube-system"
 HAMI_CHART = Chart(HAMI_RELEASE, "hami", HAMI_CHART_REPO, HAMI_NAMESPACE)
@@ -82,18 +85,26 @@ def device_config_yaml() -> str:
     return yaml.safe_dump(nvidia_device_config(), sort_keys=False)
 
 
-def hami_values(gpu_mode: GpuMode, kubernetes_version: str, versions: Versions) -> dict[str, Any]:
+def hami_values(
+    gpu_mode: GpuMode, kubernetes_version: str, versions: Versions, runtime_class_name: str | None = None
+) -> dict[str, Any]:
     """Values for the `hami` chart in a tenant running `kubernetes_version`."""
     if gpu_mode not in ("mock", "nvidia"):
         raise ValueError(f"gpuMode must be 'mock' or 'nvidia', got {gpu_mode!r}")
     mock = gpu_mode == "mock"
+    # The real device plugin finds the pod it allocates for through the node lock (pkg/device-plugin/.../
+    # server.go getPendingPod -> util.GetAllocatePodByNode): a short timeout would hand one pod's lock, and
+    # devices, to the next. Only the mock plugin, which never releases the lock, needs it short.
+    extender_args = [*EXTENDER_DEFAULT_ARGS, *([f"--node-lock-timeout={NODE_LOCK_TIMEOUT}"] if mock else [])]
     values: dict[str, Any] = {
         "scheduler": {
             "kubeScheduler": {
                 # The scheduler must match the tenant's API server version.
-                "image": {"registry": "registry.k8s.io", "repository": "kube-scheduler", "tag": kubernetes_version},
+                "image": {"registry": "registry.k8s.io", "repository": "kube-scheduler",
+                          # charts/hami _helpers.tpl joins registry/repository:tag, so a tag@digest pins it.
+                          "tag": kubernetes_image_tag("kube-scheduler", kubernetes_version)},
             },
-            "extender": {"extraArgs": [*EXTENDER_DEFAULT_ARGS, f"--node-lock-timeout={NODE_LOCK_TIMEOUT}"]},
+            "extender": {"extraArgs": extender_args},
             "admissionWebhook": {
                 # Default Ignore would admit GPU pods unmutated when the tunnel is down (facts §7).
                 "failurePolicy": "Fail",
@@ -106,4 +117,8 @@ def hami_values(gpu_mode: GpuMode, kubernetes_version: str, versions: Versions) 
     if mock:
         values["mockDevicePlugin"]["image"] = {"tag": versions.mock_device_plugin}
         values["device-config"] = {"content": device_config_yaml()}
+    elif runtime_class_name:
+        # templates/device-plugin/runtime-class.yaml creates it with handler `nvidia`; the webhook puts it on GPU
+        # pods and the device plugin runs with it (daemonsetnvidia.yaml).
+        values["devicePlugin"].update(runtimeClassName=runtime_class_name, createRuntimeClass=True)
     return values

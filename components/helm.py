@@ -17,7 +17,7 @@ import yaml
 @dataclass(frozen=True)
 class Chart:
     release: str  # Helm release name, set exactly (no random suffix)
-    chart: str
+    chart: str  # chart name in `repo`, or a local chart directory when `repo` is empty
     repo: str
     namespace: str
 
@@ -59,20 +59,26 @@ def helm_release(
     resource_name: str,
     chart: Chart,
     *,
-    version: str,
+    version: str | None,
     timeout: int,
     opts: pulumi.ResourceOptions,
     values: pulumi.Input[dict[str, Any]] | None = None,
     create_namespace: bool = False,
 ) -> k8s.helm.v3.Release:
-    """Install `chart` and wait (`skip_await=False`) for its workloads and hooks, up to `timeout` seconds."""
+    """Install `chart` and wait (`skip_await=False`) for its workloads and hooks, up to `timeout` seconds.
+
+    A chart without `repo` is a local directory (its version is the one in its Chart.yaml); pulumi-kubernetes
+    resolves it relative to the project directory (helm_release.go localChart).
+    """
     value_args = helm_values_args(values) if isinstance(values, dict) else {"values": values}
+    source: dict[str, Any] = {"version": version}
+    if chart.repo:
+        source["repository_opts"] = k8s.helm.v3.RepositoryOptsArgs(repo=chart.repo)
     return k8s.helm.v3.Release(
         resource_name,
         name=chart.release,
         chart=chart.chart,
-        version=version,
-        repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=chart.repo),
+        **source,
         namespace=chart.namespace,
         create_namespace=create_namespace,
         skip_await=False,

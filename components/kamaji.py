@@ -2,8 +2,19 @@
 
 Order, all on the management Provider:
 
-    cert-manager ──────────────────────────────► Kamaji (+ kamaji-etcd, DataStore `default`)
+    cert-manager ─► Kamaji (+ kamaji-etcd) ─► DataStore `default` ─► webhook answers ─► TenantControlPlanes
     Namespace metallb-system ─► MetalLB ─► IPAddressPool + L2Advertisement   (only with a pool)
+
+Kamaji's chart is `charts/kamaji` at the tag of the pinned image, with kamaji-etcd at the version its
+Chart.lock locks, fetched and verified by `make charts` (tools/upstream.py): the published chart is a
+`0.0.0+latest` republished from master on every push, whose templates and CRDs drift from a pinned image.
+
+The `default` DataStore is this program's own object, not the chart's: Helm's uninstall deletes unknown kinds
+last, after Kamaji's controller, and then waits for the DataStore whose finalizer only that controller removes
+(helm pkg/releaseutil/kind_sorter.go, pkg/action/uninstall.go; clastix/kamaji controllers/datastore_controller.go).
+Owned here, it is deleted after the TenantControlPlanes and before the Kamaji release, while the controller runs.
+In kind mode every object on the cluster is `deleted_with` the cluster: tear-down deletes the cluster, not each
+object in it, and works when the cluster was already deleted by hand.
 
 The pool is `management.loadBalancerPool` if set, else (kind cluster) carved
 from the kind subnet. An adopted cluster without a pool gets no MetalLB at all:
@@ -20,11 +31,12 @@ is what makes the edges above real readiness conditions:
 - MetalLB's controller serves its webhook and its readiness endpoint together
   (metallb/metallb internal/k8s/k8s.go, v0.15.3), so a Ready controller means
   `metallb-webhook-service` answers the pool's validation.
-- kamaji-etcd renders the `default` DataStore as a plain manifest of the
-  release and its post-install Job waits for the etcd StatefulSet rollout
-  (clastix/kamaji-etcd charts/kamaji-etcd/templates/etcd_datastore.yaml,
-  etcd_job_preinstall_2.yaml, v0.15.0 as locked in kamaji's Chart.lock), so a
-  finished Kamaji release means the DataStore exists and etcd answers.
+- kamaji-etcd's post-install Job waits for the etcd StatefulSet rollout
+  (clastix/kamaji-etcd charts/kamaji-etcd/templates/etcd_job_preinstall_2.yaml,
+  v0.15.0), so a finished Kamaji release means etcd answers.
+- Kamaji's readiness probe does not cover its webhook server, so a dynamic resource
+  waits until a server-side dry run of a TenantControlPlane gets an answer
+  (components.tenant_api.KamajiWebhookReadyProvider).
 """
 
 from __future__ import annotations
@@ -37,6 +49,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 import config
+from components import tenant_api, tenant_spec
 from components.helm import Chart, helm_release
 from components.naming import COMPONENT_PREFIX
 
@@ -46,9 +59,14 @@ METALLB_CHART = Chart("metallb", "metallb", "https://metallb.github.io/metallb",
 KAMAJI_NAMESPACE = "kamaji-system"
 # The CRDs hard-code kamaji-system/kamaji-webhook-service and kamaji-serving-cert (facts §2).
 KAMAJI_RELEASE_NAME = "kamaji"
-KAMAJI_CHART = Chart(KAMAJI_RELEASE_NAME, "kamaji", "https://clastix.github.io/charts", KAMAJI_NAMESPACE)
-# The DataStore kamaji-etcd creates and TenantControlPlanes use when they name none.
+# A local chart directory (relative to the project root), fetched by `make charts`.
+KAMAJI_CHART_DIR = "./.cache/charts/kamaji"
+KAMAJI_CHART = Chart(KAMAJI_RELEASE_NAME, KAMAJI_CHART_DIR, "", KAMAJI_NAMESPACE)
+# kamaji-etcd as the Kamaji chart vendors it (for tenants' dedicated data stores).
+ETCD_CHART_DIR = f"{KAMAJI_CHART_DIR}/charts/kamaji-etcd"
+# The shared DataStore, and Kamaji's default for TenantControlPlanes that name none.
 DEFAULT_DATASTORE = "default"
+SHARED_ETCD_REPLICAS = 1
 LB_POOL_NAME = "kind-ip-pool"
 # On a cluster we did not create the pool holds tenant API server addresses, not kind's.
 ADOPTED_LB_POOL_NAME = "tenant-control-planes"
@@ -185,10 +203,31 @@ def kamaji_values(versions: config.Versions) -> dict[str, Any]:
         "kamaji-etcd": {
             # Laptop-sized etcd: one member instead of three, a small volume, and the
             # space alarm set below the volume size (chart default is 8Gi for both).
-            "replicas": 1,
+            "replicas": SHARED_ETCD_REPLICAS,
             "persistentVolumeClaim": {"size": "2Gi"},
             "quotaBackendBytes": str(1024**3),
-            "datastore": {"enabled": True, "name": DEFAULT_DATASTORE},
+            # The DataStore object is this program's (see the module docstring).
+            "datastore": {"enabled": False},
+        },
+    }
+
+
+def etcd_network_policy() -> dict[str, Any]:
+    """Only Kamaji and the tenants' control planes (namespaces labelled part-of gpu-tenancy) reach the shared
+    etcd's client port; peers reach each other. kamaji-etcd's pods carry app.kubernetes.io/name: kamaji-etcd
+    (charts/kamaji-etcd/templates/_helpers.tpl etcd.selectorLabels)."""
+    from components.tenant_spec import NAMESPACE_NAME_LABEL, PART_OF, PART_OF_LABEL
+
+    return {
+        "metadata": {"name": "kamaji-etcd-clients", "namespace": KAMAJI_NAMESPACE, "labels": {PART_OF_LABEL: PART_OF}},
+        "spec": {
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "kamaji-etcd"}},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": [{"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: KAMAJI_NAMESPACE}}}]},
+                {"from": [{"namespaceSelector": {"matchLabels": {PART_OF_LABEL: PART_OF}}}],
+                 "ports": [{"protocol": "TCP", "port": 2379}]},
+            ],
         },
     }
 
@@ -196,12 +235,18 @@ def kamaji_values(versions: config.Versions) -> dict[str, Any]:
 @dataclass
 class KamajiArgs:
     provider: k8s.Provider
+    # The management cluster's kubeconfig (secret), for the host-side wait on Kamaji's webhook.
+    kubeconfig: pulumi.Input[str]
     # IPv4 subnet of the kind network; None on an adopted cluster (one this stack did not create).
     kind_subnet: pulumi.Input[str] | None
     versions: config.Versions
     # `management.loadBalancerPool`: MetalLB's range; None means carve it from the kind subnet, or (adopted
     # cluster) install no MetalLB because the cluster provides LoadBalancer Services itself.
     load_balancer_pool: str | None = None
+    # Kind mode: the cluster command; every object on the cluster goes with it.
+    deleted_with: pulumi.Resource | None = None
+    # The version the webhook probe asks for (any version Kamaji accepts).
+    probe_version: str = config.models.DEFAULT_KUBERNETES_VERSION
 
 
 class Kamaji(pulumi.ComponentResource):
@@ -217,6 +262,7 @@ class Kamaji(pulumi.ComponentResource):
     def __init__(self, name: str, args: KamajiArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(f"{COMPONENT_PREFIX}:Kamaji", name, None, opts)
         self.provider = args.provider
+        self._deleted_with = args.deleted_with
         versions = args.versions
         adopted = args.kind_subnet is None
 
@@ -231,16 +277,31 @@ class Kamaji(pulumi.ComponentResource):
         self.release = helm_release(
             f"{name}-kamaji",
             KAMAJI_CHART,
-            version=versions.kamaji_chart,
+            version=None,
             values=kamaji_values(versions),
             timeout=KAMAJI_TIMEOUT,
             # The chart renders cert-manager Issuer/Certificate objects.
             **self._release_namespace(f"{name}-kamaji-namespace", KAMAJI_NAMESPACE, adopted, [cert_manager]),
         )
+        manifest = tenant_spec.datastore_manifest(
+            DEFAULT_DATASTORE, tenant_spec.shared_datastore_spec(KAMAJI_NAMESPACE, SHARED_ETCD_REPLICAS))
+        datastore = k8s.apiextensions.CustomResource(
+            f"{name}-datastore", api_version=manifest["apiVersion"], kind=manifest["kind"],
+            metadata=manifest["metadata"], spec=manifest["spec"], opts=self._child([self.release]),
+        )
+        k8s.networking.v1.NetworkPolicy(
+            f"{name}-etcd-clients", **etcd_network_policy(), opts=self._child([self.release]),
+        )
+        self.webhook = tenant_api.resource(
+            tenant_api.KamajiWebhookReadyProvider(), f"{name}-webhook-ready",
+            {"kubeconfig": args.kubeconfig, "namespace": KAMAJI_NAMESPACE, "datastore": DEFAULT_DATASTORE,
+             "version": args.probe_version, "release": self.release.id},
+            pulumi.ResourceOptions(parent=self, depends_on=[datastore], deleted_with=args.deleted_with),
+        )
         # TenantControlPlanes need Kamaji's webhook and DataStore, and (with MetalLB) an address from the pool.
-        self.ready = [self.release]
+        self.ready = [self.webhook, datastore]
         # Derived from resource outputs, so consumers of these values wait for those resources.
-        self.datastore_name = self.release.id.apply(lambda _: DEFAULT_DATASTORE)
+        self.datastore_name = datastore.metadata.apply(lambda m: m["name"])
 
         self.lb_pool_range = None
         if adopted and args.load_balancer_pool is not None:
@@ -264,7 +325,8 @@ class Kamaji(pulumi.ComponentResource):
         )
 
     def _child(self, depends_on: list[pulumi.Resource] | None = None) -> pulumi.ResourceOptions:
-        return pulumi.ResourceOptions(parent=self, provider=self.provider, depends_on=depends_on)
+        return pulumi.ResourceOptions(parent=self, provider=self.provider, depends_on=depends_on,
+                                      deleted_with=self._deleted_with)
 
     def _release_namespace(
         self, resource_name: str, namespace: str, adopted: bool, depends_on: list[pulumi.Resource] | None = None

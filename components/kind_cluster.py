@@ -1,88 +1,84 @@
 """The management cluster: a kind cluster this stack creates, or an existing cluster it adopts.
 
-Kind mode: one `pulumi-command` Command creates (or reuses) the cluster and
-prints its kubeconfig, so a replaced cluster always comes with a fresh
-kubeconfig. The kind config travels on the command's stdin (`kind create
-cluster --config -`) and is also its replacement trigger: changing the cluster
-name or node image shows in `pulumi preview` and replaces the cluster (delete
-first, because the new cluster has the same name), which also replaces
-everything inside it.
+Kind mode: one `pulumi-command` Command runs components/scripts/kind-create.sh, which creates the cluster
+(or reuses one that carries this stack's marker label, and refuses any other), waits until its node is Ready,
+and prints the kind network's address ranges and the kubeconfig, so a replaced cluster always comes with a
+fresh kubeconfig and the subnet comes from the same Docker the cluster runs on. kind writes its own
+kubeconfig to a private file (the operator's ~/.kube/config and current context are left alone). The kind
+config travels on stdin (`kind create cluster --config -`) and is also the replacement trigger: changing the
+cluster name or node image shows in `pulumi preview` and replaces the cluster (delete first, because the new
+cluster has the same name), and everything inside it with it.
 
-Adopt mode (`kubeconfig` given): only a Provider for that cluster. Nothing is
-run on the host and nothing in the cluster is created or deleted by this
-component; later layers delete only the objects they created themselves.
+Adopt mode (`kubeconfig` given): only a Provider for that cluster. Nothing is run on the host and nothing in
+the cluster is created or deleted by this component; later layers delete only the objects they created.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import shlex
+import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
 import pulumi_command as command
-import pulumi_docker as docker
 import pulumi_kubernetes as k8s
 import yaml
 
+from components import node_scripts
 from components.naming import COMPONENT_PREFIX, KIND_NETWORK
 
-# Pin kind's node provider: the subnet lookup below reads the *docker* network
-# (kind would otherwise pick podman when docker is missing).
+# Pin kind's node provider: the subnet comes from the *docker* network (kind would otherwise pick podman when
+# docker is missing).
 KIND_ENVIRONMENT = {"KIND_EXPERIMENTAL_PROVIDER": "docker"}
-# `kind create cluster --wait`: return only once the control-plane node is Ready.
-KIND_WAIT = "5m"
+# How long kind-create.sh waits for the control-plane node to become Ready.
+KIND_WAIT_SECONDS = 300
+# The node label that says which stack created a kind cluster (checked before reusing or deleting one).
+STACK_LABEL = "gpu-tenancy.io/stack"
 
 
-def kind_config(cluster_name: str, node_image: str) -> dict[str, Any]:
-    """kind's Cluster config: one control-plane node, API server only on the loopback interface."""
+def stack_marker(project: str, stack: str) -> str:
+    """The value of STACK_LABEL for a stack: a Kubernetes label value (63 characters of [A-Za-z0-9._-])."""
+    value = re.sub(r"[^A-Za-z0-9._-]", "-", f"{project}.{stack}").strip("-._")
+    return value[:63].rstrip("-._") or "gpu-tenancy"
+
+
+def kind_config(cluster_name: str, node_image: str, marker: str) -> dict[str, Any]:
+    """kind's Cluster config: one control-plane node labelled with this stack, API server on loopback only."""
     return {
         "kind": "Cluster",
         "apiVersion": "kind.x-k8s.io/v1alpha4",
         "name": cluster_name,
         # kind's default, spelled out: the management API is not exposed to the LAN.
         "networking": {"apiServerAddress": "127.0.0.1"},
-        "nodes": [{"role": "control-plane", "image": node_image}],
+        "nodes": [{"role": "control-plane", "image": node_image, "labels": {STACK_LABEL: marker}}],
     }
 
 
-def kind_config_yaml(cluster_name: str, node_image: str) -> str:
-    return yaml.safe_dump(kind_config(cluster_name, node_image), sort_keys=False)
+def kind_config_yaml(cluster_name: str, node_image: str, marker: str) -> str:
+    return yaml.safe_dump(kind_config(cluster_name, node_image, marker), sort_keys=False)
 
 
-def _if_cluster_exists(cluster_name: str) -> str:
-    # Outside the `if`, so `set -e` stops on a failing `kind get clusters` (docker unreachable);
-    # an empty list is not an error.
-    return f'existing="$(kind get clusters)"\nif grep -qxF -- {shlex.quote(cluster_name)} <<<"$existing"; then'
+@dataclass(frozen=True)
+class KindOutput:
+    """What kind-create.sh prints: the kind network's IPAM entries (line 1), then the kubeconfig."""
+
+    subnets: list[str]
+    kubeconfig: str
 
 
-def create_script(cluster_name: str) -> str:
-    """Create the cluster from the kind config on stdin unless it exists; print only its kubeconfig on stdout."""
-    name = shlex.quote(cluster_name)
-    return f"""\
-set -euo pipefail
-{_if_cluster_exists(cluster_name)}
-  printf 'kind cluster %s already exists: reusing it\\n' {name} >&2
-else
-  kind create cluster --name {name} --config - --wait {KIND_WAIT} >&2
-fi
-kind get kubeconfig --name {name}
-"""
-
-
-def delete_script(cluster_name: str) -> str:
-    """Delete the cluster; a cluster that is already gone is not an error."""
-    name = shlex.quote(cluster_name)
-    return f"""\
-set -euo pipefail
-{_if_cluster_exists(cluster_name)}
-  kind delete cluster --name {name} >&2
-else
-  printf 'kind cluster %s does not exist: nothing to delete\\n' {name} >&2
-fi
-"""
+def parse_create_output(stdout: str) -> KindOutput:
+    first, _, kubeconfig = stdout.partition("\n")
+    try:
+        entries = json.loads(first)
+    except ValueError:
+        raise ValueError("kind-create.sh printed no IPAM line for the kind network (expected JSON first)") from None
+    subnets = [entry.get("Subnet") for entry in entries or [] if isinstance(entry, dict)]
+    if not kubeconfig.strip():
+        raise ValueError("kind-create.sh printed no kubeconfig")
+    return KindOutput(subnets=[s for s in subnets if s], kubeconfig=kubeconfig)
 
 
 def ipv4_subnet(subnets: Sequence[str | None], network: str = KIND_NETWORK) -> str:
@@ -179,6 +175,8 @@ class KindManagementCluster(pulumi.ComponentResource):
     cluster_name: str
     network_name: str
     adopted: bool
+    # The kind cluster command (None for an adopted cluster): objects in the cluster are deleted with it.
+    cluster: command.local.Command | None
     kubeconfig: pulumi.Output[str]
     provider: k8s.Provider
     # IPv4 subnet of the docker `kind` network; None for an adopted cluster.
@@ -189,6 +187,7 @@ class KindManagementCluster(pulumi.ComponentResource):
         super().__init__(f"{COMPONENT_PREFIX}:KindManagementCluster", name, None, opts)
         self.network_name = KIND_NETWORK
         self.adopted = args.kubeconfig is not None
+        self.cluster = None
         if args.kubeconfig is not None:
             self._adopt(name, args, args.kubeconfig)
         else:
@@ -233,45 +232,39 @@ class KindManagementCluster(pulumi.ComponentResource):
 
     def _create_kind_cluster(self, name: str, args: KindManagementClusterArgs) -> None:
         self.cluster_name = args.cluster_name
-        config = kind_config_yaml(args.cluster_name, args.node_image)
-
-        cluster = command.local.Command(
+        marker = stack_marker(pulumi.get_project(), pulumi.get_stack())
+        config = kind_config_yaml(args.cluster_name, args.node_image, marker)
+        environment = {
+            **KIND_ENVIRONMENT,
+            node_scripts.KIND_CLUSTER_NAME_ENV: args.cluster_name,
+            node_scripts.KIND_STACK_MARKER_ENV: marker,
+            node_scripts.KIND_WAIT_SECONDS_ENV: str(KIND_WAIT_SECONDS),
+        }
+        self.cluster = command.local.Command(
             f"{name}-kind",
-            create=create_script(args.cluster_name),
-            delete=delete_script(args.cluster_name),
+            create=node_scripts.script_text(node_scripts.KIND_CREATE),
+            delete=node_scripts.script_text(node_scripts.KIND_DELETE),
             stdin=config,
-            environment=KIND_ENVIRONMENT,
+            environment=environment,
             interpreter=["/bin/bash", "-c"],
             # Only a config change replaces the cluster; edits to the script text re-run the idempotent create.
             triggers=[config],
-            # stdout is the admin kubeconfig: never logged, and not handed back to the delete
-            # command as PULUMI_COMMAND_STDOUT.
-            logging=command.local.Logging.NONE,
+            # stdout holds the admin kubeconfig: never logged, and not handed back to the delete command as
+            # PULUMI_COMMAND_STDOUT. kind's progress goes to stderr, which carries no credential.
+            logging=command.local.Logging.STDERR,
             add_previous_output_in_env=False,
             opts=pulumi.ResourceOptions(
                 parent=self,
-                additional_secret_outputs=["stdout", "stderr"],
+                additional_secret_outputs=["stdout"],
                 # Same name before and after: the old cluster must be gone before the new one is created.
                 delete_before_replace=True,
             ),
         )
-        self.kubeconfig = pulumi.Output.secret(cluster.stdout)
-
-        self.provider = k8s.Provider(
-            f"{name}-provider",
-            kubeconfig=self.kubeconfig,
-            # `make down` after the cluster was deleted by hand drops its objects instead of hanging.
-            delete_unreachable=True,
-            opts=pulumi.ResourceOptions(parent=self),
-        )
-
-        # depends_on gates the lookup: kind creates the network together with its first cluster.
-        network = docker.get_network_output(
-            name=KIND_NETWORK,
-            opts=pulumi.InvokeOutputOptions(parent=self, depends_on=[cluster]),
-        )
-        self.kind_subnet = network.apply(
-            lambda result: ipv4_subnet([entry.subnet for entry in result.ipam_configs or []])
-        )
+        created = self.cluster.stdout.apply(parse_create_output)
+        self.kubeconfig = pulumi.Output.secret(created.apply(lambda c: c.kubeconfig))
+        # Not a secret: the network's address ranges.
+        self.kind_subnet = pulumi.Output.unsecret(created.apply(lambda c: ipv4_subnet(c.subnets)))
+        self.provider = k8s.Provider(f"{name}-provider", kubeconfig=self.kubeconfig,
+                                     opts=pulumi.ResourceOptions(parent=self))
         worker_cidrs = list(args.worker_cidrs)
         self.worker_networks = self.kind_subnet.apply(lambda subnet: worker_networks(subnet, worker_cidrs))

@@ -1,24 +1,23 @@
 """Run a script on a worker node, whether it is a local kindest/node container or a real machine over SSH.
 
-One place for "run this script on that worker", used by the join (`WorkerNode`)
-and by the per-node GPU operations (`HamiMockGpu`):
+The only work done ON a node is node-side work (kubeadm join and reset, local files): the scripts in
+components/scripts/, which take their values from the environment. Nothing that talks to the tenant API
+runs on a node (components.tenant_api does that from the Pulumi host).
 
-* A **container** worker is reached with `docker exec` from the Pulumi host
-  (pulumi-command `local.Command`). The script travels in a quoted heredoc;
-  secrets travel as environment variables of the Command that
-  `docker exec -e NAME` forwards by name, so no value is ever in an argv.
-* An **SSH** worker is reached with pulumi-command `remote.Command`. Its
-  `environment` input needs the SSH server to accept each variable
-  (`AcceptEnv`; pulumi/pulumi-command provider/pkg/provider/remote/commandOutputs.go
-  calls `session.Setenv` and fails otherwise), so secrets never go there.
-  Instead the Command's **stdin** (a secret) is one bash program holding the
-  create and the delete script, each preceded by its own secrets as base64
-  literals decoded into shell variables (not exported, never echoed). The
-  command line only names the action: `env GPU_TENANCY_ACTION=create bash -s`
-  (behind `sudo -n` for a non-root user). pulumi-command runs the delete
-  command with the stdin stored at create time (remote/commandController.go
-  `Delete` runs the stored state), and the dispatcher then picks the delete
-  script.
+Both kinds of node get the same program on stdin: one bash program holding the create and the delete
+branch, each preceded by its own variables as base64 literals decoded into exported variables (never
+echoed, never in any argv). The command line only names the action:
+
+* a **container** worker: `docker exec -i -e GPU_TENANCY_ACTION=<action> <container> bash -s`, run by
+  pulumi-command `local.Command` on the Pulumi host (whose processes then hold no secret in their
+  environment: the docker CLI only forwards stdin);
+* an **SSH** worker: `[sudo -n] env GPU_TENANCY_ACTION=<action> bash -s`, by `remote.Command` (its
+  `environment` input would need the server's AcceptEnv; pulumi/pulumi-command
+  provider/pkg/provider/remote/commandOutputs.go calls `session.Setenv`).
+
+pulumi-command feeds the stored stdin to the delete command as well (local/commandOutputs.go and
+remote/commandOutputs.go set stdin from the stored inputs), and the dispatcher picks the delete branch.
+The whole stdin is secret; values a delete needs are only those its branch names.
 """
 
 from __future__ import annotations
@@ -27,17 +26,16 @@ import base64
 import re
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_command as command
 
 import config
-from components.container_exec import docker_exec
 from components.naming import node_name
 from config.models import SshConnection
 
-# The action word the SSH dispatcher reads; it is on the command line, so it must never carry data.
+# The action word the dispatcher reads; it is on the command line, so it must never carry data.
 ACTION_ENV = "GPU_TENANCY_ACTION"
 CREATE = "create"
 DELETE = "delete"
@@ -46,8 +44,7 @@ ACTIONS = (CREATE, DELETE)
 # pulumi-command output may echo what a script printed: secret, and never streamed to the Pulumi log.
 SECRET_OUTPUTS = ["stdout", "stderr"]
 
-_HEREDOC_EOF = "GPU_TENANCY_NODE_SCRIPT"
-_SHELL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True)
@@ -87,37 +84,32 @@ def node_access(tenant: str, worker: config.Worker) -> NodeAccess:
 
 @dataclass(frozen=True)
 class NodeScript:
-    """A bash script to run on a node, and the names of the secret variables it reads."""
+    """A bash script to run on a node and the environment it reads (every value secret in transit)."""
 
-    script: pulumi.Input[str]
-    secrets: tuple[str, ...] = ()
+    script: str
+    environment: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
     # Container workers only: what to tell the user when the container is already gone (delete scripts).
     gone_hint: str = ""
 
 
 # --------------------------------------------------------------------------- #
-# Container workers: host command lines (pulumi-command runs them with /bin/sh)
+# Command lines (they carry the action only)
 # --------------------------------------------------------------------------- #
 
 
-def _check_names(names: Sequence[str]) -> None:
-    for name in names:
-        if not _SHELL_NAME.match(name):
-            raise ValueError(f"{name!r} is not a shell variable name")
+def _check_action(action: str) -> None:
+    if action not in ACTIONS:
+        raise ValueError(f"unknown action {action!r}; expected one of {ACTIONS}")
 
 
-def docker_exec_script(container: str, script: str, env_names: Sequence[str] = ()) -> str:
-    """Run `script` with bash inside `container`; the named variables are forwarded by name only."""
-    _check_names(env_names)
-    if any(line.strip() == _HEREDOC_EOF for line in script.splitlines()):
-        raise ValueError(f"script must not contain the heredoc delimiter {_HEREDOC_EOF}")
-    return f"{docker_exec(container, env_names)} <<'{_HEREDOC_EOF}'\n{script.rstrip()}\n{_HEREDOC_EOF}\n"
+def container_command(container: str, action: str) -> str:
+    """Run the stdin program in `container` for `action` (the docker CLI forwards stdin; no value in argv)."""
+    _check_action(action)
+    return f"docker exec -i -e {ACTION_ENV}={action} {shlex.quote(container)} bash -s"
 
 
-def docker_exec_script_if_present(
-    container: str, script: str, env_names: Sequence[str] = (), gone_hint: str = ""
-) -> str:
-    """Like `docker_exec_script`, but succeeds without running anything when the container is gone or stopped.
+def container_command_if_present(container: str, action: str, gone_hint: str = "") -> str:
+    """`container_command`, but succeeding without running anything when the container is gone or stopped.
 
     Any other `docker container inspect` failure (e.g. the daemon is down) fails: the container may still exist.
     """
@@ -135,43 +127,49 @@ def docker_exec_script_if_present(
         'if [ "$state" != true ]; then\n'
         f"  echo {stopped}\n"
         "  exit 0\n"
-        "fi\n" + docker_exec_script(container, script, env_names)
+        "fi\n"
+        f"exec {container_command(container, action)}\n"
     )
-
-
-# --------------------------------------------------------------------------- #
-# SSH workers: the command line (action only) and the stdin program (scripts + secrets)
-# --------------------------------------------------------------------------- #
 
 
 def ssh_command(action: str, user: str) -> str:
     """The remote command line: names the action, carries no data. Non-root users need passwordless sudo."""
-    if action not in ACTIONS:
-        raise ValueError(f"unknown action {action!r}; expected one of {ACTIONS}")
+    _check_action(action)
     # sudo -n fails at once ("a password is required") instead of waiting for a password nobody types.
     prefix = "" if user == "root" else "sudo -n "
     return f"{prefix}env {ACTION_ENV}={action} bash -s"
 
 
-def _assign_secret(name: str, value: str) -> str:
+# --------------------------------------------------------------------------- #
+# The stdin program (scripts + their variables)
+# --------------------------------------------------------------------------- #
+
+
+def _check_names(names: Sequence[str]) -> None:
+    for name in names:
+        if not _SHELL_NAME.fullmatch(name):
+            raise ValueError(f"{name!r} is not a shell variable name")
+
+
+def _assign(name: str, value: str) -> str:
     # The base64 alphabet needs no quoting; printf is a builtin, so the value is in no process's argv.
     # The trailing `x` keeps trailing newlines that command substitution would strip.
     encoded = base64.b64encode(value.encode()).decode()
-    return f"{name}=\"$(printf '%s' '{encoded}' | base64 -d && printf x)\"; {name}=\"${{{name}%x}}\"\n"
+    return (f"{name}=\"$(printf '%s' '{encoded}' | base64 -d && printf x)\"; {name}=\"${{{name}%x}}\"; "
+            f"export {name}\n")
 
 
-def ssh_stdin(actions: Mapping[str, tuple[str, Mapping[str, str]]]) -> str:
-    """The bash program fed to `bash -s` on an SSH worker: one branch per action, chosen by $GPU_TENANCY_ACTION.
+def node_program(actions: Mapping[str, tuple[str, Mapping[str, str]]]) -> str:
+    """The bash program fed to `bash -s` on a node: one branch per action, chosen by $GPU_TENANCY_ACTION.
 
-    `actions` maps an action to (script, {secret variable: value}). Each branch decodes only its own
-    secrets into shell variables of a subshell, then runs its script there, with stdin from /dev/null.
+    `actions` maps an action to (script, {variable: value}). Each branch exports only its own variables in a
+    subshell, then runs its script there, with stdin from /dev/null.
     """
     branches = []
     for action, (script, values) in actions.items():
-        if action not in ACTIONS:
-            raise ValueError(f"unknown action {action!r}; expected one of {ACTIONS}")
+        _check_action(action)
         _check_names(list(values))
-        assignments = "".join(_assign_secret(name, value) for name, value in values.items())
+        assignments = "".join(_assign(name, value) for name, value in values.items())
         branches.append(f"{action})\n(\n{assignments}{script.rstrip()}\n) </dev/null\n;;\n")
     known = " ".join(actions)
     return (
@@ -188,16 +186,6 @@ def ssh_stdin(actions: Mapping[str, tuple[str, Mapping[str, str]]]) -> str:
     )
 
 
-def node_program(scripts: Mapping[str, NodeScript], values: Mapping[str, str]) -> str:
-    """`ssh_stdin` for resolved scripts (plain text) and the values of the secrets they name."""
-    actions = {}
-    for action, script in scripts.items():
-        if not isinstance(script.script, str):
-            raise TypeError(f"{action}: node_program needs the script text, not an Output")
-        actions[action] = (script.script, {name: values[name] for name in script.secrets})
-    return ssh_stdin(actions)
-
-
 # --------------------------------------------------------------------------- #
 # The Command
 # --------------------------------------------------------------------------- #
@@ -209,56 +197,41 @@ def run_on_node(
     *,
     create: NodeScript,
     delete: NodeScript | None = None,
-    secrets: Mapping[str, pulumi.Input[str]] | None = None,
     triggers: Sequence[pulumi.Input[str]] | None = None,
     opts: pulumi.ResourceOptions | None = None,
 ) -> command.local.Command | command.remote.Command:
     """A pulumi-command Command that runs `create` (and `delete` on destroy) on the node.
 
-    `secrets` holds the values of every variable the scripts name; they never reach a command line or
-    the logs. `opts` carries parent, depends_on and delete_before_replace.
+    The scripts' environments travel inside the secret stdin program only. `opts` carries parent, depends_on
+    and delete_before_replace.
     """
-    secrets = dict(secrets or {})
-    scripts = [create] if delete is None else [create, delete]
-    for script in scripts:
-        _check_names(script.secrets)
-        unknown = [n for n in script.secrets if n not in secrets]
-        if unknown:
-            raise ValueError(f"{name}: no value for secret variable(s) {', '.join(unknown)}")
+    scripts = {CREATE: create} if delete is None else {CREATE: create, DELETE: delete}
+    for script in scripts.values():
+        _check_names(list(script.environment))
+    stdin = pulumi.Output.all(**{
+        f"{action}.{key}": value for action, script in scripts.items() for key, value in script.environment.items()
+    }).apply(lambda values: node_program({
+        action: (script.script, {key: str(values[f"{action}.{key}"]) for key in script.environment})
+        for action, script in scripts.items()
+    }))
     options = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(additional_secret_outputs=SECRET_OUTPUTS))
+    trigger_list = list(triggers) if triggers is not None else None
 
     if access.ssh is None:
         container = access.container_name or ""
-        create_text = pulumi.Output.from_input(create.script).apply(
-            lambda s: docker_exec_script(container, s, create.secrets)
-        )
-        delete_text = None
-        if delete is not None:
-            delete_text = pulumi.Output.from_input(delete.script).apply(
-                lambda s: docker_exec_script_if_present(container, s, delete.secrets, delete.gone_hint)
-            )
         return command.local.Command(
             name,
-            create=create_text,
-            delete=delete_text,
-            environment=pulumi.Output.secret(secrets) if secrets else None,
-            triggers=list(triggers) if triggers is not None else None,
+            create=container_command(container, CREATE),
+            delete=container_command_if_present(container, DELETE, delete.gone_hint) if delete else None,
+            # Holds the scripts' variables: secret as a whole, also in the state.
+            stdin=pulumi.Output.secret(stdin),
+            triggers=trigger_list,
             logging=command.local.Logging.NONE,
+            add_previous_output_in_env=False,
             opts=options,
         )
 
     ssh = access.ssh
-    needed = {n: secrets[n] for script in scripts for n in script.secrets}
-
-    def program(parts: dict) -> str:
-        resolved = {CREATE: NodeScript(parts["create"], create.secrets)}
-        if delete is not None:
-            resolved[DELETE] = NodeScript(parts["delete"], delete.secrets)
-        return node_program(resolved, parts["secrets"] or {})
-
-    stdin = pulumi.Output.all(
-        create=create.script, delete=delete.script if delete is not None else "", secrets=needed
-    ).apply(program)
     return command.remote.Command(
         name,
         connection=command.remote.ConnectionArgs(
@@ -266,16 +239,15 @@ def run_on_node(
             user=ssh.user,
             port=ssh.port,
             private_key=pulumi.Output.secret(ssh.private_key),
-            # Unset, pulumi-command does not check the server's identity at all.
+            # Required by config validation: a server presenting another key is refused.
             host_key=ssh.host_key,
         ),
         create=ssh_command(CREATE, ssh.user),
         delete=ssh_command(DELETE, ssh.user) if delete is not None else None,
-        # Holds the secrets (and the scripts): secret as a whole, also in the state.
         stdin=pulumi.Output.secret(stdin),
         # The previous stdout would be sent with Setenv, which servers without AcceptEnv refuse (a warning).
         add_previous_output_in_env=False,
-        triggers=list(triggers) if triggers is not None else None,
+        triggers=trigger_list,
         logging=command.remote.Logging.NONE,
         opts=options,
     )

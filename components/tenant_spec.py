@@ -1,5 +1,5 @@
-"""Plain-data builders for the tenant plane: namespace isolation, the TenantControlPlane,
-tenant credentials, the rotating bootstrap token, Calico values and the GPU quota.
+"""Plain-data builders for the tenant plane: namespace isolation, the TenantControlPlane, tenant credentials,
+data stores, Calico values, and inside the tenant the workload namespaces, restricted credential and GPU quota.
 
 Everything here takes and returns plain data, so it is tested without Pulumi.
 `components.tenant_control_plane` wires these functions to resources.
@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import base64
 import binascii
-import datetime
 import ipaddress
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
@@ -23,6 +22,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from components.helm import Chart
 from config import Quota, Tenant
 from config.cidrs import dns_service_ip
+from config.models import DataStore
 
 # --------------------------------------------------------------------------- #
 # Management cluster: the tenant namespace and its NetworkPolicy
@@ -116,12 +116,26 @@ KONNECTIVITY_PORT = 8132
 # Pulumi does not await custom resources by default; this makes it wait for Kamaji's Ready.
 WAIT_FOR_ANNOTATION = "pulumi.com/waitFor"
 WAIT_FOR_READY = "jsonpath={.status.kubernetesResources.version.status}=Ready"
-DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+# Kamaji's default `spec.kubernetes.admissionControllers` (the CRD default, clastix/kamaji
+# api/v1alpha1/tenantcontrolplane_types.go L136) plus NodeRestriction, which kubeadm enables and Kamaji's list
+# lacks: without it any node's kubelet credential can modify every other Node. The list replaces the default,
+# so it is spelled out whole.
+KAMAJI_DEFAULT_ADMISSION_CONTROLLERS = (
+    "CertificateApproval", "CertificateSigning", "CertificateSubjectRestriction", "DefaultIngressClass",
+    "DefaultStorageClass", "DefaultTolerationSeconds", "LimitRanger", "MutatingAdmissionWebhook",
+    "NamespaceLifecycle", "PersistentVolumeClaimResize", "Priority", "ResourceQuota", "RuntimeClass",
+    "ServiceAccount", "StorageObjectInUseProtection", "TaintNodesByCondition", "ValidatingAdmissionWebhook",
+)
+ADMISSION_CONTROLLERS = (*KAMAJI_DEFAULT_ADMISSION_CONTROLLERS, "NodeRestriction")
+# A changed range of an existing tenant re-creates its control plane (a planned replacement in the preview): the
+# controller manager's --cluster-cidr, Calico's pool and every Service address would otherwise disagree.
+CIDR_REPLACE_ON_CHANGES = ("spec.networkProfile.serviceCidrs", "spec.networkProfile.podCidrs")
 
 
 def _require_dns1035(name: str) -> str:
     # Kamaji derives Service and Secret names from the TCP name, so it must be a DNS-1035 label.
-    if len(name) > 63 or not DNS1035_LABEL.match(name):
+    if len(name) > 63 or not DNS1035_LABEL.fullmatch(name):
         raise ValueError(
             f"TenantControlPlane name {name!r} is not a DNS-1035 label (lower-case letters, digits, '-', "
             "starting with a letter); rename the tenant"
@@ -148,8 +162,11 @@ def tenant_control_plane_metadata(tenant: Tenant) -> dict[str, Any]:
     }
 
 
-def tenant_control_plane_spec(tenant: Tenant, datastore: str) -> dict[str, Any]:
+def tenant_control_plane_spec(tenant: Tenant, datastore: str, source_ranges: Sequence[str]) -> dict[str, Any]:
+    """The TCP spec: one replica behind a LoadBalancer reachable only from `source_ranges`."""
     service_cidr, pod_cidr = resolved_cidrs(tenant)
+    if not source_ranges:
+        raise ValueError(f"tenant {tenant.name!r}: no networks may reach its API server")
     return {
         "dataStore": datastore,
         "controlPlane": {
@@ -162,30 +179,36 @@ def tenant_control_plane_spec(tenant: Tenant, datastore: str) -> dict[str, Any]:
             "version": tenant.kubernetes_version,
             # kindest/node runs containerd with the systemd cgroup driver.
             "kubelet": {"cgroupfs": "systemd"},
+            "admissionControllers": list(ADMISSION_CONTROLLERS),
         },
         "networkProfile": {
             "port": API_SERVER_PORT,
-            # Exact casing matters: serviceCIDR/podCIDR would silently fall back to Kamaji's defaults.
-            "serviceCidr": service_cidr,
-            "podCidr": pod_cidr,
+            # The list forms: the singular serviceCidr/podCidr are deprecated and Kamaji copies them into the lists
+            # on CREATE only (internal/webhook/handlers/tcp_defaults.go), so a later change would be ignored.
+            "serviceCidrs": [service_cidr],
+            "podCidrs": [pod_cidr],
             "dnsServiceIPs": [dns_service_ip(service_cidr)],
+            # Copied onto the LoadBalancer Service (internal/resources/k8s_service_resource.go): kube-proxy drops
+            # connections from anywhere else.
+            "loadBalancerSourceRanges": sorted(source_ranges),
         },
-        # An absent addon is not installed (facts §3): no DNS, no kube-proxy, no tunnel.
+        # An absent addon is not installed (facts §3): CoreDNS and the Konnectivity tunnel come from Kamaji;
+        # kube-proxy is installed by this program (components/kube_proxy.py) with conntrack.maxPerCore 0,
+        # because Kamaji's addon keeps kubeadm's default, which writes a host sysctl a container cannot change.
         "addons": {
             "coreDNS": {},
-            "kubeProxy": {},
             "konnectivity": {"server": {"port": KONNECTIVITY_PORT}},
         },
     }
 
 
-def tenant_control_plane_manifest(tenant: Tenant, datastore: str) -> dict[str, Any]:
+def tenant_control_plane_manifest(tenant: Tenant, datastore: str, source_ranges: Sequence[str]) -> dict[str, Any]:
     """The whole TenantControlPlane object, as it is validated against Kamaji's CRD."""
     return {
         "apiVersion": TCP_API_VERSION,
         "kind": TCP_KIND,
         "metadata": tenant_control_plane_metadata(tenant),
-        "spec": tenant_control_plane_spec(tenant, datastore),
+        "spec": tenant_control_plane_spec(tenant, datastore, source_ranges),
     }
 
 
@@ -212,16 +235,29 @@ def split_endpoint(endpoint: str) -> tuple[str, str]:
 # Tenant credentials (facts §4)
 # --------------------------------------------------------------------------- #
 
+# Both in the Secret Kamaji names in status.kubeconfig.admin.secretName (clastix/kamaji
+# internal/resources/kubeconfig.go): admin.conf is in group kubeadm:cluster-admins, which has no rights until
+# Kamaji's soot controller binds it after Ready; super-admin.conf is system:masters. Users get admin.conf; the
+# program itself writes with super-admin.conf, so its first writes into a new tenant cannot hit that window.
 ADMIN_KUBECONFIG_KEY = "admin.conf"
-CA_CERT_KEY = "ca.crt"
+SUPER_ADMIN_KUBECONFIG_KEY = "super-admin.conf"
 
 
 def admin_kubeconfig_secret_name(tcp_name: str) -> str:
+    """The name Kamaji gives the Secret (clastix/kamaji controllers/resources.go `AddTenantPrefix`)."""
     return f"{tcp_name}-admin-kubeconfig"
 
 
-def ca_secret_name(tcp_name: str) -> str:
-    return f"{tcp_name}-ca"
+def admin_secret_id(metadata: Mapping[str, Any] | None, status: Mapping[str, Any] | None, tcp_name: str) -> str:
+    """`<namespace>/<secret>` of the admin kubeconfigs, from Kamaji's own status pointer.
+
+    The status is stripped from a create preview (pulumi-kubernetes provider.go L1849-1854), so this stays
+    unknown - and the read is skipped - until the control plane exists.
+    """
+    name = (((status or {}).get("kubeconfig") or {}).get("admin") or {}).get("secretName")
+    if not name:
+        raise ValueError(f"TenantControlPlane {tcp_name!r} reports no status.kubeconfig.admin.secretName yet")
+    return f"{(metadata or {}).get('namespace') or tcp_name}/{name}"
 
 
 def decode_secret_value(data: Mapping[str, str] | None, key: str, secret: str) -> str:
@@ -235,6 +271,14 @@ def decode_secret_value(data: Mapping[str, str] | None, key: str, secret: str) -
         raise ValueError(f"Secret {secret!r} key {key!r} is not base64-encoded text ({error})") from None
 
 
+def ca_certificate(kubeconfig: str) -> str:
+    """The cluster CA (PEM) of a kubeconfig's current context: public, and all a worker needs to trust."""
+    document = yaml.safe_load(kubeconfig)
+    context = next(c["context"] for c in document["contexts"] if c["name"] == document["current-context"])
+    cluster = next(c["cluster"] for c in document["clusters"] if c["name"] == context["cluster"])
+    return base64.b64decode(cluster["certificate-authority-data"]).decode()
+
+
 def discovery_hash(ca_pem: str | bytes) -> str:
     """kubeadm's --discovery-token-ca-cert-hash: sha256 of the CA's DER SubjectPublicKeyInfo."""
     pem = ca_pem.encode() if isinstance(ca_pem, str) else ca_pem
@@ -245,83 +289,84 @@ def discovery_hash(ca_pem: str | bytes) -> str:
     return "sha256:" + digest.finalize().hex()
 
 
-def admin_kubeconfig(data: Mapping[str, str] | None, tcp_name: str) -> str:
-    """The tenant admin kubeconfig from the `data` of `<tcp>-admin-kubeconfig`."""
-    return decode_secret_value(data, ADMIN_KUBECONFIG_KEY, admin_kubeconfig_secret_name(tcp_name))
-
-
-def ca_discovery_hash(data: Mapping[str, str] | None, tcp_name: str) -> str:
-    """The discovery hash of the tenant CA from the `data` of `<tcp>-ca`."""
-    return discovery_hash(decode_secret_value(data, CA_CERT_KEY, ca_secret_name(tcp_name)))
-
-
 # --------------------------------------------------------------------------- #
-# Bootstrap token with time-window rotation
+# Data stores (Kamaji DataStore + kamaji-etcd)
 # --------------------------------------------------------------------------- #
 
-BOOTSTRAP_TOKEN_TYPE = "bootstrap.kubernetes.io/token"
-BOOTSTRAP_TOKEN_NAMESPACE = "kube-system"
-BOOTSTRAP_TOKEN_GROUP = "system:bootstrappers:kubeadm:default-node-token"
-TOKEN_ID_LENGTH = 6
-TOKEN_SECRET_LENGTH = 16
-TOKEN_PATTERN = re.compile(r"^[a-z0-9]{6}\.[a-z0-9]{16}$")
-# A new token is minted by the first `pulumi up` of every window; each token stays
-# valid one extra window, so it has at least TOKEN_ROTATION left when it is minted.
-TOKEN_ROTATION = datetime.timedelta(days=7)
-_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+# The shared etcd Kamaji's chart deploys (kamaji-etcd subchart: fullnameOverride kamaji-etcd, cert-manager
+# certificates, in kamaji-system; charts/kamaji/values.yaml). This program owns the DataStore object itself, so
+# Helm's uninstall never waits on its finalizer (that only Kamaji's controller removes) and tear-down deletes it
+# while the controller still runs.
+SHARED_DATASTORE = "default"
+SHARED_ETCD_NAME = "kamaji-etcd"
+ETCD_CLIENT_PORT = 2379
+ETCD_CHART = Chart("etcd", "kamaji-etcd", "", "")
+DEDICATED_ETCD_NAME = "etcd"
 
 
-@dataclass(frozen=True)
-class TokenWindow:
-    """The rotation window `now` falls in: its label keys the random token parts."""
-
-    label: str
-    start: datetime.datetime
-    expiration: datetime.datetime
-
-    @property
-    def expiration_rfc3339(self) -> str:
-        return self.expiration.strftime("%Y-%m-%dT%H:%M:%SZ")
+def _etcd_endpoints(fullname: str, namespace: str, replicas: int) -> list[str]:
+    # clastix/kamaji-etcd charts/kamaji-etcd/templates/_helpers.tpl "etcd.endpointsYAML" (headless service).
+    return [f"{fullname}-{i}.{fullname}.{namespace}.svc.cluster.local:{ETCD_CLIENT_PORT}" for i in range(replicas)]
 
 
-def token_window(now: datetime.datetime, rotation: datetime.timedelta = TOKEN_ROTATION) -> TokenWindow:
-    """Fixed, epoch-aligned window containing `now`; the same for every run inside it."""
-    if now.tzinfo is None:
-        raise ValueError("token_window needs a timezone-aware time (e.g. datetime.now(timezone.utc))")
-    index = (now - _EPOCH) // rotation
-    start = _EPOCH + index * rotation
-    return TokenWindow(
-        label=start.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        start=start,
-        expiration=start + 2 * rotation,
-    )
+def _secret_ref(name: str, namespace: str, key: str) -> dict[str, Any]:
+    return {"secretReference": {"name": name, "namespace": namespace, "keyPath": key}}
 
 
-def bootstrap_token_secret(token_id: str, token_secret: str, expiration: str) -> dict[str, Any]:
-    """The kube-system Secret kubeadm join authenticates with (Kamaji creates every other join object)."""
-    token = f"{token_id}.{token_secret}"
-    if not TOKEN_PATTERN.match(token):
-        raise ValueError("bootstrap token must match [a-z0-9]{6}.[a-z0-9]{16}")
+def shared_datastore_spec(namespace: str, replicas: int) -> dict[str, Any]:
+    """The DataStore kamaji-etcd would render in cert-manager mode (templates/etcd_datastore.yaml, v0.15.0)."""
+    ca, client = f"{SHARED_ETCD_NAME}-ca", f"{SHARED_ETCD_NAME}-client-certs"
     return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {
-            # The API server looks tokens up by this exact name.
-            "name": f"bootstrap-token-{token_id}",
-            "namespace": BOOTSTRAP_TOKEN_NAMESPACE,
-            "labels": {PART_OF_LABEL: PART_OF},
-        },
-        "type": BOOTSTRAP_TOKEN_TYPE,
-        "stringData": {
-            "description": "gpu-tenancy worker join token, rotated by pulumi up",
-            "token-id": token_id,
-            "token-secret": token_secret,
-            "expiration": expiration,
-            "usage-bootstrap-authentication": "true",
-            "usage-bootstrap-signing": "true",
-            "auth-extra-groups": BOOTSTRAP_TOKEN_GROUP,
+        "driver": "etcd",
+        "endpoints": _etcd_endpoints(SHARED_ETCD_NAME, namespace, replicas),
+        "tlsConfig": {
+            "certificateAuthority": {"certificate": _secret_ref(ca, namespace, "tls.crt"),
+                                     "privateKey": _secret_ref(ca, namespace, "tls.key")},
+            "clientCertificate": {"certificate": _secret_ref(client, namespace, "tls.crt"),
+                                  "privateKey": _secret_ref(client, namespace, "tls.key")},
         },
     }
+
+
+def dedicated_datastore_name(tenant: str) -> str:
+    return f"{tenant}-etcd"
+
+
+def dedicated_datastore_spec(namespace: str, replicas: int) -> dict[str, Any]:
+    """A tenant's own kamaji-etcd (self-signed mode): etcd.caSecretName / etcd.clientSecretName in _helpers.tpl."""
+    ca, client = f"{DEDICATED_ETCD_NAME}-certs", f"{DEDICATED_ETCD_NAME}-root-client-certs"
+    return {
+        "driver": "etcd",
+        "endpoints": _etcd_endpoints(DEDICATED_ETCD_NAME, namespace, replicas),
+        "tlsConfig": {
+            "certificateAuthority": {"certificate": _secret_ref(ca, namespace, "ca.crt"),
+                                     "privateKey": _secret_ref(ca, namespace, "ca.key")},
+            "clientCertificate": {"certificate": _secret_ref(client, namespace, "tls.crt"),
+                                  "privateKey": _secret_ref(client, namespace, "tls.key")},
+        },
+    }
+
+
+def _mib_bytes(mib: int) -> str:
+    # A string: a JSON number reaches Go templates as float64 and renders as 1.073741824e+09.
+    return str(mib * 1024 * 1024)
+
+
+def dedicated_etcd_values(store: DataStore) -> dict[str, Any]:
+    """kamaji-etcd chart values of a tenant's own etcd (its DataStore object is this program's)."""
+    return {
+        "fullnameOverride": DEDICATED_ETCD_NAME,
+        "replicas": store.replicas,
+        "persistentVolumeClaim": {"size": store.storage_size, "retentionPolicyWhenDeleted": "Delete"},
+        "quotaBackendBytes": _mib_bytes(store.quota_mib),
+        "datastore": {"enabled": False},
+    }
+
+
+def datastore_manifest(name: str, spec: dict[str, Any], tenant: str | None = None) -> dict[str, Any]:
+    labels = {PART_OF_LABEL: PART_OF, **({TENANT_LABEL: tenant} if tenant else {})}
+    return {"apiVersion": TCP_API_VERSION, "kind": "DataStore", "metadata": {"name": name, "labels": labels},
+            "spec": spec}
 
 
 # --------------------------------------------------------------------------- #
@@ -371,35 +416,90 @@ def calico_operator_values(pod_cidr: str, endpoint: str, workers: int) -> dict[s
 
 
 # --------------------------------------------------------------------------- #
-# GPU quota inside the tenant
+# Inside the tenant: workload namespaces, the restricted credential, the GPU quota
 # --------------------------------------------------------------------------- #
 
 GPU_QUOTA_NAME = "gpu-quota"
-GPU_QUOTA_NAMESPACE = "default"
+# Pod Security Admission labels (kubernetes.io/docs/concepts/security/pod-security-admission).
+POD_SECURITY = {
+    "pod-security.kubernetes.io/enforce": "baseline",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+}
+TENANT_USER = "tenant-user"
+TENANT_USER_NAMESPACE = "kube-system"
+TENANT_USER_TOKEN = "tenant-user-token"
 
 
 def gpu_quota_hard(quota: Quota | None) -> dict[str, str]:
-    """ResourceQuota `spec.hard` for the quota keys that are set (extended resources: requests only)."""
+    """ResourceQuota `spec.hard` for the quota keys that are set.
+
+    HAMi's quota manager counts memory and cores per allocated device only for `limits.` keys of its own
+    resources (Project-HAMi/HAMi v2.10.0 pkg/device/quota.go managedQuotaName); the card count is a native
+    extended-resource quota (`requests.`), which kube-apiserver enforces.
+    """
     if quota is None:
         return {}
     hard = {}
     for resource, value in (
         ("requests.nvidia.com/gpu", quota.gpus),
-        ("requests.nvidia.com/gpumem", quota.memory_mib),
-        ("requests.nvidia.com/gpucores", quota.cores),
+        ("limits.nvidia.com/gpumem", quota.memory_mib),
+        ("limits.nvidia.com/gpucores", quota.cores),
     ):
         if value is not None:
             hard[resource] = str(value)
     return hard
 
 
-def gpu_resource_quota(quota: Quota | None) -> dict[str, Any] | None:
+def gpu_resource_quota(quota: Quota | None, namespace: str) -> dict[str, Any] | None:
     hard = gpu_quota_hard(quota)
     if not hard:
         return None
     return {
         "apiVersion": "v1",
         "kind": "ResourceQuota",
-        "metadata": {"name": GPU_QUOTA_NAME, "namespace": GPU_QUOTA_NAMESPACE, "labels": {PART_OF_LABEL: PART_OF}},
+        "metadata": {"name": GPU_QUOTA_NAME, "namespace": namespace, "labels": {PART_OF_LABEL: PART_OF}},
         "spec": {"hard": hard},
     }
+
+
+def workload_namespace(name: str) -> dict[str, Any]:
+    """A namespace the tenant's users work in, with Pod Security `baseline` enforced (no privileged pods,
+    host namespaces or hostPath: in the lab a privileged pod would be root on the Docker host)."""
+    return {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": name, "labels": {PART_OF_LABEL: PART_OF, **POD_SECURITY}}}
+
+
+def tenant_user_objects(namespaces: Sequence[str]) -> list[dict[str, Any]]:
+    """The restricted tenant credential: a ServiceAccount with the built-in `edit` role in each workload namespace
+    only (no cluster-scoped writes), and a long-lived token Secret for its kubeconfig."""
+    subject = {"kind": "ServiceAccount", "name": TENANT_USER, "namespace": TENANT_USER_NAMESPACE}
+    labels = {PART_OF_LABEL: PART_OF}
+    objects: list[dict[str, Any]] = [
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": TENANT_USER, "namespace": TENANT_USER_NAMESPACE, "labels": labels}},
+        {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+         "metadata": {"name": TENANT_USER_TOKEN, "namespace": TENANT_USER_NAMESPACE, "labels": labels,
+                      "annotations": {"kubernetes.io/service-account.name": TENANT_USER}}},
+    ]
+    for namespace in namespaces:
+        objects.append({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": f"{TENANT_USER}-edit", "namespace": namespace, "labels": labels},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+            "subjects": [subject],
+        })
+    return objects
+
+
+def tenant_user_kubeconfig(endpoint: str, ca_pem: str, token: str, tenant: str, namespace: str) -> str:
+    """A kubeconfig for the restricted credential (server and CA as in admin.conf)."""
+    return yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": tenant, "cluster": {
+            "server": f"https://{endpoint}",
+            "certificate-authority-data": base64.b64encode(ca_pem.encode()).decode()}}],
+        "users": [{"name": f"{tenant}-user", "user": {"token": token}}],
+        "contexts": [{"name": tenant, "context": {"cluster": tenant, "user": f"{tenant}-user",
+                                                  "namespace": namespace}}],
+        "current-context": tenant,
+    }, sort_keys=False)

@@ -1,14 +1,19 @@
 """WorkerNode: a worker joined to a tenant's hosted control plane -- a local container or a real machine.
 
-A worker without `ssh` is a kindest/node container on the kind network,
-started the way kind starts its own nodes
-(kubernetes-sigs/kind pkg/cluster/internal/providers/docker/provision.go),
-described as plain data by `node_container_spec` and wired to
-`pulumi_docker.Container`. A worker with `ssh` is an existing machine; no
-docker resource is created for it. Either way the join is one pulumi-command
-Command made by `components.node_access.run_on_node`, which runs
-`components.join_script.join_script` on the node (docker exec or SSH); its
-delete runs `leave_script`, which removes the Node object from the tenant.
+A worker without `ssh` is a kindest/node container on the kind network, started the way kind starts its own
+nodes (kubernetes-sigs/kind pkg/cluster/internal/providers/docker/provision.go), described as plain data by
+`node_container_spec` and wired to `pulumi_docker.Container`. A worker with `ssh` is an existing machine.
+
+Either way, membership is three resources, in this order:
+
+1. `<node>-membership` (Pulumi host, components.tenant_api): mints a one-time join token for this worker; when
+   the worker leaves, it removes the Node object from the tenant.
+2. `<node>-join` (on the node, components/scripts/node-join.sh and node-leave.sh): `kubeadm join`, and
+   `kubeadm reset -f` when the worker leaves. It needs no credential beyond the join token.
+3. `<node>-registered` (Pulumi host): waits for the Node to register, then revokes the token.
+
+Destroy runs them backwards: the node stops being a member (reset) before its Node object is removed, so a
+running kubelet cannot register it again.
 """
 
 from __future__ import annotations
@@ -20,13 +25,11 @@ import pulumi_command as command
 import pulumi_docker as docker
 
 import config
-from components import join_script
-from components.container_exec import TENANT_KUBECONFIG_ENV
+from components import node_scripts, tenant_api
 from components.naming import COMPONENT_PREFIX, KIND_NETWORK, node_name
 from components.node_access import NodeAccess, NodeScript, node_access, run_on_node
+from config.models import KIND_NODE_IMAGES
 
-# Worker image repository; the tag is the tenant's Kubernetes version (facts §1).
-KIND_NODE_IMAGE_REPOSITORY = "kindest/node"
 # Docker labels on every worker container, for `docker ps --filter label=...` and cleanup checks.
 LABEL_PREFIX = "gpu-tenancy"
 LABEL_STACK = f"{LABEL_PREFIX}.stack"
@@ -35,9 +38,16 @@ LABEL_WORKER = f"{LABEL_PREFIX}.worker"
 LABEL_ROLE = f"{LABEL_PREFIX}.role"
 
 
-def kind_node_image(kubernetes_version: str) -> str:
-    """`kindest/node:<version>`: the worker image tag must equal the tenant version."""
-    return f"{KIND_NODE_IMAGE_REPOSITORY}:{kubernetes_version}"
+def worker_image(tenant: config.Tenant) -> str:
+    """The tenant's `nodeImage`, or the kindest/node image published for its version (pinned by digest)."""
+    if tenant.node_image is not None:
+        return tenant.node_image
+    try:
+        return KIND_NODE_IMAGES[tenant.kubernetes_version]
+    except KeyError:
+        raise ValueError(
+            f"tenant {tenant.name}: no kindest/node image is known for {tenant.kubernetes_version}; set nodeImage"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -69,55 +79,42 @@ class NodeContainerSpec:
 
 
 def node_container_spec(
-    *, tenant: str, worker: str, kubernetes_version: str, network: str = KIND_NETWORK, stack: str
+    *, tenant: str, worker: str, image: str, network: str = KIND_NETWORK, stack: str
 ) -> NodeContainerSpec:
     """How to run worker `worker` of `tenant`: container name = hostname = Node name."""
     name = node_name(tenant, worker)
     return NodeContainerSpec(
         name=name,
         hostname=name,
-        image=kind_node_image(kubernetes_version),
+        image=image,
         network=network,
-        labels={
-            LABEL_STACK: stack,
-            LABEL_TENANT: tenant,
-            LABEL_WORKER: worker,
-            LABEL_ROLE: "worker",
-        },
+        labels={LABEL_STACK: stack, LABEL_TENANT: tenant, LABEL_WORKER: worker, LABEL_ROLE: "worker"},
     )
 
 
-def join_scripts(node: str, kubernetes_version: str, *, over_ssh: bool) -> tuple[NodeScript, NodeScript]:
-    """What the join Command runs on the node: (create = join, delete = leave), with the secrets each reads."""
-    # A kindest/node container cannot pass kubeadm's kernel and host-tool checks (facts §5); a real
-    # machine gets kubeadm's full preflight.
-    ignored = () if over_ssh else join_script.IGNORED_PREFLIGHT_ERRORS
-    join = NodeScript(join_script.join_script(node, kubernetes_version, ignored), join_script.JOIN_ENV_NAMES)
-    leave = NodeScript(
-        join_script.leave_script(node),
-        (TENANT_KUBECONFIG_ENV,),
-        gone_hint=f"If Node {node} remains in the tenant: kubectl delete node {node}",
-    )
-    return join, leave
+@dataclass
+class TenantAccess:
+    """What a worker needs to know about its tenant (TenantControlPlane outputs)."""
+
+    name: str
+    namespace: pulumi.Input[str]
+    kubernetes_version: str
+    endpoint: pulumi.Input[str]  # "<LB IP>:6443"
+    ca_certificate: pulumi.Input[str]  # tenant CA, PEM (public)
+    discovery_hash: pulumi.Input[str]  # "sha256:<hex>"
+    operator_kubeconfig: pulumi.Input[str]  # secret; used on the Pulumi host only
+    management_kubeconfig: pulumi.Input[str]  # secret; to tell a dead tenant from a gone one
+    control_plane: pulumi.Resource  # the TenantControlPlane: tenant-side objects go with it
 
 
 @dataclass
 class WorkerNodeArgs:
-    tenant_name: str
+    tenant: TenantAccess
     # Configured worker; `worker.ssh` set means a real machine joined over SSH instead of a local container.
     worker: config.Worker
-    # Tenant version, e.g. "v1.35.0" -> image kindest/node:v1.35.0, and the newest kubelet an SSH machine may run.
-    kubernetes_version: str
-    # "<LB IP>:6443" of the tenant API server.
-    endpoint: pulumi.Input[str]
-    # Bootstrap token "<id>.<secret>" (secret).
-    join_token: pulumi.Input[str]
-    # "sha256:<hex>" of the tenant CA public key.
-    discovery_hash: pulumi.Input[str]
-    # Tenant admin kubeconfig (secret); the delete uses it to remove the Node.
-    tenant_kubeconfig: pulumi.Input[str]
-    # The docker network "kind" exists only after the management cluster: explicit depends_on of a container
-    # worker (required for those; unused by SSH workers).
+    # The worker image (containers only).
+    image: str | None = None
+    # The docker network "kind" exists only after the management cluster (containers only).
     management_cluster: pulumi.Resource | None = None
     network_name: str = KIND_NETWORK
 
@@ -127,21 +124,20 @@ class WorkerNode(pulumi.ComponentResource):
 
     node_name: pulumi.Output[str]
     access: NodeAccess
-    container_name: str | None  # None for an SSH worker
     container: docker.Container | None  # None for an SSH worker
+    membership: pulumi.Resource
     join: command.local.Command | command.remote.Command
+    registered: pulumi.Resource
 
     def __init__(self, name: str, args: WorkerNodeArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(f"{COMPONENT_PREFIX}:WorkerNode", name, None, opts)
-
-        self.access = node_access(args.tenant_name, args.worker)
+        tenant = args.tenant
+        self.access = node_access(tenant.name, args.worker)
         node = self.access.node_name
-        self.container_name = None
         self.container = None
 
         if self.access.ssh is None:
             self.container = self._container(name, args)
-            self.container_name = self.access.container_name
             # A new container (new id) is a new machine.
             machine: pulumi.Input[str] = self.container.id
             depends_on: list[pulumi.Resource] = [self.container]
@@ -150,47 +146,84 @@ class WorkerNode(pulumi.ComponentResource):
             machine = self.access.ssh.host
             depends_on = []
 
-        join, leave = join_scripts(node, args.kubernetes_version, over_ssh=self.access.is_ssh)
+        host_side = pulumi.ResourceOptions(parent=self, deleted_with=tenant.control_plane)
+        # A new machine or a new control plane (endpoint or CA) is a new membership: leave and join again.
+        self.membership = tenant_api.resource(
+            tenant_api.NodeMembershipProvider(),
+            f"{name}-membership",
+            {
+                "kubeconfig": tenant.operator_kubeconfig,
+                "management_kubeconfig": tenant.management_kubeconfig,
+                "control_plane_namespace": tenant.namespace,
+                "control_plane_name": tenant.name,
+                "node_name": node,
+                "machine": machine,
+                "endpoint": tenant.endpoint,
+                "ca_cert_hash": tenant.discovery_hash,
+            },
+            pulumi.ResourceOptions.merge(host_side, pulumi.ResourceOptions(depends_on=depends_on)),
+            outputs=("token", "token_id", "expiration"),
+            secret_outputs=("token",),
+        )
+
+        node_kind = node_scripts.NODE_KIND_MACHINE if self.access.is_ssh else node_scripts.NODE_KIND_CONTAINER
+        join = NodeScript(
+            node_scripts.script_text(node_scripts.NODE_JOIN),
+            {
+                node_scripts.NODE_NAME_ENV: node,
+                node_scripts.TENANT_ENDPOINT_ENV: tenant.endpoint,
+                node_scripts.JOIN_TOKEN_ENV: self.membership.token,  # type: ignore[attr-defined]
+                node_scripts.CA_CERT_HASH_ENV: tenant.discovery_hash,
+                node_scripts.TENANT_CA_CERT_ENV: tenant.ca_certificate,
+                node_scripts.TENANT_VERSION_ENV: tenant.kubernetes_version,
+                node_scripts.NODE_KIND_ENV: node_kind,
+            },
+        )
+        leave = NodeScript(
+            node_scripts.script_text(node_scripts.NODE_LEAVE),
+            {node_scripts.NODE_NAME_ENV: node},
+            gone_hint=f"If Node {node} remains in the tenant, the next removal of this worker deletes it.",
+        )
         self.join = run_on_node(
             f"{name}-join",
             self.access,
             create=join,
             delete=leave,
-            # The bootstrap token and the admin kubeconfig: secret, never on a command line.
-            secrets={
-                join_script.ENDPOINT_ENV: args.endpoint,
-                join_script.TOKEN_ENV: args.join_token,
-                join_script.DISCOVERY_HASH_ENV: args.discovery_hash,
-                TENANT_KUBECONFIG_ENV: args.tenant_kubeconfig,
-            },
-            # A new machine, or a new control plane (endpoint or CA) is a new cluster: leave and join again.
-            # The token is not a trigger: a rotation needs no rejoin.
-            triggers=[machine, args.endpoint, args.discovery_hash],
+            # The membership's id first: when it is replaced (delete-before-replace) the join is a dependent
+            # replacement and resets the node before the membership removes its Node object.
+            triggers=[self.membership.id, machine, tenant.endpoint, tenant.discovery_hash],
             opts=pulumi.ResourceOptions(
                 parent=self,
                 depends_on=depends_on,
-                # Remove the old Node before the same name joins again.
+                # The same node name joins again only after the old membership is undone.
                 delete_before_replace=True,
             ),
         )
+        self.registered = tenant_api.resource(
+            tenant_api.NodeRegistrationProvider(),
+            f"{name}-registered",
+            {
+                "kubeconfig": tenant.operator_kubeconfig,
+                "node_name": node,
+                "join": self.join.id,
+                "token_id": self.membership.token_id,  # type: ignore[attr-defined]
+            },
+            host_side,
+        )
+        # Resolves only once the Node has registered, so whatever uses the name waits for it.
+        self.node_name = self.registered.id.apply(lambda _: node)
 
-        # Resolves only once the join has succeeded, so whatever uses the name waits for the join.
-        self.node_name = self.join.id.apply(lambda _: node)
-
-        self.register_outputs({"node_name": self.node_name, "container_name": self.container_name})
+        self.register_outputs({"node_name": self.node_name})
 
     def _container(self, name: str, args: WorkerNodeArgs) -> docker.Container:
         """The kindest/node container of a local worker, run like kind runs its nodes."""
-        if args.management_cluster is None:
+        if args.management_cluster is None or args.image is None:
             raise ValueError(
-                f"worker {args.worker.name} of tenant {args.tenant_name} is a local container: "
-                "WorkerNodeArgs.management_cluster is required (the kind network must exist first)"
+                f"worker {args.worker.name} of tenant {args.tenant.name} is a local container: "
+                "WorkerNodeArgs.management_cluster and image are required (the kind network must exist first)"
             )
         spec = node_container_spec(
-            tenant=args.tenant_name,
-            worker=args.worker.name,
-            kubernetes_version=args.kubernetes_version,
-            network=args.network_name,
+            tenant=args.tenant.name, worker=args.worker.name, image=args.image, network=args.network_name,
             stack=pulumi.get_stack(),
         )
         image = docker.RemoteImage(

@@ -25,6 +25,16 @@ MIN_KUBERNETES_VERSION = (1, 35, 0)
 MAX_KUBERNETES_VERSION_EXCLUSIVE = (1, 37, 0)
 DEFAULT_KUBERNETES_VERSION = "v1.35.0"
 
+# kindest/node images whose digests are published for a kind release, by Kubernetes version: a worker
+# container runs the image of its tenant's version (or `tenants[].nodeImage`). kind v0.31.0
+# pkg/apis/config/defaults/image.go (v1.35.0), kind v0.32.0 image.go (v1.36.1), and kind v0.32.0's release
+# list as kubernetes-sigs/cluster-api test/infrastructure/kind/mapper.go records it (v1.35.5).
+KIND_NODE_IMAGES = {
+    "v1.35.0": "kindest/node:v1.35.0@sha256:452d707d4862f52530247495d180205e029056831160e22870e37e3f6c1ac31f",
+    "v1.35.5": "kindest/node:v1.35.5@sha256:ce977ae6d65918d0b58a5f8b5e940429c2ce42fa3a5619ec2bbc60b949c0ac95",
+    "v1.36.1": "kindest/node:v1.36.1@sha256:3489c7674813ba5d8b1a9977baea8a6e553784dab7b84759d1014dbd78f7ebd5",
+}
+
 # Derived names: the tenant namespace and TCP are `<tenant>`, worker containers
 # and Nodes are `<tenant>-<worker>` (a DNS label, at most 63 characters), and
 # Kamaji derives Secret/Service names from the TCP name.
@@ -41,12 +51,14 @@ RESERVED_TENANT_NAMES = frozenset(
 # ~100000 per node kubelet's 4 MiB gRPC message limit is hit (facts §8).
 MAX_SIMULATED_MEMORY_MIB_PER_WORKER = 100_000
 
-DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-VERSION_PATTERN = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
+# k8s.io/apimachinery pkg/util/validation/validation.go dns1035LabelFmt / dns1123LabelFmt; matched whole
+# (fullmatch: `$` would also accept a trailing newline) and ASCII only.
+DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+VERSION_PATTERN = re.compile(r"v([0-9]+)\.([0-9]+)\.([0-9]+)")
 # Card ids and models are written into HAMi annotations whose encoding uses
 # `,` `:` and `;` as separators (`<uuid>,NVIDIA,<mem>,<cores>:;`).
-CARD_UUID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+CARD_UUID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 HAMI_SEPARATORS = ",:;"
 
 
@@ -62,7 +74,7 @@ class StrictModel(BaseModel):
 
 
 def _dns1035_label(value: str) -> str:
-    if not DNS1035_LABEL.match(value):
+    if not DNS1035_LABEL.fullmatch(value):
         raise ValueError(
             "must be a DNS-1035 label: lower-case letters, digits and '-', "
             "starting with a letter and ending with a letter or digit"
@@ -71,7 +83,7 @@ def _dns1035_label(value: str) -> str:
 
 
 def _dns1123_label(value: str) -> str:
-    if not DNS1123_LABEL.match(value):
+    if not DNS1123_LABEL.fullmatch(value):
         raise ValueError(
             "must be a DNS label: lower-case letters, digits and '-', "
             "starting and ending with a letter or digit"
@@ -80,7 +92,7 @@ def _dns1123_label(value: str) -> str:
 
 
 def parse_version(value: str) -> tuple[int, int, int]:
-    match = VERSION_PATTERN.match(value)
+    match = VERSION_PATTERN.fullmatch(value)
     if not match:
         raise ValueError("must look like v1.35.0")
     return tuple(int(part) for part in match.groups())  # type: ignore[return-value]
@@ -181,7 +193,7 @@ def _address_pool(value: str) -> str:
 
 def _card_uuid(value: str) -> str:
     _hami_safe_text(value)
-    if not CARD_UUID_PATTERN.match(value):
+    if not CARD_UUID_PATTERN.fullmatch(value):
         raise ValueError(
             "must start with a letter or digit and contain only letters, digits, "
             "'.', '_' and '-' (e.g. GPU-MOCK-A0)"
@@ -231,8 +243,8 @@ class SshConnection(StrictModel):
     port: int = Field(default=22, ge=1, le=65535)
     # Must be set with `pulumi config set --secret`; checked in config.validate.
     private_key: Annotated[str, AfterValidator(_private_key)] = Field(alias="privateKey", repr=False)
-    # The server's public host key (`ssh-keyscan -t ed25519 <host>`, without the host name): when set, a
-    # server presenting another key is refused before it receives the join token or a kubeconfig.
+    # The server's public host key (`ssh-keyscan -t ed25519 <host>`, without the host name): a server presenting
+    # another key is refused before it receives anything. Required (config.validate says how to get it).
     host_key: Annotated[str, Field(pattern=HOST_KEY_PATTERN)] | None = None
 
 
@@ -243,11 +255,26 @@ class Worker(StrictModel):
 
 
 class Quota(StrictModel):
-    """Tenant-wide GPU quota: a ResourceQuota on the tenant's requests."""
+    """GPU quota of each of the tenant's workload namespaces (`namespaces`): ResourceQuotas HAMi enforces."""
 
     gpus: int | None = Field(default=None, ge=0)
     memory_mib: int | None = Field(default=None, ge=0, alias="memoryMiB")
     cores: int | None = Field(default=None, ge=0)
+
+
+class DataStore(StrictModel):
+    """Where a tenant's control plane keeps its state: Kamaji's shared etcd, or an etcd of its own."""
+
+    # A dedicated etcd (a kamaji-etcd release in the tenant's management namespace and its own DataStore): no other
+    # tenant can fill it or read it. Off: the shared DataStore `default` that every such tenant uses.
+    dedicated: bool = False
+    replicas: Literal[1, 3] = 1
+    storage_size: Annotated[str, Field(pattern=r"^[1-9][0-9]*(Mi|Gi)$")] = "2Gi"
+    # etcd's space quota; keep it below the volume size.
+    quota_mib: int = Field(default=1024, ge=64, alias="quotaMiB")
+
+
+NodeImage = Annotated[str, Field(pattern=r"^[^\s:@]+(:[A-Za-z0-9._-]+)?(@sha256:[0-9a-f]{64})?$")]
 
 
 class Tenant(StrictModel):
@@ -257,6 +284,15 @@ class Tenant(StrictModel):
     pod_cidr: PodCidr | None = None
     workers: list[Worker] = Field(min_length=1)
     quota: Quota | None = None
+    # Namespaces the tenant's users work in: the restricted credential may edit them, Pod Security `baseline`
+    # is enforced there, and `quota` applies to each.
+    namespaces: list[Annotated[str, Field(max_length=63), AfterValidator(_dns1123_label)]] = Field(
+        default_factory=lambda: ["default"], min_length=1
+    )
+    data_store: DataStore = Field(default_factory=DataStore)
+    # The kindest/node image of this tenant's container workers (default: the image published for
+    # kubernetesVersion, pinned by digest).
+    node_image: NodeImage | None = None
 
     @field_validator("name")
     @classmethod
@@ -274,8 +310,9 @@ class Management(StrictModel):
     cluster_name: Annotated[
         str, Field(min_length=1, max_length=40), AfterValidator(_dns1123_label)
     ] = "gpu-tenancy"
-    node_image: Annotated[str, Field(pattern=r"^[^\s:]+(:[A-Za-z0-9._-]+)?(@sha256:[0-9a-f]{64})?$")] = (
-        "kindest/node:v1.35.0"
+    # kind v0.31.0 pkg/apis/config/defaults/image.go: the image built for that release, pinned by digest.
+    node_image: NodeImage = (
+        "kindest/node:v1.35.0@sha256:452d707d4862f52530247495d180205e029056831160e22870e37e3f6c1ac31f"
     )
     # An existing cluster to adopt instead of creating one (a secret config value).
     kubeconfig: Annotated[str, AfterValidator(_kubeconfig)] | None = Field(default=None, repr=False)
@@ -284,6 +321,14 @@ class Management(StrictModel):
     # Networks tenant API servers accept connections from (workers, load-balancer source NAT), besides the
     # kind network in the lab.
     worker_cidrs: list[Annotated[str, AfterValidator(_ipv4_network)]] = Field(default_factory=list)
+    # Where operators (and the Pulumi host, if it is elsewhere) reach tenant API servers from: added to every
+    # tenant's loadBalancerSourceRanges next to the worker networks.
+    operator_cidrs: list[Annotated[str, AfterValidator(_ipv4_network)]] = Field(default_factory=list)
+    # 0.0.0.0/0 in workerCidrs/operatorCidrs opens every tenant API to anyone who can reach it: refused unless set.
+    allow_any_source: bool = False
+    # An exec credential plugin in `kubeconfig` runs a command on the Pulumi host: refused unless set (some
+    # managed clusters need one).
+    allow_exec_credentials: bool = False
 
     @property
     def adopts_existing_cluster(self) -> bool:
@@ -298,6 +343,16 @@ class SmokeTest(StrictModel):
     memory_mib: int = Field(default=3000, ge=1, alias="memoryMiB")
     cores: int = Field(default=30, ge=1, le=100)
 
+    def fits(self, worker: Worker) -> bool:
+        """Whether the request fits on `worker`: `gpus` of its cards, each with enough memory and cores."""
+        return sum(card.memory_mib >= self.memory_mib and card.cores >= self.cores for card in worker.gpus) >= self.gpus
+
+    def worker_in(self, tenant: Tenant) -> Worker | None:
+        """The worker the smoke pod is pinned to: the first, in config order, the request fits on. Pinned, so that
+        adding a worker leaves the proof alone, and replacing this worker (which drops the pod with its Node)
+        proves again."""
+        return next((worker for worker in tenant.workers if self.fits(worker)), None)
+
 
 class Versions(StrictModel):
     """Every chart, manifest and image version the program installs, in one place."""
@@ -306,9 +361,8 @@ class Versions(StrictModel):
     cert_manager: str = "v1.21.1"
     # metallb/metallb chart, native L2 mode.
     metallb: str = "0.15.3"
-    # clastix/kamaji is republished from master as 0.0.0+latest only (facts §2);
-    # the image tag pins what actually runs.
-    kamaji_chart: str = "0.0.0+latest"
+    # clastix/kamaji image; the chart installed with it is charts/kamaji at the same tag, fetched and verified
+    # by `make charts` (tools/upstream_manifest.json), because the published chart is a moving 0.0.0+latest.
     kamaji_image: str = "26.8.2-edge"
     # projectcalico tigera-operator + CRD charts; 3.32 is tested on Kubernetes 1.34-1.36.
     calico: str = "v3.32.1"
@@ -321,9 +375,18 @@ class Versions(StrictModel):
     pause: str = "3.10.1"
 
 
+class Nvidia(StrictModel):
+    """Options of gpuMode nvidia (real cards and HAMi's device plugin)."""
+
+    # A RuntimeClass for GPU pods and the device plugin (HAMi chart devicePlugin.runtimeClassName, created with
+    # handler `nvidia` by createRuntimeClass); unset: the nvidia runtime must be containerd's default.
+    runtime_class_name: Annotated[str, Field(max_length=63), AfterValidator(_dns1123_label)] | None = None
+
+
 class StackConfig(StrictModel):
     tenants: list[Tenant] = Field(min_length=1)
     management: Management = Field(default_factory=Management)
     gpu_mode: Literal["mock", "nvidia"] = "mock"
+    nvidia: Nvidia | None = None
     smoke_test: SmokeTest = Field(default_factory=SmokeTest)
     versions: Versions = Field(default_factory=Versions)

@@ -13,12 +13,13 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from pulumi import RunError
 from pydantic import BaseModel, ValidationError
 
 from .cidrs import PoolExhaustedError, allocate_ranges, overlapping_pairs
 from .models import (
+    KIND_NODE_IMAGES,
     MAX_SIMULATED_MEMORY_MIB_PER_WORKER,
-    GpuCard,
     StackConfig,
     Tenant,
 )
@@ -43,8 +44,11 @@ class ConfigIssue:
         return f"{self.path} = {self.value!r}: {self.message}"
 
 
-class ConfigError(ValueError):
-    """The stack configuration is invalid; `issues` lists every problem."""
+class ConfigError(RunError, ValueError):
+    """The stack configuration is invalid; `issues` lists every problem.
+
+    A `pulumi.RunError`: `pulumi up` prints it as a plain message instead of a Python traceback.
+    """
 
     def __init__(self, issues: list[ConfigIssue]):
         self.issues = issues
@@ -98,12 +102,18 @@ SECRET_KEYS = frozenset({"kubeconfig", "privateKey"})
 REDACTED = "[secret]"
 
 
+# Text that is a credential wherever it is put (a private key under `hostKey`, a kubeconfig as a string).
+_CREDENTIAL_MARKERS = ("-----BEGIN", "PRIVATE KEY", "client-key-data", "client-certificate-data", "token:")
+
+
 def redact(value: Any) -> Any:
-    """`value` with the values of every secret key replaced (recursively)."""
+    """`value` with the values of every secret key, and anything that looks like a credential, replaced."""
     if isinstance(value, dict):
         return {k: REDACTED if k in SECRET_KEYS else redact(v) for k, v in value.items()}
     if isinstance(value, list):
         return [redact(v) for v in value]
+    if isinstance(value, str) and any(marker in value for marker in _CREDENTIAL_MARKERS):
+        return REDACTED
     return value
 
 
@@ -141,73 +151,109 @@ def _issue_from_pydantic(error: dict[str, Any]) -> ConfigIssue:
     return ConfigIssue(path, message, value)
 
 
-def _tenant_issues(index: int, tenant: Tenant, gpu_mode: str) -> list[ConfigIssue]:
+
+
+# --------------------------------------------------------------------------- #
+# Checks across fields (run over whatever validated, so every problem is reported in one round)
+# --------------------------------------------------------------------------- #
+
+Indexed = list[tuple[int, Tenant]]
+
+
+def _tenant_issues(index: int, tenant: Tenant, config: StackConfig) -> list[ConfigIssue]:
     issues: list[ConfigIssue] = []
     prefix = f"tenants[{index}]"
     seen_workers: dict[str, int] = {}
+    containers = [w for w in tenant.workers if w.ssh is None]
     for w_index, worker in enumerate(tenant.workers):
         w_path = f"{prefix}.workers[{w_index}]"
         if worker.name in seen_workers:
-            issues.append(
-                ConfigIssue(
-                    f"{w_path}.name",
-                    f"duplicates {prefix}.workers[{seen_workers[worker.name]}].name; "
-                    "worker names must be unique within a tenant",
-                    worker.name,
-                )
-            )
+            issues.append(ConfigIssue(
+                f"{w_path}.name",
+                f"duplicates {prefix}.workers[{seen_workers[worker.name]}].name; worker names must be unique within "
+                "a tenant",
+                worker.name,
+            ))
         seen_workers.setdefault(worker.name, w_index)
         node_name = f"{tenant.name}-{worker.name}"
         if len(node_name) > MAX_NODE_NAME_LENGTH:
-            issues.append(
-                ConfigIssue(
-                    f"{w_path}.name",
-                    f"node name '{node_name}' (<tenant>-<worker>) is {len(node_name)} "
-                    f"characters; shorten the tenant or worker name to fit "
-                    f"{MAX_NODE_NAME_LENGTH}",
-                    worker.name,
-                )
-            )
+            issues.append(ConfigIssue(
+                f"{w_path}.name",
+                f"node name '{node_name}' (<tenant>-<worker>) is {len(node_name)} characters; shorten the tenant or "
+                f"worker name to fit {MAX_NODE_NAME_LENGTH}",
+                worker.name,
+            ))
         total = sum(card.memory_mib for card in worker.gpus)
-        if gpu_mode == "mock" and total >= MAX_SIMULATED_MEMORY_MIB_PER_WORKER:
-            issues.append(
-                ConfigIssue(
-                    f"{w_path}.gpus",
-                    f"simulated cards add up to {total} MiB; keep the sum of memoryMiB "
-                    f"per worker below {MAX_SIMULATED_MEMORY_MIB_PER_WORKER} (the mock "
-                    "device plugin registers one device per MiB and kubelet's 4 MiB "
-                    "gRPC limit breaks beyond that) - move cards to another worker",
-                )
-            )
+        if config.gpu_mode == "mock" and total >= MAX_SIMULATED_MEMORY_MIB_PER_WORKER:
+            issues.append(ConfigIssue(
+                f"{w_path}.gpus",
+                f"simulated cards add up to {total} MiB; keep the sum of memoryMiB per worker below "
+                f"{MAX_SIMULATED_MEMORY_MIB_PER_WORKER} (the mock device plugin registers one device per MiB and "
+                "kubelet's 4 MiB gRPC limit breaks beyond that) - move cards to another worker",
+            ))
+        if config.gpu_mode == "nvidia" and worker.ssh is None and worker.gpus:
+            # HAMi's real device plugin needs the NVIDIA driver and runtime on the node; in a kindest/node container
+            # it crash-loops (register.go getAPIDevices -> nvml.Init) and the Helm release times out.
+            issues.append(ConfigIssue(
+                f"{w_path}.gpus",
+                "gpuMode nvidia needs real GPU servers: a worker without `ssh` is a kindest/node container, where "
+                "HAMi's device plugin cannot start. Give this worker `ssh` (a machine with the NVIDIA driver and "
+                "container toolkit), or use gpuMode mock",
+            ))
+    if containers and tenant.node_image is None and tenant.kubernetes_version not in KIND_NODE_IMAGES:
+        issues.append(ConfigIssue(
+            f"{prefix}.kubernetesVersion",
+            f"no kindest/node image is published for {tenant.kubernetes_version} (known: "
+            f"{', '.join(KIND_NODE_IMAGES)}); pick one of those, or set {prefix}.nodeImage to a kindest/node image "
+            f"built for {tenant.kubernetes_version} (kind build node-image), pinned by digest",
+            tenant.kubernetes_version,
+        ))
+    if tenant.node_image is not None and not containers:
+        issues.append(ConfigIssue(
+            f"{prefix}.nodeImage",
+            "only applies to container workers (workers without `ssh`); this tenant has none - remove it",
+        ))
+    store = tenant.data_store
+    if not store.dedicated:
+        for key, field in (("replicas", "replicas"), ("storageSize", "storage_size"), ("quotaMiB", "quota_mib")):
+            if field in store.model_fields_set:
+                issues.append(ConfigIssue(
+                    f"{prefix}.dataStore.{key}",
+                    "only applies to a dedicated data store; set dataStore.dedicated: true or remove it",
+                ))
+    seen_namespaces: set[str] = set()
+    for n_index, namespace in enumerate(tenant.namespaces):
+        if namespace.startswith("kube-") or namespace in SYSTEM_NAMESPACES:
+            issues.append(ConfigIssue(
+                f"{prefix}.namespaces[{n_index}]",
+                "is a system namespace of the tenant; list namespaces the tenant's users work in (e.g. default, ml)",
+                namespace,
+            ))
+        if namespace in seen_namespaces:
+            issues.append(ConfigIssue(f"{prefix}.namespaces[{n_index}]", "is listed twice", namespace))
+        seen_namespaces.add(namespace)
     return issues
 
 
-def _card_fits(card: GpuCard, memory_mib: int, cores: int) -> bool:
-    return card.memory_mib >= memory_mib and card.cores >= cores
+# Namespaces the tenant's own system uses (Kubernetes, Calico, HAMi run there).
+SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease", "tigera-operator", "calico-system",
+                               "calico-apiserver"})
 
 
-def _smoke_test_issues(config: StackConfig) -> list[ConfigIssue]:
+def _smoke_test_issues(config: StackConfig, tenants: Indexed) -> list[ConfigIssue]:
     smoke = config.smoke_test
     if not smoke.enabled:
         return []
     issues = []
-    for index, tenant in enumerate(config.tenants):
-        fits = any(
-            sum(_card_fits(card, smoke.memory_mib, smoke.cores) for card in worker.gpus)
-            >= smoke.gpus
-            for worker in tenant.workers
-        )
-        if not fits:
-            issues.append(
-                ConfigIssue(
-                    "smokeTest",
-                    f"the smoke-test request ({smoke.gpus} GPU x {smoke.memory_mib} MiB, "
-                    f"{smoke.cores}% cores) fits on no worker of tenants[{index}] "
-                    f"('{tenant.name}'): it needs {smoke.gpus} card(s) on one worker with "
-                    "at least that memoryMiB and cores each. Lower smokeTest.memoryMiB/"
-                    "cores/gpus, add a card, or set smokeTest.enabled: false",
-                )
-            )
+    for index, tenant in tenants:
+        if smoke.worker_in(tenant) is None:
+            issues.append(ConfigIssue(
+                "smokeTest",
+                f"the smoke-test request ({smoke.gpus} GPU x {smoke.memory_mib} MiB, {smoke.cores}% cores) fits on no "
+                f"worker of tenants[{index}] ('{tenant.name}'): it needs {smoke.gpus} card(s) on one worker with at "
+                "least that memoryMiB and cores each. Lower smokeTest.memoryMiB/cores/gpus, add a card, or set "
+                "smokeTest.enabled: false",
+            ))
         quota = tenant.quota
         if quota is None:
             continue
@@ -217,83 +263,96 @@ def _smoke_test_issues(config: StackConfig) -> list[ConfigIssue]:
             ("cores", quota.cores, smoke.gpus * smoke.cores),
         ):
             if limit is not None and limit < needed:
-                issues.append(
-                    ConfigIssue(
-                        f"tenants[{index}].quota.{key}",
-                        f"is below the smoke-test request ({needed}), so the quota would "
-                        "reject the proof pod; raise the quota or lower smokeTest",
-                        limit,
-                    )
-                )
+                issues.append(ConfigIssue(
+                    f"tenants[{index}].quota.{key}",
+                    f"is below the smoke-test request ({needed}), so the quota would reject the proof pod; raise the "
+                    "quota or lower smokeTest",
+                    limit,
+                ))
     return issues
 
 
-def _stack_issues(config: StackConfig) -> list[ConfigIssue]:
+def _stack_issues(config: StackConfig, tenants: Indexed) -> list[ConfigIssue]:
     issues: list[ConfigIssue] = []
     seen_tenants: dict[str, int] = {}
     seen_cards: dict[str, str] = {}
-    for index, tenant in enumerate(config.tenants):
+    for index, tenant in tenants:
         if tenant.name in seen_tenants:
-            issues.append(
-                ConfigIssue(
-                    f"tenants[{index}].name",
-                    f"duplicates tenants[{seen_tenants[tenant.name]}].name; "
-                    "tenant names must be unique",
-                    tenant.name,
-                )
-            )
+            issues.append(ConfigIssue(
+                f"tenants[{index}].name",
+                f"duplicates tenants[{seen_tenants[tenant.name]}].name; tenant names must be unique",
+                tenant.name,
+            ))
         seen_tenants.setdefault(tenant.name, index)
-        issues.extend(_tenant_issues(index, tenant, config.gpu_mode))
+        issues.extend(_tenant_issues(index, tenant, config))
         for w_index, worker in enumerate(tenant.workers):
             for c_index, card in enumerate(worker.gpus):
                 path = f"tenants[{index}].workers[{w_index}].gpus[{c_index}].uuid"
                 if card.uuid in seen_cards:
-                    issues.append(
-                        ConfigIssue(
-                            path,
-                            f"duplicates {seen_cards[card.uuid]}; card uuids must be "
-                            "unique across the whole stack",
-                            card.uuid,
-                        )
-                    )
+                    issues.append(ConfigIssue(
+                        path, f"duplicates {seen_cards[card.uuid]}; card uuids must be unique across the whole stack",
+                        card.uuid,
+                    ))
                 seen_cards.setdefault(card.uuid, path)
-
+    issues.extend(_container_name_issues(config, tenants))
     explicit = [
         (f"tenants[{index}].{key}", cidr)
-        for index, tenant in enumerate(config.tenants)
+        for index, tenant in tenants
         for key, cidr in (("serviceCidr", tenant.service_cidr), ("podCidr", tenant.pod_cidr))
         if cidr is not None
     ]
     for i, j in overlapping_pairs(explicit):
-        issues.append(
-            ConfigIssue(
-                explicit[j][0],
-                f"overlaps {explicit[i][0]} ({explicit[i][1]}); service and pod ranges "
-                "must not overlap each other or any other tenant's",
-                explicit[j][1],
-            )
-        )
-    issues.extend(_pod_room_issues(config))
-    issues.extend(_smoke_test_issues(config))
+        issues.append(ConfigIssue(
+            explicit[j][0],
+            f"overlaps {explicit[i][0]} ({explicit[i][1]}); service and pod ranges must not overlap each other or any "
+            "other tenant's",
+            explicit[j][1],
+        ))
+    issues.extend(_pod_room_issues(tenants))
+    issues.extend(_smoke_test_issues(config, tenants))
     return issues
 
 
-def _pod_room_issues(config: StackConfig) -> list[ConfigIssue]:
+def _container_name_issues(config: StackConfig, tenants: Indexed) -> list[ConfigIssue]:
+    """Docker container names (= Node names) are host-wide: two tenants' workers, or a worker and kind's own node,
+    must not share one."""
+    if config.management.adopts_existing_cluster:
+        return []
+    kind_node = f"{config.management.cluster_name}-control-plane"
+    seen: dict[str, str] = {kind_node: f"the kind node of management.clusterName '{config.management.cluster_name}'"}
     issues = []
-    for index, tenant in enumerate(config.tenants):
+    for index, tenant in tenants:
+        for w_index, worker in enumerate(tenant.workers):
+            if worker.ssh is not None:
+                continue
+            name = f"{tenant.name}-{worker.name}"
+            path = f"tenants[{index}].workers[{w_index}]"
+            if name in seen:
+                issues.append(ConfigIssue(
+                    f"{path}.name",
+                    f"makes the container and Node name '{name}', which is also {seen[name]}; Docker container names "
+                    "are unique per host - rename the tenant or the worker",
+                    worker.name,
+                ))
+            else:
+                seen[name] = f"{path} (tenant '{tenant.name}', worker '{worker.name}')"
+    return issues
+
+
+def _pod_room_issues(tenants: Indexed) -> list[ConfigIssue]:
+    issues = []
+    for index, tenant in tenants:
         if tenant.pod_cidr is None:
             continue  # allocated later as a /16, then checked again
         prefix = ipaddress.IPv4Network(tenant.pod_cidr).prefixlen
         room = 2 ** (NODE_POD_PREFIX - prefix)
         if room < len(tenant.workers):
-            issues.append(
-                ConfigIssue(
-                    f"tenants[{index}].podCidr",
-                    f"has room for {room} node(s) (one /{NODE_POD_PREFIX} each) but the "
-                    f"tenant has {len(tenant.workers)} workers; use a larger range",
-                    tenant.pod_cidr,
-                )
-            )
+            issues.append(ConfigIssue(
+                f"tenants[{index}].podCidr",
+                f"has room for {room} node(s) (one /{NODE_POD_PREFIX} each) but the tenant has {len(tenant.workers)} "
+                "workers; use a larger range",
+                tenant.pod_cidr,
+            ))
     return issues
 
 
@@ -304,89 +363,205 @@ def _secret_hint(path: str) -> str:
     )
 
 
-def _infrastructure_issues(config: StackConfig, secret_keys: Collection[str]) -> list[ConfigIssue]:
+def _kubeconfig_issues(kubeconfig: str, allow_exec: bool) -> list[ConfigIssue]:
+    """What an adopted cluster's kubeconfig may not do, never echoing it."""
+    import yaml
+
+    key = "management.kubeconfig"
+    try:
+        document = yaml.safe_load(kubeconfig)
+    except yaml.YAMLError:
+        return [ConfigIssue(key, "is not YAML")]
+    issues = []
+    sections = {name: document.get(name) for name in ("clusters", "users", "contexts")}
+    for name, entries in sections.items():
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            issues.append(ConfigIssue(key, f"has no list of {name} (a kubeconfig lists clusters, users and contexts)"))
+    if issues:
+        return issues
+    for entry in sections["clusters"]:
+        cluster = entry.get("cluster") or {}
+        server = str(cluster.get("server", ""))
+        if cluster.get("insecure-skip-tls-verify"):
+            issues.append(ConfigIssue(key, f"cluster '{entry.get('name')}' sets insecure-skip-tls-verify: the API "
+                                           "server's identity would not be checked; give its CA "
+                                           "(certificate-authority-data) instead"))
+        if server.startswith("http://"):
+            issues.append(ConfigIssue(key, f"cluster '{entry.get('name')}' has a plain-HTTP server ({server}); use "
+                                           "its https:// address"))
+    for entry in sections["users"]:
+        user = entry.get("user") or {}
+        if ("exec" in user or "auth-provider" in user) and not allow_exec:
+            issues.append(ConfigIssue(key, f"user '{entry.get('name')}' runs a credential plugin (exec/auth-provider), "
+                                           "i.e. a command on the Pulumi host taken from config; set "
+                                           "management.allowExecCredentials: true if that is intended (some managed "
+                                           "clusters need it), or use a certificate or token credential"))
+    return issues
+
+
+def _any_source_issues(config: StackConfig) -> list[ConfigIssue]:
+    if config.management.allow_any_source:
+        return []
+    issues = []
+    for key, cidrs in (("workerCidrs", config.management.worker_cidrs),
+                       ("operatorCidrs", config.management.operator_cidrs)):
+        for index, cidr in enumerate(cidrs):
+            if ipaddress.ip_network(cidr).prefixlen == 0:
+                issues.append(ConfigIssue(
+                    f"management.{key}[{index}]",
+                    "opens every tenant API server to any address; list the networks workers and operators connect "
+                    "from, or set management.allowAnySource: true to accept that on purpose",
+                    cidr,
+                ))
+    return issues
+
+
+def _infrastructure_issues(config: StackConfig, tenants: Indexed, secret_keys: Collection[str]) -> list[ConfigIssue]:
     """Existing management cluster and SSH workers: what goes with what, and secrets stored as secrets."""
     issues: list[ConfigIssue] = []
     management = config.management
     if management.adopts_existing_cluster:
         if "management" not in secret_keys:
             issues.append(ConfigIssue("management.kubeconfig", _secret_hint("management.kubeconfig")))
+        issues.extend(_kubeconfig_issues(management.kubeconfig or "", management.allow_exec_credentials))
         for key, field in (("clusterName", "cluster_name"), ("nodeImage", "node_image")):
             if field in management.model_fields_set:
-                issues.append(
-                    ConfigIssue(
-                        f"management.{key}",
-                        "only applies to the kind cluster this program creates; remove it when "
-                        "management.kubeconfig names an existing cluster",
-                    )
-                )
+                issues.append(ConfigIssue(
+                    f"management.{key}",
+                    "only applies to the kind cluster this program creates; remove it when management.kubeconfig "
+                    "names an existing cluster",
+                ))
         if not management.worker_cidrs:
-            issues.append(
-                ConfigIssue(
-                    "management.workerCidrs",
-                    "is required with management.kubeconfig: list the IPv4 networks your GPU servers (and the "
-                    "load balancer's source NAT, i.e. the management nodes) reach tenant API servers from, "
-                    "e.g. ['10.20.0.0/16']; tenant control planes accept connections only from there",
-                )
-            )
+            issues.append(ConfigIssue(
+                "management.workerCidrs",
+                "is required with management.kubeconfig: list the IPv4 networks your GPU servers (and the load "
+                "balancer's source NAT, i.e. the management nodes) reach tenant API servers from, e.g. "
+                "['10.20.0.0/16']; tenant control planes accept connections only from there",
+            ))
+    elif management.allow_exec_credentials:
+        issues.append(ConfigIssue("management.allowExecCredentials", "only applies with management.kubeconfig"))
+    issues.extend(_any_source_issues(config))
+    if config.nvidia is not None and config.gpu_mode != "nvidia":
+        issues.append(ConfigIssue("nvidia", "only applies with gpuMode: nvidia; remove it or set gpuMode: nvidia"))
     ssh_workers = False
     seen_hosts: dict[tuple[str, int], str] = {}
-    for index, tenant in enumerate(config.tenants):
+    for index, tenant in tenants:
         for w_index, worker in enumerate(tenant.workers):
             path = f"tenants[{index}].workers[{w_index}]"
             if worker.ssh is not None:
                 ssh_workers = True
                 address = (worker.ssh.host.lower(), worker.ssh.port)
                 if address in seen_hosts:
-                    issues.append(
-                        ConfigIssue(
-                            f"{path}.ssh.host",
-                            f"is also {seen_hosts[address]}; a machine can be only one worker (two joins on one "
-                            "machine would reset each other)",
-                            worker.ssh.host,
-                        )
-                    )
+                    issues.append(ConfigIssue(
+                        f"{path}.ssh.host",
+                        f"is also {seen_hosts[address]}; a machine can be only one worker (two joins on one machine "
+                        "would reset each other)",
+                        worker.ssh.host,
+                    ))
                 seen_hosts.setdefault(address, f"{path}.ssh.host")
+                if worker.ssh.host_key is None:
+                    ssh = worker.ssh
+                    port = f"-p {ssh.port} " if ssh.port != 22 else ""
+                    issues.append(ConfigIssue(
+                        f"{path}.ssh.hostKey",
+                        f"is required: without it anyone answering at {ssh.host} would receive the join token. Read "
+                        f"the server's key where you trust the network (or from its console: cat "
+                        f"/etc/ssh/ssh_host_ed25519_key.pub), e.g. `ssh-keyscan {port}-t ed25519 {ssh.host}`, and "
+                        f"set it without the host name: pulumi config set --path "
+                        f"'{NAMESPACE}:{path}.ssh.hostKey' 'ssh-ed25519 AAAA...'",
+                    ))
             elif management.adopts_existing_cluster:
-                issues.append(
-                    ConfigIssue(
-                        f"{path}.ssh",
-                        "is required with management.kubeconfig: a worker without `ssh` is a local kindest/node "
-                        "container on the kind network, which an existing cluster does not have",
-                    )
-                )
+                issues.append(ConfigIssue(
+                    f"{path}.ssh",
+                    "is required with management.kubeconfig: a worker without `ssh` is a local kindest/node container "
+                    "on the kind network, which an existing cluster does not have",
+                ))
     if ssh_workers and "tenants" not in secret_keys:
-        issues.append(
-            ConfigIssue("tenants[*].workers[*].ssh.privateKey", _secret_hint("tenants[0].workers[0].ssh.privateKey"))
-        )
+        issues.append(ConfigIssue(
+            "tenants[*].workers[*].ssh.privateKey", _secret_hint("tenants[0].workers[0].ssh.privateKey")
+        ))
     return issues
 
 
+# --------------------------------------------------------------------------- #
+# Loading
+# --------------------------------------------------------------------------- #
+
+
+def _has_default(loc: tuple[Any, ...]) -> bool:
+    model = _model_at(loc[:-1])
+    if model is None:
+        return False
+    field = next((f for n, f in model.model_fields.items() if (f.alias or n) == loc[-1]), None)
+    return field is not None and not field.is_required()
+
+
+def _prune(raw: Any, loc: tuple[Any, ...], extra: bool) -> bool:
+    """Remove what failed at `loc` from `raw`: the key itself when it is unknown or optional, else the innermost
+    list element holding it (a card, a worker, a tenant). False when nothing could be removed."""
+    cut = len(loc)
+    if not (extra or _has_default(loc)):
+        cut = max((i + 1 for i, part in enumerate(loc) if isinstance(part, int)), default=0)
+    if cut == 0:
+        return False
+    parent = raw
+    for part in loc[: cut - 1]:
+        try:
+            parent = parent[part]
+        except (KeyError, IndexError, TypeError):
+            return False
+    try:
+        del parent[loc[cut - 1]]
+    except (KeyError, IndexError, TypeError):
+        return False
+    return True
+
+
+def _validate(raw: Any) -> tuple[StackConfig | None, list[ConfigIssue]]:
+    """The model, and every field error; with errors, the model of what is left once they are pruned, so the checks
+    across fields report in the same round."""
+    import copy
+
+    issues: list[ConfigIssue] = []
+    working = copy.deepcopy(raw)
+    for _ in range(20):
+        try:
+            return StackConfig.model_validate(working), issues
+        except ValidationError as error:
+            errors = error.errors()
+        if not issues:
+            issues = [_issue_from_pydantic(e) for e in errors]
+        # Delete from the deepest location first so earlier list indices stay valid.
+        pruned = False
+        for entry in sorted(errors, key=lambda e: [str(p) for p in e["loc"]], reverse=True):
+            pruned |= _prune(working, tuple(entry["loc"]), entry["type"] == "extra_forbidden")
+        if not pruned:
+            break
+    return None, issues
+
+
 def load_stack_config(raw: dict[str, Any], secret_keys: Collection[str] = ()) -> StackConfig:
-    """Validate raw config and fill in automatic CIDRs, or raise ConfigError.
+    """Validate raw config and fill in automatic CIDRs, or raise ConfigError listing every problem at once.
 
     `secret_keys` names the top-level keys Pulumi holds as secrets (or that contain secrets).
     """
-    try:
-        config = StackConfig.model_validate(raw)
-    except ValidationError as error:
-        raise ConfigError([_issue_from_pydantic(e) for e in error.errors()]) from None
-
-    issues = _stack_issues(config) + _infrastructure_issues(config, secret_keys)
-    if issues:
+    config, issues = _validate(raw)
+    if config is not None:
+        tenants = list(enumerate(config.tenants))
+        issues += _stack_issues(config, tenants) + _infrastructure_issues(config, tenants, secret_keys)
+    if issues or config is None:
         raise ConfigError(issues)
-
     try:
         ranges = allocate_ranges([(t.service_cidr, t.pod_cidr) for t in config.tenants])
     except PoolExhaustedError as error:
         path, _, message = str(error).partition(": ")
         raise ConfigError([ConfigIssue(path, message)]) from None
-    tenants = [
+    allocated = [
         tenant.model_copy(update={"service_cidr": r.service_cidr, "pod_cidr": r.pod_cidr})
-        for tenant, r in zip(config.tenants, ranges, strict=False)
+        for tenant, r in zip(config.tenants, ranges, strict=True)
     ]
-    config = config.model_copy(update={"tenants": tenants})
-    issues = _pod_room_issues(config)
+    config = config.model_copy(update={"tenants": allocated})
+    issues = _pod_room_issues(list(enumerate(config.tenants)))
     if issues:
         raise ConfigError(issues)
     return config

@@ -9,25 +9,11 @@ from typing import Any
 from tests.test_config_infrastructure import prod_example_with_secrets
 from tools.mockrun import load_stack_file
 from tools.sim import Lifecycle, Plan, World
+from tools.sim.lab import adopt, lab_world
 
 MANAGEMENT = "management"
 
-
-def lab_world(*, races: bool = True, tuned_conntrack: bool = False, kind_network: bool = False) -> World:
-    """A Linux Docker host like most: 4 CPUs, the kernel's default conntrack table, no `kind` network yet.
-
-    `races=False` lets the real system win its races (Kamaji's webhook and RBAC come up at once), to look at one
-    defect at a time; `tuned_conntrack=True` sets nf_conntrack_max to what kube-proxy with kubeadm defaults
-    wants on 4 CPUs (131072, hash size 32768).
-    """
-    world = World(kind_network=kind_network)
-    if not races:
-        world.kamaji_webhook_lag = False
-        world.soot_rbac_lag = False
-    if tuned_conntrack:
-        world.docker.nf_conntrack_max = 131072
-        world.docker.conntrack_hashsize = 32768
-    return world
+__all__ = ["MANAGEMENT", "adopt_lab", "changed_by_owner", "kind_lab", "lab_world", "owner", "tenant_names"]
 
 
 def kind_lab(config: dict[str, Any] | None = None, world: World | None = None, **world_options: Any) -> Lifecycle:
@@ -38,13 +24,7 @@ def kind_lab(config: dict[str, Any] | None = None, world: World | None = None, *
 def adopt_lab(world: World | None = None) -> Lifecycle:
     """The production example: an existing management cluster, SSH-joined GPU servers."""
     world = world or lab_world()
-    config = prod_example_with_secrets()
-    config["management"]["kubeconfig"] = world.adopt_cluster()
-    for tenant in config["tenants"]:
-        for worker in tenant["workers"]:
-            ssh = worker["ssh"]
-            host = world.add_ssh_host(ssh["host"], ssh.get("hostKey") or f"ssh-ed25519 AAAAkeyof{ssh['host']}")
-            host.machine.gpus = len(worker.get("gpus") or [])
+    config = adopt(world, prod_example_with_secrets())
     return Lifecycle(config, world=world, stack="prod", secret_keys=["management", "tenants"])
 
 

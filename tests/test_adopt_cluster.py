@@ -21,7 +21,8 @@ from components.kamaji import (
 from components.kind_cluster import KindManagementCluster, KindManagementClusterArgs
 from components.naming import COMPONENT_PREFIX
 from config import Versions
-from tools.mockrun import kubeconfig_yaml, run_program
+from tests.fixtures import kubeconfig_yaml
+from tools.mockrun import run_program
 
 SERVER = "https://mgmt.example.net:6443"
 KUBECONFIG = kubeconfig_yaml(SERVER, "prod-mgmt")

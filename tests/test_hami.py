@@ -39,9 +39,10 @@ from components.hami_values import (
 from components.node_access import NodeScript, node_access, node_program
 from config import GpuCard, SmokeTest, Tenant, Versions
 from tests.chart_values import load_chart_values, unknown_value_keys
+from tests.fixtures import kubeconfig_yaml
 from tests.ssh_worker import PRIVATE_KEY_BODY, ssh_worker_config
 from tools import mockrun as harness
-from tools.mockrun import kubeconfig_yaml, run_program
+from tools.mockrun import run_program
 
 A100 = {"uuid": "GPU-MOCK-A0", "model": "NVIDIA-A100", "memoryMiB": 8192, "cores": 100, "slots": 10}
 

@@ -25,7 +25,8 @@ from components.kind_cluster import KindManagementCluster, KindManagementCluster
 from components.naming import COMPONENT_PREFIX
 from config import Versions
 from tests.chart_values import load_chart_values, unknown_value_keys
-from tools.mockrun import KIND_GATEWAY_V4, KIND_SUBNET_V4, run_program
+from tests.fixtures import KIND_GATEWAY_V4, KIND_SUBNET_V4
+from tools.mockrun import run_program
 
 # Keys of the kamaji-etcd subchart that the vendored kamaji values.yaml does not show, with
 # their upstream defaults, from clastix/kamaji-etcd charts/kamaji-etcd/values.yaml at v0.15.0

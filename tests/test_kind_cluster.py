@@ -23,8 +23,9 @@ from components.kind_cluster import (
     worker_networks,
 )
 from components.naming import COMPONENT_PREFIX, KIND_NETWORK
+from tests.fixtures import KIND_SUBNET_V4, KIND_SUBNET_V6, kubeconfig_yaml
 from tools import mockrun as harness
-from tools.mockrun import KIND_SUBNET_V4, KIND_SUBNET_V6, kubeconfig_yaml, run_program
+from tools.mockrun import run_program
 
 NAME = "gpu-tenancy"
 IMAGE = "kindest/node:v1.35.0"

@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import copy
 
-import pytest
-
 from tests.lifecycle_support import adopt_lab, kind_lab, lab_world, tenant_names
 
 CARD_C = {"uuid": "GPU-MOCK-C0", "model": "NVIDIA-A100", "memoryMiB": 8192}
 
 
-@pytest.mark.xfail(strict=True, reason="issue 13 #7: the subnet lookup runs against Docker in preview")
 def test_fresh_preview_on_a_host_without_a_kind_network():
     # pulumi-command returns a non-empty id in preview (commandController.go Create), so the engine runs
     # an invoke that depends on the not-yet-created kind cluster against the real Docker daemon.
@@ -24,7 +21,6 @@ def test_fresh_preview_on_a_host_without_a_kind_network():
     assert plan.names("create") and not plan.names("delete")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 11 #1")
 def test_first_up_survives_kamajis_rbac_window():
     """issue 11 #1: admin.conf has no rights until Kamaji's soot controller binds kubeadm:cluster-admins."""
     world = lab_world(races=False, tuned_conntrack=True, kind_network=True)
@@ -33,7 +29,6 @@ def test_first_up_survives_kamajis_rbac_window():
     sim.up()
 
 
-@pytest.mark.xfail(strict=True, reason="issue 13 #6")
 def test_first_up_survives_kamajis_webhook_coming_up():
     """issue 13 #6: Kamaji's readiness does not include its webhook server (failurePolicy Fail)."""
     world = lab_world(races=False, tuned_conntrack=True, kind_network=True)
@@ -42,7 +37,6 @@ def test_first_up_survives_kamajis_webhook_coming_up():
     sim.up()
 
 
-@pytest.mark.xfail(strict=True, reason="issue 13 #1")
 def test_first_up_on_a_host_with_the_default_conntrack_table():
     """issue 13 #1: kube-proxy 1.35 writes nf_conntrack_max when it differs from its target."""
     sim = kind_lab(races=False, tuned_conntrack=False, kind_network=True)
@@ -50,7 +44,6 @@ def test_first_up_on_a_host_with_the_default_conntrack_table():
     sim.up()
 
 
-@pytest.mark.xfail(strict=True, reason="issue 11 #2")
 def test_adding_a_tenant_to_a_running_stack_previews_and_creates_only_that_tenant():
     """issue 11 #2: the Secret reads of a new tenant must not run before its control plane exists."""
     sim = kind_lab(races=False, tuned_conntrack=True, kind_network=True)
@@ -62,14 +55,12 @@ def test_adding_a_tenant_to_a_running_stack_previews_and_creates_only_that_tenan
     assert not plan.names("update") | plan.names("replace") | plan.names("delete"), plan.render()
 
 
-@pytest.mark.xfail(strict=True, reason="issue 11 #2")
 def test_first_preview_in_adopt_mode():
     """issue 11 #2: with an existing cluster the management provider is configured during the first preview."""
     sim = adopt_lab(lab_world(races=False))
     sim.preview()
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12 #1")
 def test_turning_the_smoke_test_on_later_previews_cleanly():
     """issue 12 #1: in preview the provider returns the pod's inputs, never a scheduled pod."""
     config = kind_lab().config
@@ -82,7 +73,6 @@ def test_turning_the_smoke_test_on_later_previews_cleanly():
     assert sim.output("tenants")["tenant-a"]["smokeTest"]["schedulerName"] == "hami-scheduler"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12 #1")
 def test_the_smoke_tests_own_replace_hint_works():
     """issue 12 #1: `pulumi up --replace <pod>` is what the evidence error tells users to run."""
     sim = kind_lab(races=False, tuned_conntrack=True, kind_network=True)
@@ -91,7 +81,6 @@ def test_the_smoke_tests_own_replace_hint_works():
     assert plan.names("replace") == {"tenant-a-gpu-smoke-test"}
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12 #2")
 def test_a_replaced_worker_container_rejoins_and_the_proof_moves_with_it():
     """issue 12 #2: the smoke pod's replace_on_changes path must match the engine's diff path."""
     sim = kind_lab(races=False, tuned_conntrack=True, kind_network=True)
@@ -101,7 +90,6 @@ def test_a_replaced_worker_container_rejoins_and_the_proof_moves_with_it():
     assert sim.output("tenants")["tenant-a"]["smokeTest"]["node"] == "tenant-a-worker-0"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 13 #2")
 def test_destroy_leaves_nothing_behind():
     """issue 13 #2: Helm's uninstall wait and the DataStore finalizer only Kamaji's controller removes."""
     sim = kind_lab(races=False, tuned_conntrack=True, kind_network=True)
@@ -111,7 +99,6 @@ def test_destroy_leaves_nothing_behind():
     assert sim.resources() == []
 
 
-@pytest.mark.xfail(strict=True, reason="issue 13 #3")
 def test_destroy_after_the_kind_cluster_was_deleted_by_hand():
     """issue 13 #3: pulumi-kubernetes refuses to delete a Helm release on an unreachable cluster."""
     sim = kind_lab(races=False, tuned_conntrack=True, kind_network=True)

@@ -3,7 +3,8 @@
 import pulumi
 import pulumi_command as command
 
-from tools.mockrun import KIND_SUBNET_V4, kubeconfig_yaml, run_program, tenant_ca_pem
+from tests.fixtures import KIND_SUBNET_V4, kubeconfig_yaml, tenant_ca_pem
+from tools.mockrun import run_program
 
 
 def _program():

@@ -10,9 +10,10 @@ from components.gpu_register import REGISTER_ANNOTATION
 from components.tenant_spec import discovery_hash
 from config import load_stack_config
 from tests.crd_schema import crd_json_schema, schema_errors
+from tests.fixtures import KIND_SUBNET_V4, tenant_ca_pem
 from tools.graph import evaluate, generated_config, graph_nodes, tenant_owners
 from tools.graph_analysis import analyse
-from tools.mockrun import KIND_SUBNET_V4, load_stack_file, run_program, tenant_ca_pem
+from tools.mockrun import load_stack_file, run_program
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 COMMAND = "command:local:Command"

@@ -10,8 +10,9 @@ import pytest
 from components.hami import GpuNode, HamiMockGpu, HamiMockGpuArgs
 from components.worker_node import WorkerNode, WorkerNodeArgs
 from config import SmokeTest, Tenant, Versions
+from tests.fixtures import kubeconfig_yaml
 from tests.ssh_worker import PRIVATE_KEY_BODY, ssh_worker_config
-from tools.mockrun import kubeconfig_yaml, run_program
+from tools.mockrun import run_program
 
 ENDPOINT = "10.20.255.200:6443"
 TOKEN = "abcdef.0123456789abcdef"

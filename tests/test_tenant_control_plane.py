@@ -15,7 +15,8 @@ from components import tenant_spec
 from components.tenant_control_plane import TenantCni, TenantCniArgs, TenantControlPlane, TenantControlPlaneArgs
 from config import load_stack_config
 from tests.crd_schema import crd_json_schema, schema_errors
-from tools.mockrun import KIND_SUBNET_V4, TENANT_LB_IP, last_run_registrations, run_program, tenant_ca_pem
+from tests.fixtures import KIND_SUBNET_V4, TENANT_LB_IP, tenant_ca_pem
+from tools.mockrun import last_run_registrations, run_program
 
 UTC = datetime.timezone.utc
 NOW = datetime.datetime(2026, 8, 20, 9, 30, tzinfo=UTC)

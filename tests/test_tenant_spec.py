@@ -15,7 +15,7 @@ import yaml
 from components import tenant_spec
 from config import load_stack_config
 from tests.crd_schema import crd_json_schema, schema_errors
-from tools.mockrun import tenant_ca_pem
+from tests.fixtures import tenant_ca_pem
 
 UTC = datetime.timezone.utc
 KUBERNETES_SCHEMA_VERSION = "1.35.0"

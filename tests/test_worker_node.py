@@ -26,8 +26,9 @@ from components.worker_node import (
     kind_node_image,
     node_container_spec,
 )
+from tests.fixtures import kubeconfig_yaml
 from tests.ssh_worker import PRIVATE_KEY, PRIVATE_KEY_BODY, SSH_HOST, ssh_worker_config
-from tools.mockrun import kubeconfig_yaml, run_program
+from tools.mockrun import run_program
 
 TOKEN = "abcdef.0123456789abcdef"
 CA_HASH = "sha256:" + "ab" * 32

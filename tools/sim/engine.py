@@ -187,6 +187,7 @@ class Engine:
         self._serial = 0
         self.lock = threading.RLock()
         self.op: _Operation | None = None
+        self.last_operation: _Operation | None = None
 
     def serial(self) -> int:
         self._serial += 1
@@ -579,6 +580,7 @@ def run_operation(
     env = dict(env or {})
     operation = _Operation(engine, kind, env, replace)
     engine.op = operation
+    engine.last_operation = operation
     try:
         if kind != "destroy":
             _run_program(operation, config, stack, secret_keys, env, program)

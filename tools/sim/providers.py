@@ -789,8 +789,11 @@ class DynamicModel:
     """
 
     def diff(self, ctx: Context, old: Resource, new: Resource) -> Diff:
+        from pulumi.output import Unknown
+
         provider = _dynamic_provider(new.inputs if not contains_unknown(new.inputs.get("__provider")) else old.inputs)
-        news = {k: (v if not contains_unknown(v) else UNKNOWN) for k, v in plain(new.inputs).items()}
+        # dynamic/__main__.py Diff deserializes with keep_unknowns: an unknown input is an `Unknown` object.
+        news = {k: (v if not contains_unknown(v) else Unknown()) for k, v in plain(new.inputs).items()}
         with dynamic_world(ctx):
             result = provider.diff(old.id, plain(old.outputs), news)
         changed = changed_paths(old.inputs, new.inputs)
@@ -808,7 +811,7 @@ class DynamicModel:
             except Exception as error:  # noqa: BLE001 -- the dynamic host reports any exception as the failure
                 raise ProviderError(str(error)) from None
         outputs = {**(result.outs or {}), "__provider": resource.inputs["__provider"]}
-        return result.id_, annotate_secrets(outputs, resource.inputs)
+        return result.id, annotate_secrets(outputs, resource.inputs)
 
     def update(self, ctx: Context, old: Resource, resource: Resource) -> dict[str, Any]:
         if ctx.preview:
@@ -839,14 +842,21 @@ _DYNAMIC: list[Context] = []
 
 
 class dynamic_world:  # noqa: N801 -- used as a context manager
+    """The dynamic providers' API hooks point at the simulated machine (tools/sim/hostapi.py) meanwhile."""
+
     def __init__(self, ctx: Context):
+        from tools.sim import hostapi
+
         self.ctx = ctx
+        self.hooks = hostapi.patched(ctx.world)
 
     def __enter__(self):
         _DYNAMIC.append(self.ctx)
+        self.hooks.__enter__()
         return self.ctx
 
     def __exit__(self, *exc):
+        self.hooks.__exit__(*exc)
         _DYNAMIC.pop()
         return False
 
@@ -872,6 +882,8 @@ def model_for(type_: str):
     factory = MODELS.get(type_)
     if factory is not None:
         return factory()
+    if type_.startswith("pulumi-python:dynamic"):
+        return DynamicModel()
     if type_.startswith("kubernetes:"):
         return KubernetesModel()
     if type_.startswith("pulumi:providers:"):

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from tools.sim import systems
-from tools.sim.world import ApiError, Machine, UnreachableError, WaitTimeoutError, World
+from tools.sim.world import ApiError, Machine, UnreachableError, World
 
 
 class CommandFailedError(Exception):
@@ -52,174 +52,106 @@ def _ssh_branch(program: str, action: str) -> tuple[str, dict[str, str]]:
 def run(world: World, invocation: Invocation, action: str) -> str:
     """Apply the effect of the script `invocation` runs for `action` ("create" or "delete"); returns stdout."""
     script, env = invocation.script, dict(invocation.environment)
-    machine_name = None
+    if "kind create cluster" in script and action == "create":
+        return _kind_create(world, env, invocation.stdin)
+    if "kind delete cluster" in script and action == "delete":
+        return _kind_delete(world, env)
     if invocation.remote_host is not None:
         host = world.ssh.get(invocation.remote_host)
         if host is None or not host.reachable:
             raise CommandFailedError(f"dial tcp {invocation.remote_host}:22: connect: no route to host")
-        script, secrets = _ssh_branch(invocation.stdin, action)
-        env.update(secrets)
         machine = host.machine
     else:
-        exec_match = re.search(r"docker exec -i (?:-e \S+ )*(\S+) bash -s", script)
-        machine = None
-        if exec_match:
-            machine_name = shlex.split(exec_match.group(1))[0]
-            container = world.docker.containers.get(machine_name)
-            if container is None or not container.running:
-                if "docker container inspect" in script:  # the "if present" wrapper of delete scripts
-                    return f"gpu-tenancy: container {machine_name} is gone: nothing to undo."
-                raise CommandFailedError(f"Error response from daemon: No such container: {machine_name}")
-            machine = world.machines.setdefault(machine_name, Machine(name=machine_name))
-    if "kind create cluster" in script:
-        return _kind_create(world, script, invocation.stdin)
-    if "kind delete cluster" in script:
-        return _kind_delete(world, script)
-    if machine is None:
-        raise CommandFailedError(f"the simulator does not know what this command does:\n{script[:400]}")
-    if "kubeadm join" in script:
-        return _join(world, machine, script, env, over_ssh=invocation.remote_host is not None)
-    if "kubeadm reset -f" in script:
-        return _leave(world, machine, script, env)
-    if "--subresource=status" in script and "kubectl wait --for=create" in script:
-        return _apply_capacity(world, script, env)
-    if "--subresource=status" in script:
-        return _remove_capacity(world, script, env)
-    if "daemonset/konnectivity-agent" in script:
-        return _konnectivity_wait(world, script, env)
-    raise CommandFailedError(f"the simulator does not know what this command does:\n{script[:400]}")
-
-
-def _quoted_after(script: str, prefix: str) -> str:
-    match = re.search(rf"{re.escape(prefix)}(\S+)", script)
-    if match is None:
-        raise CommandFailedError(f"cannot find {prefix!r} in the script")
-    return shlex.split(match.group(1))[0]
+        # components/node_access.py: `docker exec -i -e GPU_TENANCY_ACTION=<action> <container> bash -s`, with
+        # the node program on stdin (wrapped in a presence check for deletes).
+        exec_match = re.search(r"docker exec -i -e GPU_TENANCY_ACTION=\S+ (\S+) bash -s", script)
+        if exec_match is None:
+            raise CommandFailedError(f"the simulator does not know what this command does:\n{script[:400]}")
+        machine_name = shlex.split(exec_match.group(1))[0]
+        container = world.docker.containers.get(machine_name)
+        if container is None or not container.running:
+            if "docker container inspect" in script:  # the "if present" wrapper of delete commands
+                return f"gpu-tenancy: container {machine_name} is gone: nothing to undo."
+            raise CommandFailedError(f"Error response from daemon: No such container: {machine_name}")
+        machine = world.machines.setdefault(machine_name, Machine(name=machine_name))
+    body, values = _ssh_branch(invocation.stdin, action)
+    env.update(values)
+    if "kubeadm join" in body:
+        return _join(world, machine, env)
+    if "kubeadm reset -f" in body:
+        return _leave(world, machine, env)
+    raise CommandFailedError(f"the simulator does not know what this node script does:\n{body[:400]}")
 
 
 # --------------------------------------------------------------------------- #
-# kind
+# kind (components/scripts/kind-create.sh, kind-delete.sh)
 # --------------------------------------------------------------------------- #
 
+STACK_LABEL = "gpu-tenancy.io/stack"
 
-def _kind_create(world: World, script: str, stdin: str) -> str:
-    name = _quoted_after(script, "kind create cluster --name ")
+
+def _owner(world: World, name: str) -> str | None:
+    node = world.kind[name].api.find("Node", None, f"{name}-control-plane") or {}
+    return ((node.get("metadata") or {}).get("labels") or {}).get(STACK_LABEL)
+
+
+def _kind_create(world: World, env: dict[str, str], stdin: str) -> str:
+    name, marker = env["KIND_CLUSTER_NAME"], env["KIND_STACK_MARKER"]
     config = yaml.safe_load(stdin or "") or {}
-    if name not in world.kind:
+    if name in world.kind:
+        if _owner(world, name) != marker:
+            raise CommandFailedError(f"gpu-tenancy: a kind cluster named {name} exists but this stack did not "
+                                     f"create it (no node label {STACK_LABEL}={marker})")
+    else:
         world.create_kind_cluster(name, config)
-    return world.kind_admin_kubeconfig(name)
+    ipam = [{"Subnet": subnet} for subnet in world.docker.networks["kind"]]
+    return json.dumps(ipam) + "\n" + world.kind_admin_kubeconfig(name)
 
 
-def _kind_delete(world: World, script: str) -> str:
-    name = _quoted_after(script, "kind delete cluster --name ")
+def _kind_delete(world: World, env: dict[str, str]) -> str:
+    name, marker = env["KIND_CLUSTER_NAME"], env["KIND_STACK_MARKER"]
+    if name not in world.kind:
+        return ""
+    if _owner(world, name) != marker:
+        raise CommandFailedError(f"gpu-tenancy: refusing to delete kind cluster {name}: this stack did not create it")
     world.delete_kind_cluster(name)
     return ""
 
 
 # --------------------------------------------------------------------------- #
-# Worker join and leave (components/join_script.py)
+# Worker join and leave (components/scripts/node-join.sh, node-leave.sh)
 # --------------------------------------------------------------------------- #
 
 
-def _node_name(script: str) -> str:
-    match = re.search(r"^node=(\S+)$", script, re.M)
-    if match is None:
-        raise CommandFailedError("node script names no node")
-    return shlex.split(match.group(1))[0]
-
-
-def _join(world: World, machine: Machine, script: str, env: dict[str, str], over_ssh: bool) -> str:
-    node = _node_name(script)
-    endpoint = env.get("WORKER_JOIN_ENDPOINT", "")
+def _join(world: World, machine: Machine, env: dict[str, str]) -> str:
+    node, endpoint = env["NODE_NAME"], env["TENANT_ENDPOINT"]
     if machine.kubelet_conf is not None:
-        if machine.kubelet_conf == f"https://{endpoint}":
+        if machine.kubelet_conf == f"https://{endpoint}" and machine.kubelet_ca_hash == env["CA_CERT_HASH"]:
             return f"worker {node} already joined"
-        raise CommandFailedError(f"gpu-tenancy: worker {node}: this machine is already joined to another cluster")
-    if world.host_swap and not over_ssh and "failSwapOn: false" not in script:
-        raise CommandFailedError(f"gpu-tenancy: worker {node}: swap is still on after swapoff -a; the kubelet will not "
-                            "start. Run on the host: sudo swapoff -a")
+        raise CommandFailedError(f"gpu-tenancy: worker {node}: this machine is already joined to another cluster "
+                                 f"({machine.kubelet_conf})")
+    container = env["NODE_KIND"] == "container"
+    if world.host_swap and not container:
+        raise CommandFailedError(f"gpu-tenancy: worker {node}: swap is on; the kubelet will not start")
     try:
-        systems.join(world, machine, endpoint=endpoint, token=env.get("WORKER_JOIN_TOKEN", ""),
-                     ca_hash=env.get("WORKER_DISCOVERY_HASH", ""), node_name=node, over_ssh=over_ssh,
-                     kubelet_patches={"failSwapOn": False} if "failSwapOn: false" in script else None)
+        systems.join(world, machine, endpoint=endpoint, token=env["JOIN_TOKEN"], ca_hash=env["CA_CERT_HASH"],
+                     node_name=node, over_ssh=not container,
+                     # node-join.sh gives container nodes kind's kubelet settings through a kubeadm patch.
+                     kubelet_patches={"failSwapOn": False} if container else None)
     except (UnreachableError, ApiError) as error:
+        # The script resets the node after its last failed attempt.
+        systems.reset(world, machine)
         raise CommandFailedError(f"gpu-tenancy: worker {node}: kubeadm join to {endpoint} failed 12 times; "
                                  f"last kubeadm output: {error}") from None
     return f"worker {node} joined the tenant at {endpoint}"
 
 
-def _tenant_client(world: World, env: dict[str, str]):
-    kubeconfig = env.get("TENANT_KUBECONFIG")
-    if not kubeconfig:
-        raise CommandFailedError("TENANT_KUBECONFIG is not set")
-    api = world.api_for(kubeconfig)
-    return api, api.authenticate(kubeconfig)
-
-
-def _leave(world: World, machine: Machine, script: str, env: dict[str, str]) -> str:
-    node = _node_name(script)
+def _leave(world: World, machine: Machine, env: dict[str, str]) -> str:
+    node = env["NODE_NAME"]
+    if machine.kubelet_conf is None:
+        return f"worker {node} was not joined"
     systems.reset(world, machine)
-    if "kubectl delete node" not in script:
-        return f"worker {node} reset"
-    try:
-        api, identity = _tenant_client(world, env)
-    except UnreachableError:
-        # join_script.leave_script: a tenant API that does not answer /readyz counts as gone.
-        return f"gpu-tenancy: worker {node}: the tenant API server does not answer; nothing to remove"
-    except ApiError as error:
-        raise CommandFailedError(f"could not delete Node {node}: {error}") from None
-    try:
-        api.delete(identity, "Node", None, node)
-    except ApiError as error:
-        if error.code != 404:
-            raise CommandFailedError(f"gpu-tenancy: worker {node}: could not delete Node {node}: {error}") from None
-    return f"Node {node} removed from the tenant"
-
-
-def _apply_capacity(world: World, script: str, env: dict[str, str]) -> str:
-    node = _quoted_after(script, "kubectl wait --for=create node/")
-    patch = json.loads(shlex.split(re.search(r"--type=merge -p (\S+)", script).group(1))[0])
-    try:
-        api, identity = _tenant_client(world, env)
-        world.wait_for_tenant(api.server)  # `kubectl wait` polls for up to two minutes
-        if api.find("Node", None, node) is None:
-            raise WaitTimeoutError(f'timed out waiting for the condition on nodes/{node}')
-        api.patch_status(identity, "Node", node, patch["status"])
-    except (UnreachableError, ApiError, WaitTimeoutError) as error:
-        raise CommandFailedError(str(error)) from None
-    return f"node/{node} patched"
-
-
-def _remove_capacity(world: World, script: str, env: dict[str, str]) -> str:
-    node = _quoted_after(script, "kubectl get node ")
-    try:
-        api, identity = _tenant_client(world, env)
-    except UnreachableError:
-        # `[ -z "$(kubectl get node ...)" ]` swallows the connection error: "node is gone".
-        return f"gpu-tenancy: node {node} is gone: no GPU capacity to remove"
-    if api.find("Node", None, node) is None:
-        return f"gpu-tenancy: node {node} is gone: no GPU capacity to remove"
-    try:
-        api.patch_status(identity, "Node", node, {"capacity": {systems.GPU: None}, "allocatable": {systems.GPU: None}})
-    except ApiError as error:
-        raise CommandFailedError(str(error)) from None
-    return f"node/{node} patched"
-
-
-def _konnectivity_wait(world: World, script: str, env: dict[str, str]) -> str:
-    expected = int(re.search(r"^expected=(\d+)$", script, re.M).group(1))
-    try:
-        api, identity = _tenant_client(world, env)
-        world.wait_for_tenant(api.server)  # the script polls for five minutes
-        api.get(identity, "DaemonSet", "kube-system", "konnectivity-agent")
-    except (UnreachableError, ApiError) as error:
-        raise CommandFailedError(f"gpu-tenancy: daemonset/konnectivity-agent did not appear in kube-system ({error})") \
-            from None
-    ready = len(systems._ready_nodes(api)) if systems._features(api).konnectivity else 0
-    if ready < expected:
-        raise CommandFailedError(f"gpu-tenancy: daemonset/konnectivity-agent has {ready} of {expected} pods ready "
-                                 "after 300s.")
-    return "daemon set \"konnectivity-agent\" successfully rolled out"
+    return f"worker {node} reset"
 
 
 def describe(inputs: Mapping[str, Any]) -> str:

@@ -320,6 +320,9 @@ def _kamaji_controller(world: World, api: KubeApi, event: str, obj: dict[str, An
     kind = obj.get("kind")
     state: KamajiState = api.kamaji  # type: ignore[attr-defined]
     if kind == "DataStore":
+        if event == "create" and state.running:
+            # controllers/datastore_controller.go L77-86: every DataStore gets the finalizer.
+            obj["metadata"].setdefault("finalizers", [KAMAJI_DATASTORE_FINALIZER])
         if obj["metadata"].get("deletionTimestamp") and state.running:
             name = obj["metadata"]["name"]
             used = [t for t in api.list("TenantControlPlane")
@@ -616,7 +619,9 @@ def join(world: World, machine: Machine, *, endpoint: str, token: str, ca_hash: 
 def _register_node(world: World, tenant: Tenant, node_name: str) -> None:
     api = tenant.api
     if api.find("Node", None, node_name) is None:
-        api.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name, "labels": {}, "annotations": {}},
+        api.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name, "annotations": {},
+                 # The kubelet's own well-known labels (pkg/kubelet/kubelet_node_status.go initialNode).
+                 "labels": {"kubernetes.io/hostname": node_name, "kubernetes.io/os": "linux"}},
                  "status": {"capacity": {"cpu": "4"}, "allocatable": {"cpu": "4"}}})
     refresh_nodes(world, api)
 
@@ -628,6 +633,13 @@ def reset(world: World, machine: Machine) -> None:
 
 
 def _tenant_controller(world: World, api: KubeApi, event: str, obj: dict[str, Any]) -> None:
+    if obj.get("kind") == "Secret" and obj.get("type") == "kubernetes.io/service-account-token" and event == "create":
+        # The token controller of kube-controller-manager fills in a long-lived token.
+        import base64
+
+        account = (obj["metadata"].get("annotations") or {}).get("kubernetes.io/service-account.name", "")
+        obj["data"] = {"token": base64.b64encode(f"token-of-{account}-{obj['metadata']['uid']}".encode()).decode()}
+        return
     if obj.get("kind") != "Node":
         return
     name = obj["metadata"]["name"]
@@ -700,6 +712,12 @@ def _tenant_admission(world: World, api: KubeApi, identity, operation: str, obj:
     return obj
 
 
+def _selected(pod: dict[str, Any], node: dict[str, Any]) -> bool:
+    """The pod's nodeSelector matches the node's labels (the NodeAffinity filter, which runs before any extender)."""
+    labels = node["metadata"].get("labels") or {}
+    return all(labels.get(key) == value for key, value in ((pod.get("spec") or {}).get("nodeSelector") or {}).items())
+
+
 def schedule(world: World, api: KubeApi, pod: dict[str, Any]) -> None:
     """What the schedulers and the kubelet do with a created pod (HAMi's extender for GPU pods)."""
     features = _features(api)
@@ -714,7 +732,7 @@ def schedule(world: World, api: KubeApi, pod: dict[str, Any]) -> None:
         # "NVIDIA" (case-insensitively); fitInDevices needs `gpu` cards with enough memory and cores each.
         for node in _ready_nodes(api):
             allocatable = (node.get("status") or {}).get("allocatable") or {}
-            if int(allocatable.get(GPU, 0) or 0) <= 0:
+            if not _selected(pod, node) or int(allocatable.get(GPU, 0) or 0) <= 0:
                 continue
             cards = [d for d in _devices(node) if "nvidia" in str(d.get("type", "")).lower()
                      and d.get("devmem", 0) >= requests.get(GPUMEM, 0)
@@ -733,7 +751,7 @@ def schedule(world: World, api: KubeApi, pod: dict[str, Any]) -> None:
     # default-scheduler: any Ready node with the extended resources it advertises.
     for node in _ready_nodes(api):
         allocatable = (node.get("status") or {}).get("allocatable") or {}
-        if all(int(allocatable.get(k, 0) or 0) >= v for k, v in requests.items() if k == GPU):
+        if _selected(pod, node) and all(int(allocatable.get(k, 0) or 0) >= v for k, v in requests.items() if k == GPU):
             spec["nodeName"] = node["metadata"]["name"]
             _run(pod, node)
             return

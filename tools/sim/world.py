@@ -452,8 +452,12 @@ class World:
         return pki.kubeconfig(api.server, api.ca, "ops-admin", (SYSTEM_MASTERS,), name)
 
     def kind_admin_kubeconfig(self, name: str) -> str:
+        """What `kind get kubeconfig` prints: the same admin credential every time (kind keeps it on the node)."""
         cluster = self.kind[name]
-        return pki.kubeconfig(cluster.api.server, cluster.api.ca, "kubernetes-admin", (SYSTEM_MASTERS,), f"kind-{name}")
+        if not hasattr(cluster, "admin_kubeconfig"):
+            cluster.admin_kubeconfig = pki.kubeconfig(  # type: ignore[attr-defined]
+                cluster.api.server, cluster.api.ca, "kubernetes-admin", (SYSTEM_MASTERS,), f"kind-{name}")
+        return cluster.admin_kubeconfig  # type: ignore[attr-defined]
 
     def drop_tenant(self, server: str) -> None:
         self.tenant_hosts.pop(server, None)

@@ -1,0 +1,275 @@
+"""kube-proxy objects: kubeadm's addon at v1.35, with conntrack.maxPerCore 0 and the tenant's endpoint and pod CIDR."""
+
+from __future__ import annotations
+
+import copy
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from components import kube_proxy
+from components.tenant_spec import PART_OF, PART_OF_LABEL
+
+ENDPOINT = "172.18.255.200:6443"
+POD_CIDR = "10.244.0.0/16"
+VERSIONS = ("v1.35.0", "v1.36.2")  # config/models.py accepts >= v1.35.0, < v1.37.0
+
+# kubernetes/kube-proxy (the published k8s.io/kube-proxy) tag v0.35.0 = Kubernetes v1.35.0,
+# commit 1f06271b043795505c2620ed11cc8f9452721058, config/v1alpha1/types.go: the json names of
+# KubeProxyConfiguration (L164-249) and of KubeProxyConntrackConfiguration (L101-127).
+KUBE_PROXY_CONFIGURATION_FIELDS = {
+    "apiVersion", "kind",  # metav1.TypeMeta `json:",inline"`
+    "featureGates", "clientConnection", "logging", "hostnameOverride", "bindAddress", "healthzBindAddress",
+    "metricsBindAddress", "bindAddressHardFail", "enableProfiling", "showHiddenMetricsForVersion", "mode",
+    "iptables", "ipvs", "nftables", "winkernel", "detectLocalMode", "detectLocal", "clusterCIDR",
+    "nodePortAddresses", "oomScoreAdj", "conntrack", "configSyncPeriod", "portRange", "windowsRunAsService",
+}
+KUBE_PROXY_CONNTRACK_FIELDS = {
+    "maxPerCore", "min", "tcpEstablishedTimeout", "tcpCloseWaitTimeout", "tcpBeLiberal", "udpTimeout",
+    "udpStreamTimeout",
+}
+# kubernetes/component-base tag v0.35.0 (commit 4e6b4ebd59c9c1fa40170362fa277a769ef0c544),
+# config/v1alpha1/types.go L69-82: ClientConnectionConfiguration.
+CLIENT_CONNECTION_FIELDS = {"kubeconfig", "acceptContentTypes", "contentType", "qps", "burst"}
+# kube-proxy v0.35.0 config/v1alpha1/register.go L25/L28.
+KUBE_PROXY_CONFIG_API_VERSION = "kubeproxy.config.k8s.io/v1alpha1"
+
+# The names kubeadm v1.35 uses: cmd/kubeadm/app/constants/constants.go and phases/addons/proxy/proxy.go,
+# the same as kubeadm's own e2e test (test/e2e_kubeadm/proxy_addon_test.go). (kind, namespace, name) in
+# the order proxy.go's printOrCreateKubeProxyObjects prints them.
+KUBEADM_OBJECTS = [
+    ("ServiceAccount", "kube-system", "kube-proxy"),
+    ("ClusterRoleBinding", None, "kubeadm:node-proxier"),
+    ("Role", "kube-system", "kube-proxy"),
+    ("RoleBinding", "kube-system", "kube-proxy"),
+    ("ConfigMap", "kube-system", "kube-proxy"),
+    ("DaemonSet", "kube-system", "kube-proxy"),
+]
+
+
+def _objects(version="v1.35.0", **overrides):
+    args = {"endpoint": ENDPOINT, "kubernetes_version": version, "pod_cidr": POD_CIDR, **overrides}
+    return kube_proxy.kube_proxy_objects(**args)
+
+
+def _by_kind(objects):
+    return {obj["kind"]: obj for obj in objects}
+
+
+def _schema_version(kubernetes_version: str) -> str:
+    """'1.35.0' (the schema kubernetes_validate ships for that minor) from 'v1.35.4'."""
+    major, minor, _ = kubernetes_version.removeprefix("v").split(".")
+    return f"{major}.{minor}.0"
+
+
+def _config(objects):
+    return yaml.safe_load(_by_kind(objects)["ConfigMap"]["data"]["config.conf"])
+
+
+def _kubeconfig(objects):
+    return yaml.safe_load(_by_kind(objects)["ConfigMap"]["data"]["kubeconfig.conf"])
+
+
+# --------------------------------------------------------------------------- #
+# Kubernetes schemas
+# --------------------------------------------------------------------------- #
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_object_is_valid_for_the_tenant_version(version):
+    for obj in _objects(version):
+        kubernetes_validate.validate(obj, _schema_version(version), strict=True)
+
+
+def test_the_schema_check_rejects_a_broken_daemon_set():
+    daemon_set = copy.deepcopy(_by_kind(_objects())["DaemonSet"])
+    daemon_set["spec"]["template"]["spec"]["containers"][0]["securityContext"]["privileged"] = "yes"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(daemon_set, "1.35.0", strict=True)
+
+
+# --------------------------------------------------------------------------- #
+# config.conf: KubeProxyConfiguration
+# --------------------------------------------------------------------------- #
+
+
+def test_config_conf_only_uses_fields_of_the_v1alpha1_type():
+    config = _config(_objects())
+    assert config["apiVersion"] == KUBE_PROXY_CONFIG_API_VERSION
+    assert config["kind"] == "KubeProxyConfiguration"
+    assert set(config) <= KUBE_PROXY_CONFIGURATION_FIELDS, set(config) - KUBE_PROXY_CONFIGURATION_FIELDS
+    assert set(config["conntrack"]) <= KUBE_PROXY_CONNTRACK_FIELDS
+    assert set(config["clientConnection"]) <= CLIENT_CONNECTION_FIELDS
+
+
+def test_conntrack_max_per_core_is_zero_so_kube_proxy_writes_no_nf_conntrack_max():
+    conntrack = _config(_objects())["conntrack"]
+    # 0, not null: null is defaulted to 32768 (pkg/proxy/apis/config/v1alpha1/defaults.go).
+    assert conntrack["maxPerCore"] == 0 and type(conntrack["maxPerCore"]) is int
+    # The per-namespace TCP timeouts keep kube-proxy's defaults (see the module docstring).
+    assert "tcpEstablishedTimeout" not in conntrack and "tcpCloseWaitTimeout" not in conntrack
+
+
+def test_config_conf_keeps_kubeadm_defaults_and_sets_the_tenant_values():
+    config = _config(_objects(pod_cidr="10.250.0.0/16"))
+    assert config["bindAddress"] == "0.0.0.0"
+    assert config["clusterCIDR"] == "10.250.0.0/16"
+    assert config["mode"] == "iptables"
+    # kubeadm componentconfigs/kubeproxy.go kubeproxyKubeConfigFileName: where the DaemonSet mounts kubeconfig.conf.
+    assert config["clientConnection"] == {"kubeconfig": "/var/lib/kube-proxy/kubeconfig.conf"}
+
+
+# --------------------------------------------------------------------------- #
+# kubeconfig.conf
+# --------------------------------------------------------------------------- #
+
+
+def test_kubeconfig_points_at_the_endpoint_with_the_service_account_credentials():
+    kubeconfig = _kubeconfig(_objects())
+    context = next(c["context"] for c in kubeconfig["contexts"] if c["name"] == kubeconfig["current-context"])
+    cluster = next(c["cluster"] for c in kubeconfig["clusters"] if c["name"] == context["cluster"])
+    user = next(u["user"] for u in kubeconfig["users"] if u["name"] == context["user"])
+    assert cluster["server"] == f"https://{ENDPOINT}"
+    # manifests.go KubeProxyConfigMap19: the projected service-account CA and token.
+    assert cluster["certificate-authority"] == "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+    assert user == {"tokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token"}
+    assert kubeconfig["apiVersion"] == "v1" and kubeconfig["kind"] == "Config"
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    ["https://172.18.255.200:6443", "172.18.255.200", "172.18.255.200:https", ""],
+)
+def test_an_endpoint_that_is_not_host_port_is_refused(endpoint):
+    with pytest.raises(ValueError):
+        _objects(endpoint=endpoint)
+
+
+# --------------------------------------------------------------------------- #
+# Names and bindings, as kubeadm creates them
+# --------------------------------------------------------------------------- #
+
+
+def test_object_names_and_order_equal_kubeadms():
+    objects = _objects()
+    assert [(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in objects] == KUBEADM_OBJECTS
+
+
+def test_rbac_equals_kubeadms():
+    objects = _by_kind(_objects())
+    crb = objects["ClusterRoleBinding"]
+    assert crb["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "system:node-proxier",
+    }
+    assert crb["subjects"] == [{"kind": "ServiceAccount", "name": "kube-proxy", "namespace": "kube-system"}]
+    assert objects["Role"]["rules"] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["kube-proxy"], "verbs": ["get"]}
+    ]
+    rb = objects["RoleBinding"]
+    assert rb["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "kube-proxy"}
+    assert [(s["kind"], s["name"]) for s in rb["subjects"]] == [
+        ("Group", "system:bootstrappers:kubeadm:default-node-token")
+    ]
+
+
+def test_daemon_set_equals_kubeadms_template():
+    objects = _by_kind(_objects())
+    daemon_set = objects["DaemonSet"]
+    pod = daemon_set["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert daemon_set["spec"]["selector"] == {"matchLabels": {"k8s-app": "kube-proxy"}}
+    assert daemon_set["spec"]["template"]["metadata"]["labels"] == {"k8s-app": "kube-proxy"}
+    assert daemon_set["spec"]["updateStrategy"] == {"type": "RollingUpdate"}
+    assert pod["priorityClassName"] == "system-node-critical"
+    assert pod["hostNetwork"] is True
+    assert pod["serviceAccountName"] == objects["ServiceAccount"]["metadata"]["name"]
+    assert pod["tolerations"] == [{"operator": "Exists"}]
+    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert container["securityContext"] == {"privileged": True}
+    assert container["command"] == [
+        "/usr/local/bin/kube-proxy",
+        "--config=/var/lib/kube-proxy/config.conf",
+        "--hostname-override=$(NODE_NAME)",
+    ]
+    assert container["env"] == [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert volumes["kube-proxy"]["configMap"] == {"name": objects["ConfigMap"]["metadata"]["name"]}
+    assert volumes["xtables-lock"]["hostPath"] == {"path": "/run/xtables.lock", "type": "FileOrCreate"}
+    assert volumes["lib-modules"]["hostPath"] == {"path": "/lib/modules"}
+    assert mounts["kube-proxy"]["mountPath"] == "/var/lib/kube-proxy"
+    assert mounts["xtables-lock"] == {"mountPath": "/run/xtables.lock", "name": "xtables-lock", "readOnly": False}
+    assert mounts["lib-modules"] == {"mountPath": "/lib/modules", "name": "lib-modules", "readOnly": True}
+
+
+def test_the_files_kube_proxy_reads_are_the_config_map_keys():
+    objects = _by_kind(_objects())
+    keys = set(objects["ConfigMap"]["data"])
+    assert keys == {"config.conf", "kubeconfig.conf"}
+    (container,) = objects["DaemonSet"]["spec"]["template"]["spec"]["containers"]
+    mount = next(m["mountPath"] for m in container["volumeMounts"] if m["name"] == "kube-proxy")
+    config_flag = next(arg for arg in container["command"] if arg.startswith("--config="))
+    assert config_flag == f"--config={mount}/config.conf"
+    assert _config(_objects())["clientConnection"]["kubeconfig"] == f"{mount}/kubeconfig.conf"
+
+
+@pytest.mark.parametrize(
+    ("registry", "version", "image"),
+    [
+        ("registry.k8s.io", "v1.35.0", "registry.k8s.io/kube-proxy:v1.35.0"),
+        ("mirror.example:5000/k8s/", "v1.36.2", "mirror.example:5000/k8s/kube-proxy:v1.36.2"),
+    ],
+)
+def test_image_is_registry_kube_proxy_version(registry, version, image):
+    daemon_set = _by_kind(_objects(version, image_registry=registry))["DaemonSet"]
+    assert daemon_set["spec"]["template"]["spec"]["containers"][0]["image"] == image
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"kubernetes_version": "1.35.0"}, "v1.35.0"),
+        ({"kubernetes_version": "latest"}, "v1.35.0"),
+        ({"pod_cidr": "10.244.0.1/16"}, "host bits"),
+        ({"pod_cidr": "fd00::/64"}, "IPv4"),
+        ({"image_registry": "/"}, "empty"),
+    ],
+)
+def test_bad_input_is_refused(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        _objects(**overrides)
+
+
+# --------------------------------------------------------------------------- #
+# Labels: ours, never Kamaji's
+# --------------------------------------------------------------------------- #
+
+
+def _all_labels(value):
+    """Every `labels` mapping anywhere in an object (metadata, pod template, selectors' own keys excluded)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key == "labels" and isinstance(item, dict):
+                yield item
+            else:
+                yield from _all_labels(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _all_labels(item)
+
+
+def test_every_object_is_part_of_gpu_tenancy_and_none_carries_kamajis_label():
+    for obj in _objects():
+        assert obj["metadata"]["labels"][PART_OF_LABEL] == PART_OF, obj["kind"]
+        for labels in _all_labels(obj):
+            assert kube_proxy.KAMAJI_PROJECT_LABEL not in labels, obj["kind"]
+        assert kube_proxy.KAMAJI_PROJECT_LABEL not in yaml.safe_dump(obj)
+
+
+def test_kubeadms_own_labels_are_kept():
+    objects = _by_kind(_objects())
+    assert objects["ConfigMap"]["metadata"]["labels"]["app"] == "kube-proxy"
+    assert objects["DaemonSet"]["metadata"]["labels"]["k8s-app"] == "kube-proxy"

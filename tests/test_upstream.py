@@ -1,0 +1,507 @@
+"""tools/upstream.py: fetch/verify against a local HTTP server, and the consistency of the real manifest.
+
+No test here touches the network: downloads go to a threaded http.server on 127.0.0.1 started by the test,
+and the default base URL is pointed at a closed local port.
+"""
+
+import hashlib
+import http.server
+import json
+import os
+import re
+import threading
+from pathlib import Path, PurePosixPath
+from urllib.parse import unquote
+
+import pytest
+
+from tests.conftest import SHARED, UPSTREAM_MISSING, locate_vendor_dir
+from tools import upstream
+
+REF_A = "a" * 40
+REF_B = "b" * 40
+# Synthetic upstream content: repo -> ref -> path -> bytes.
+CONTENT = {
+    "example/data": {
+        REF_A: {
+            "charts/demo/values.yaml": b"replicas: 1\n",
+            "crds/demo.example.io_things.yaml": b"kind: CustomResourceDefinition\n" * 50,
+            "config.toml": b"",  # empty file: a legal upstream file too
+        }
+    },
+    "example/chart": {
+        REF_B: {
+            "charts/demo/Chart.yaml": b"apiVersion: v2\nname: demo\nversion: 1.2.3\n",
+            "charts/demo/templates/cm.yaml": b"kind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}\n",
+            "charts/demo/path with space+plus.txt": b"odd name\n",
+        }
+    },
+}
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def blob(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def synthetic_manifest() -> list[dict]:
+    data = CONTENT["example/data"][REF_A]
+    chart = CONTENT["example/chart"][REF_B]
+    entries = [
+        {"group": "reference", "repo": "example/data", "ref": REF_A, "path": path, "dest": f"vendor/demo/{dest}"}
+        | {"sha256": sha256(data[path])}
+        for path, dest in (
+            ("charts/demo/values.yaml", "values.yaml"),
+            ("crds/demo.example.io_things.yaml", "crds/things.yaml"),
+            ("config.toml", "config.toml"),
+        )
+    ]
+    entries += [
+        {"group": "chart", "repo": "example/chart", "ref": REF_B, "path": path, "dest": path}
+        | {"git_blob": blob(chart[path])}
+        for path in chart
+    ]
+    return entries
+
+
+class Upstream:
+    """A threaded HTTP server on 127.0.0.1 serving /<repo>/<ref>/<path> from a dict; counts requests."""
+
+    def __init__(self):
+        self.files = {
+            f"/{repo}/{ref}/{path}": body
+            for repo, refs in CONTENT.items()
+            for ref, paths in refs.items()
+            for path, body in paths.items()
+        }
+        self.requests: list[str] = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 (http.server API)
+                path = unquote(self.path)
+                outer.requests.append(path)
+                body = outer.files.get(path)
+                if body is None:
+                    self.send_error(404, "Not Found")
+                    return
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def serve(self, repo: str, ref: str, path: str, body: bytes | None) -> None:
+        key = f"/{repo}/{ref}/{path}"
+        if body is None:
+            self.files.pop(key, None)
+        else:
+            self.files[key] = body
+
+
+@pytest.fixture(autouse=True)
+def no_network(monkeypatch):
+    """Whatever a test forgets to pass, nothing leaves this machine: the default base URL is a closed local port."""
+    monkeypatch.delenv(upstream.URL_ENV, raising=False)
+    monkeypatch.setattr(upstream, "DEFAULT_BASE_URL", "http://127.0.0.1:9")
+
+
+@pytest.fixture
+def server():
+    srv = Upstream()
+    srv.thread.start()
+    yield srv
+    srv.httpd.shutdown()
+    srv.httpd.server_close()
+    srv.thread.join(timeout=5)
+
+
+@pytest.fixture
+def manifest():
+    return synthetic_manifest()
+
+
+def run_fetch(manifest, dest, server, group="all"):
+    return upstream.fetch(group, dest, manifest, base_url=server.url, timeout=5, attempts=1, log=lambda _: None)
+
+
+def stray_files(root: Path) -> list[Path]:
+    return [path for path in root.rglob("*") if path.name.endswith(".tmp")]
+
+
+def expected_mode() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+# ----------------------------------------------------------------------------------------------- fetch / verify
+
+
+def test_good_download_writes_verified_files_with_normal_modes(manifest, server, tmp_path):
+    assert run_fetch(manifest, tmp_path, server) == []
+    for entry in manifest:
+        target = tmp_path / entry["dest"]
+        assert target.read_bytes() == CONTENT[entry["repo"]][entry["ref"]][entry["path"]]
+        assert target.stat().st_mode & 0o777 == expected_mode()
+    assert upstream.verify("all", tmp_path, manifest) == []
+    assert stray_files(tmp_path) == []
+    # The URL template keeps repo, ref and path (quoted on the wire, so odd names survive).
+    assert "/example/chart/" + REF_B + "/charts/demo/path with space+plus.txt" in server.requests
+
+
+def test_groups_select_their_entries(manifest, server, tmp_path):
+    assert run_fetch(manifest, tmp_path, server, group="chart") == []
+    assert upstream.verify("chart", tmp_path, manifest) == []
+    assert not (tmp_path / "vendor").exists()
+    assert sorted(upstream.verify("reference", tmp_path, manifest)) == [
+        "vendor/demo/config.toml: missing",
+        "vendor/demo/crds/things.yaml: missing",
+        "vendor/demo/values.yaml: missing",
+    ]
+
+
+def test_hash_mismatch_is_reported_with_both_hashes_and_not_written(manifest, server, tmp_path):
+    tampered = b"replicas: 100\n"
+    server.serve("example/data", REF_A, "charts/demo/values.yaml", tampered)
+    failures = run_fetch(manifest, tmp_path, server)
+    assert len(failures) == 1
+    [failure] = failures
+    expected = sha256(CONTENT["example/data"][REF_A]["charts/demo/values.yaml"])
+    assert failure.startswith("vendor/demo/values.yaml: sha256 mismatch")
+    assert f"expected {expected}, actual {sha256(tampered)}" in failure
+    assert not (tmp_path / "vendor/demo/values.yaml").exists()
+    assert (tmp_path / "vendor/demo/config.toml").exists()  # the others are still fetched
+    assert stray_files(tmp_path) == []
+
+
+def test_git_blob_id_is_checked_for_chart_files(manifest, server, tmp_path):
+    server.serve("example/chart", REF_B, "charts/demo/Chart.yaml", b"apiVersion: v2\nname: demo\nversion: 9.9.9\n")
+    [failure] = run_fetch(manifest, tmp_path, server, group="chart")
+    good = CONTENT["example/chart"][REF_B]["charts/demo/Chart.yaml"]
+    assert failure.startswith("charts/demo/Chart.yaml: git blob id mismatch: expected " + blob(good))
+    assert not (tmp_path / "charts/demo/Chart.yaml").exists()
+
+
+def test_git_blob_id_matches_git():
+    # Known ids from git itself (`git hash-object`): the empty file and "hello\n".
+    assert upstream.git_blob_id(b"") == "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
+    assert upstream.git_blob_id(b"hello\n") == "ce013625030ba8dba906f756967f9e9ca394464a"
+
+
+def test_missing_upstream_file_is_reported_as_404(manifest, server, tmp_path):
+    server.serve("example/chart", REF_B, "charts/demo/templates/cm.yaml", None)
+    [failure] = run_fetch(manifest, tmp_path, server)
+    assert failure.startswith("charts/demo/templates/cm.yaml: download failed: HTTP 404")
+    assert f"{server.url}/example/chart/{REF_B}/charts/demo/templates/cm.yaml" in failure
+    assert not (tmp_path / "charts/demo/templates/cm.yaml").exists()
+
+
+def test_unreachable_server_is_a_download_failure(manifest, tmp_path):
+    failures = upstream.fetch("reference", tmp_path, manifest, base_url="http://127.0.0.1:9", timeout=5, attempts=1)
+    assert len(failures) == 3
+    assert all(": download failed:" in failure for failure in failures)
+    assert not (tmp_path / "vendor").exists()
+
+
+def test_cli_names_every_failed_file_and_exits_non_zero(manifest, server, tmp_path, monkeypatch, capsys):
+    manifest_file = tmp_path / "manifest.json"
+    manifest_file.write_text(json.dumps(manifest))
+    monkeypatch.setenv(upstream.URL_ENV, server.url + "/")
+    server.serve("example/data", REF_A, "config.toml", b"not empty")
+    server.serve("example/chart", REF_B, "charts/demo/Chart.yaml", None)
+    out = tmp_path / "out"
+    args = ["--dest", str(out), "--manifest", str(manifest_file)]
+
+    assert upstream.main(["fetch", *args]) == 1
+    err = capsys.readouterr().err
+    assert "FAILED vendor/demo/config.toml: sha256 mismatch: expected " + sha256(b"") in err
+    assert "FAILED charts/demo/Chart.yaml: download failed: HTTP 404" in err
+    assert "2 file(s) failed" in err
+    assert upstream.main(["verify", *args]) == 1
+    err = capsys.readouterr().err
+    assert "vendor/demo/config.toml: missing" in err and "charts/demo/Chart.yaml: missing" in err
+
+    server.serve("example/data", REF_A, "config.toml", b"")
+    server.serve(
+        "example/chart", REF_B, "charts/demo/Chart.yaml", CONTENT["example/chart"][REF_B]["charts/demo/Chart.yaml"]
+    )
+    assert upstream.main(["fetch", *args]) == 0
+    assert "2 downloaded, 4 already present and valid, 0 failed" in capsys.readouterr().out
+    assert upstream.main(["verify", "--group", "chart", *args]) == 0
+    assert "3 files present and valid" in capsys.readouterr().out
+
+
+def test_files_already_present_and_valid_are_skipped(manifest, server, tmp_path):
+    assert run_fetch(manifest, tmp_path, server) == []
+    first = len(server.requests)
+    assert first == len(manifest)
+    assert run_fetch(manifest, tmp_path, server) == []
+    assert len(server.requests) == first  # nothing downloaded again
+
+    modified = tmp_path / "charts/demo/templates/cm.yaml"
+    modified.write_text("kind: Secret\n")
+    [problem] = upstream.verify("chart", tmp_path, manifest)
+    assert problem.startswith("charts/demo/templates/cm.yaml: git blob id mismatch: expected ")
+    assert upstream.missing_or_invalid("chart", tmp_path, manifest) == [problem]
+    assert run_fetch(manifest, tmp_path, server) == []
+    assert server.requests[first:] == [f"/example/chart/{REF_B}/charts/demo/templates/cm.yaml"]
+    assert modified.read_bytes() == CONTENT["example/chart"][REF_B]["charts/demo/templates/cm.yaml"]
+
+
+def test_a_bad_download_leaves_an_existing_copy_untouched(manifest, server, tmp_path):
+    """Atomicity from the outside: a failed replacement neither truncates nor half-writes the file."""
+    target = tmp_path / "vendor/demo/crds/things.yaml"
+    target.parent.mkdir(parents=True)
+    target.write_bytes(b"locally edited\n")
+    server.serve("example/data", REF_A, "crds/demo.example.io_things.yaml", b"kind: CustomResourceDefinition\n")
+    [failure] = run_fetch(manifest, tmp_path, server, group="reference")
+    assert "sha256 mismatch" in failure and failure.endswith("not written")
+    assert target.read_bytes() == b"locally edited\n"
+    assert stray_files(tmp_path) == []
+
+
+def test_write_is_atomic_temp_file_then_rename(tmp_path, monkeypatch):
+    target = tmp_path / "dir" / "file.yaml"
+    target.parent.mkdir()
+    target.write_bytes(b"old\n")
+    renames = []
+    real_replace = os.replace
+
+    def spy_replace(src, dst):
+        src, dst = Path(src), Path(dst)
+        # At the rename the complete new content is in a temporary file beside the target; the target is intact.
+        renames.append((src.parent == dst.parent, src != dst, src.read_bytes(), dst.read_bytes()))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", spy_replace)
+    upstream.write_atomic(target, b"new content\n" * 1000)
+    assert renames == [(True, True, b"new content\n" * 1000, b"old\n")]
+    assert target.read_bytes() == b"new content\n" * 1000
+
+    def failing_replace(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", failing_replace)
+    with pytest.raises(OSError, match="disk full"):
+        upstream.write_atomic(target, b"never seen\n")
+    assert target.read_bytes() == b"new content\n" * 1000
+    assert sorted(p.name for p in target.parent.iterdir()) == ["file.yaml"]  # no temporary file left
+
+
+def test_unexpected_file_in_a_chart_directory_is_reported(manifest, server, tmp_path):
+    assert run_fetch(manifest, tmp_path, server) == []
+    (tmp_path / "charts/demo/templates/extra.yaml").write_text("kind: Namespace\n")
+    (tmp_path / "vendor/demo/README.txt").write_text("notes beside reference files are fine\n")
+    assert upstream.verify("all", tmp_path, manifest) == [
+        "charts/demo/templates/extra.yaml: not in the upstream manifest: remove it (fetch never deletes files)"
+    ]
+    with pytest.raises(upstream.UpstreamError, match="run `make charts`"):
+        upstream.require("chart", tmp_path, manifest)
+    upstream.require("reference", tmp_path, manifest)
+
+
+def test_require_names_the_make_target(manifest, server, tmp_path):
+    with pytest.raises(upstream.UpstreamError) as raised:
+        upstream.require("chart", tmp_path, manifest)
+    message = str(raised.value)
+    assert "chart files are not there (3 files expected under" in message and "run `make charts`" in message
+    with pytest.raises(upstream.UpstreamError, match="run `make upstream`"):
+        upstream.require("reference", tmp_path, manifest)
+
+    assert run_fetch(manifest, tmp_path, server, group="chart") == []
+    upstream.require("chart", tmp_path, manifest)
+    (tmp_path / "charts/demo/Chart.yaml").unlink()
+    with pytest.raises(upstream.UpstreamError) as raised:
+        upstream.require("chart", tmp_path, manifest)
+    assert "missing or modified" in str(raised.value) and "charts/demo/Chart.yaml: missing" in str(raised.value)
+
+
+def test_url_template_and_override(monkeypatch):
+    entry = {"repo": "clastix/kamaji", "ref": REF_A, "path": "charts/kamaji/values.yaml"}
+    monkeypatch.setattr(upstream, "DEFAULT_BASE_URL", "https://raw.githubusercontent.com")
+    assert (
+        upstream.url_for(entry) == f"https://raw.githubusercontent.com/clastix/kamaji/{REF_A}/charts/kamaji/values.yaml"
+    )
+    monkeypatch.setenv(upstream.URL_ENV, "file:///srv/mirror/")
+    assert upstream.url_for(entry) == f"file:///srv/mirror/clastix/kamaji/{REF_A}/charts/kamaji/values.yaml"
+    assert (
+        upstream.url_for(entry, "http://127.0.0.1:8000")
+        == f"http://127.0.0.1:8000/clastix/kamaji/{REF_A}/charts/kamaji/values.yaml"
+    )
+
+
+def test_default_layout():
+    assert upstream.vendor_dir() == upstream.ROOT / ".cache" / "upstream" / "vendor"
+    assert upstream.chart_dir() == upstream.ROOT / ".cache" / "charts" / "kamaji"
+    entry = {"group": "chart", "dest": "charts/kamaji/charts/kamaji-etcd/values.yaml"}
+    assert upstream.target_path(entry) == upstream.chart_dir() / "charts" / "kamaji-etcd" / "values.yaml"
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"dest": "/etc/passwd"}, "dest must be a relative path"),
+        ({"dest": "vendor/../../x"}, "dest must be a relative path"),
+        ({"path": "../x"}, "path must be a relative path"),
+        ({"ref": "v1.0.0"}, "ref must be a full 40-hex commit id"),
+        ({"repo": "no-owner"}, "repo must be owner/name"),
+        ({"group": "other"}, "group must be one of"),
+        ({"git_blob": "0" * 40}, "needs exactly one of sha256 / git_blob"),
+        ({"sha256": "ABC"}, "sha256 must be 64 lower-case hex digits"),
+        ({"extra": 1}, "unknown keys"),
+    ],
+)
+def test_manifest_validation(manifest, change, problem):
+    manifest[0] = manifest[0] | change
+    with pytest.raises(upstream.UpstreamError, match=re.escape(problem)):
+        upstream.load_manifest(manifest)
+
+
+def test_manifest_validation_rejects_duplicates_and_missing_hashes(manifest):
+    manifest.append(dict(manifest[0]))
+    bad = {k: v for k, v in manifest[1].items() if k != "sha256"}
+    manifest.append(bad | {"dest": "vendor/demo/other.yaml"})
+    problems = upstream.manifest_problems(manifest)
+    assert any("same destination as entry 0" in p for p in problems)
+    assert any("needs exactly one of sha256 / git_blob, has none" in p for p in problems)
+
+
+def test_vendor_dir_fixture_order(manifest, server, tmp_path):
+    """../shared/vendor first, else a complete verified .cache copy, else nothing (the fixture then skips)."""
+    shared = tmp_path / "shared"
+    cache = tmp_path / "cache"
+    assert locate_vendor_dir(shared, cache, manifest) is None
+    assert run_fetch(manifest, cache, server, group="reference") == []
+    assert locate_vendor_dir(shared, cache, manifest) == cache / "vendor"
+    (cache / "vendor/demo/values.yaml").write_text("replicas: 2\n")
+    assert locate_vendor_dir(shared, cache, manifest) is None
+    (shared / "vendor").mkdir(parents=True)
+    assert locate_vendor_dir(shared, cache, manifest) == shared / "vendor"
+    assert "make upstream" in UPSTREAM_MISSING and "../shared" in UPSTREAM_MISSING
+
+
+# ----------------------------------------------------------------------------------------------- the real manifest
+
+KAMAJI_COMMIT = "ddbabd87ed0e8d7c319414383e153c46f21733a9"  # clastix/kamaji tag 26.8.2-edge
+KAMAJI_ETCD_COMMIT = "c81ce280ea3c200df1617635d0842387460f927e"  # clastix/kamaji-etcd tag v0.15.0
+NEED_SHARED = pytest.mark.skipif(
+    not (SHARED / "vendor").is_dir(),
+    reason=f"{SHARED / 'vendor'} is absent (clone with ../shared beside the project to compare the pinned sums)",
+)
+
+
+@pytest.fixture(scope="module")
+def real():
+    return upstream.load_manifest()
+
+
+def test_real_manifest_entries_are_well_formed(real):
+    assert upstream.manifest_problems(real) == []
+    dests = [PurePosixPath(entry["dest"]) for entry in real]
+    assert len(set(dests)) == len(dests)
+    for entry in real:
+        dest = PurePosixPath(entry["dest"])
+        assert not dest.is_absolute() and ".." not in dest.parts
+        if entry["group"] == "reference":
+            assert set(entry) & {"sha256", "git_blob"} == {"sha256"} and re.fullmatch(r"[0-9a-f]{64}", entry["sha256"])
+            assert dest.parts[0] == "vendor" and len(dest.parts) >= 3
+        else:
+            assert set(entry) & {"sha256", "git_blob"} == {"git_blob"} and re.fullmatch(
+                r"[0-9a-f]{40}", entry["git_blob"]
+            )
+            assert dest.parts[:2] == ("charts", "kamaji")
+    # Reference and chart roots differ, but destinations never overlap even under one --dest DIR.
+    assert not {e["dest"].split("/")[0] for e in real if e["group"] == "reference"} & {"charts"}
+
+
+def test_real_chart_entries_cover_both_charts(real):
+    charts = [entry for entry in real if entry["group"] == "chart"]
+    kamaji = {e["dest"].removeprefix("charts/kamaji/") for e in charts if e["repo"] == "clastix/kamaji"}
+    etcd = {
+        e["dest"].removeprefix("charts/kamaji/charts/kamaji-etcd/")
+        for e in charts
+        if e["repo"] == "clastix/kamaji-etcd"
+    }
+    assert len(kamaji) + len(etcd) == len(charts)
+    for entry in charts:
+        if entry["repo"] == "clastix/kamaji":
+            assert entry["ref"] == KAMAJI_COMMIT
+            assert entry["dest"] == "charts/kamaji/" + entry["path"].removeprefix("charts/kamaji/")
+            assert entry["path"].startswith("charts/kamaji/")
+        else:
+            assert (entry["repo"], entry["ref"]) == ("clastix/kamaji-etcd", KAMAJI_ETCD_COMMIT)
+            assert entry["path"].startswith("charts/kamaji-etcd/")
+            assert entry["dest"] == "charts/kamaji/charts/kamaji-etcd/" + entry["path"].removeprefix(
+                "charts/kamaji-etcd/"
+            )
+    assert {"Chart.yaml", "Chart.lock", "values.yaml", "templates/_helpers.tpl"} <= kamaji
+    assert {
+        "crds/kamaji.clastix.io_datastores.yaml",
+        "crds/kamaji.clastix.io_kubeconfiggenerators.yaml",
+        "crds/kamaji.clastix.io_tenantcontrolplanes.yaml",
+    } == {name for name in kamaji if name.startswith("crds/")}
+    # templates/*.yaml read these with .Files.Get: without them the webhooks and RBAC render empty.
+    assert {
+        "controller-gen/clusterrole.yaml",
+        "controller-gen/mutating-webhook.yaml",
+        "controller-gen/validating-webhook.yaml",
+    } <= kamaji
+    assert len([name for name in kamaji if name.startswith("templates/")]) == 12  # all of upstream's templates/
+    assert {
+        "Chart.yaml",
+        "values.yaml",
+        "templates/_helpers.tpl",
+        "templates/etcd_sts.yaml",
+        "templates/etcd_datastore.yaml",
+    } <= etcd
+    assert len([name for name in etcd if name.startswith("templates/")]) == 18  # all of upstream's templates/
+    assert not any(name.startswith("crds/") for name in etcd)  # kamaji-etcd v0.15.0 has no crds/ directory
+    # Left out on purpose: what Kamaji's own .helmignore keeps out of its published package.
+    assert not {"Makefile", "README.md.gotmpl", ".helmignore"} & kamaji
+
+
+@NEED_SHARED
+def test_real_reference_sums_match_shared_vendor(real):
+    reference = [entry for entry in real if entry["group"] == "reference"]
+    for entry in reference:
+        data = (SHARED / entry["dest"]).read_bytes()
+        assert sha256(data) == entry["sha256"], entry["dest"]
+    on_disk = {
+        path.relative_to(SHARED).as_posix()
+        for path in (SHARED / "vendor").rglob("*")
+        if path.is_file() and path.name != "README.txt"
+    }
+    assert on_disk == {entry["dest"] for entry in reference}
+    assert upstream.verify("reference", SHARED) == []
+
+
+@NEED_SHARED
+def test_real_reference_sums_match_the_vendor_readmes(real):
+    sums = {entry["dest"]: entry["sha256"] for entry in real if entry["group"] == "reference"}
+    listed = 0
+    for readme in (SHARED / "vendor").glob("*/README.txt"):
+        for digest, name in re.findall(r"^([0-9a-f]{64})\s+(\S+)\s*$", readme.read_text(), re.M):
+            assert sums[f"vendor/{readme.parent.name}/{name}"] == digest
+            listed += 1
+    assert listed >= 18
+
+
+@NEED_SHARED
+def test_chart_files_that_are_also_reference_files_agree(real):
+    """The chart's Chart.yaml, values.yaml and CRDs are the very files vendored for the tests (same commit)."""
+    blobs = {entry["path"]: entry["git_blob"] for entry in real if entry["group"] == "chart"}
+    shared_kamaji = [e for e in real if e["group"] == "reference" and e["repo"] == "clastix/kamaji"]
+    assert len(shared_kamaji) == 4
+    for entry in shared_kamaji:
+        assert entry["ref"] == KAMAJI_COMMIT
+        assert blobs[entry["path"]] == blob((SHARED / entry["dest"]).read_bytes()), entry["path"]
