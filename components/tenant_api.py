@@ -485,7 +485,7 @@ def probe_control_plane(namespace: str, datastore: str, version: str) -> dict[st
         "kind": "TenantControlPlane",
         "metadata": {"name": "gpu-tenancy-webhook-probe", "namespace": namespace},
         "spec": {
-            "datastore": datastore,
+            "dataStore": datastore,
             "controlPlane": {"deployment": {"replicas": 1}, "service": {"serviceType": "ClusterIP"}},
             "kubernetes": {"version": version, "kubelet": {"cgroupfs": "systemd"}},
         },

@@ -1,48 +1,27 @@
-"""HamiMockGpu: HAMi values, simulated cards, the Konnectivity wait and the in-stack smoke test."""
+"""HamiMockGpu: the simulated cards HAMi reads, and the component in the lifecycle simulator (the Konnectivity
+gate, per-node registration, the smoke pod and its evidence). The host-side providers it uses (GpuCapacity,
+KonnectivityReady) are tested call by call in tests/test_tenant_api.py."""
+
+from __future__ import annotations
 
 import copy
 import json
+import re
+from types import SimpleNamespace
 
-import kubernetes_validate
-import pulumi
-import pulumi_command as command
-import pulumi_kubernetes as k8s
 import pytest
 import yaml
 
-from components.gpu_register import (
-    JOIN_ANNOTATION,
-    REGISTER_ANNOTATION,
-    apply_capacity_script,
-    capacity_patch,
-    capacity_removal_patch,
-    gpu_capacity,
-    konnectivity_wait_script,
-    register_annotation,
-    remove_capacity_script,
-)
-from components.hami import GpuNode, HamiMockGpu, HamiMockGpuArgs
-from components.hami_smoke import (
-    SmokeTestError,
-    check_smoke_evidence,
-    observed_pod,
-    smoke_pod_manifest,
-)
-from components.hami_values import (
-    EXTENDER_DEFAULT_ARGS,
-    HAMI_CHART_REPO,
-    WEBHOOK_EXEMPT_NAMESPACES,
-    device_config_yaml,
-    hami_values,
-    nvidia_device_config,
-)
-from components.node_access import NodeScript, node_access, node_program
-from config import GpuCard, SmokeTest, Tenant, Versions
-from tests.chart_values import load_chart_values, unknown_value_keys
-from tests.fixtures import kubeconfig_yaml
-from tests.ssh_worker import PRIVATE_KEY_BODY, ssh_worker_config
-from tools import mockrun as harness
-from tools.mockrun import run_program
+from components.gpu_register import JOIN_ANNOTATION, REGISTER_ANNOTATION, device_type, gpu_capacity, register_annotation
+from components.hami_smoke import planned_evidence
+from components.hami_values import WEBHOOK_EXEMPT_NAMESPACES
+from components.naming import node_name
+from config import GpuCard, SmokeTest, Tenant
+from tests.conftest import SHARED
+from tests.lifecycle_support import kind_lab
+from tests.test_config_infrastructure import prod_example_with_secrets
+from tools.mockrun import ProgramRun, load_stack_file, registration, run_program
+from tools.sim import paths, plain, systems
 
 A100 = {"uuid": "GPU-MOCK-A0", "model": "NVIDIA-A100", "memoryMiB": 8192, "cores": 100, "slots": 10}
 
@@ -51,550 +30,298 @@ def card(**overrides) -> GpuCard:
     return GpuCard.model_validate({**A100, **overrides})
 
 
+# --------------------------------------------------------------------------- #
+# The card annotation, against HAMi's own format
+# --------------------------------------------------------------------------- #
+
+
 @pytest.fixture(scope="module")
-def chart(vendor_dir):
-    return load_chart_values(vendor_dir / "hami" / "values.yaml")
+def hami_readme(vendor_dir) -> str:
+    """The vendored HAMi README: DeviceInfo JSON keys and types, written out from pkg/device/devices.go."""
+    return (vendor_dir / "hami" / "README.txt").read_text()
 
 
-# --------------------------------------------------------------------------- #
-# The register annotation and the status capacity
-# --------------------------------------------------------------------------- #
+def device_info_fields(readme: str) -> dict[str, str]:
+    """{json key: Go type} of HAMi's `DeviceInfo` (pkg/device/devices.go:127-144)."""
+    block = readme.split("type DeviceInfo struct`, JSON keys", 1)[1].split("Register annotation format:", 1)[0]
+    return dict(re.findall(r"\b(\w+) (string|uint|int32|int|bool)\b", block))
 
 
-def test_register_annotation_for_one_card_is_exactly_hamis_device_info():
-    assert register_annotation([card()]) == (
-        '[{"id":"GPU-MOCK-A0","index":0,"count":10,"devmem":8192,"devcore":100,'
-        '"type":"NVIDIA-A100","numa":0,"mode":"hami-core","health":true}]'
-    )
+def marshalled_keys(readme: str) -> set[str]:
+    """The keys HAMi's MarshalNodeDevices writes into the annotation (devices.go:422-443)."""
+    kept = re.search(r"keeps only (.*?)\(no ", readme, re.DOTALL)
+    assert kept, "the vendored README no longer lists MarshalNodeDevices' keys"
+    return set(re.split(r"[,\s]+", kept.group(1).strip()))
 
 
-def test_register_annotation_lists_cards_in_order_with_their_own_sizes():
-    cards = [
-        card(uuid="GPU-MOCK-B0", model="NVIDIA-T4", memoryMiB=16384, cores=50, slots=4),
+def test_register_annotation_uses_only_hamis_device_info_keys_and_types(hami_readme):
+    fields, keys = device_info_fields(hami_readme), marshalled_keys(hami_readme)
+    assert {"id", "count", "devmem", "devcore", "type", "health"} <= keys <= set(fields) | {"migProfiles"}
+    cards = [card(), card(uuid="GPU-MOCK-T0", model="Tesla-T4", memoryMiB=16384, cores=50, slots=4)]
+    for device in json.loads(register_annotation(cards)):
+        # An unknown key is ignored by json.Unmarshal and leaves an unusable card (facts §8).
+        assert set(device) <= keys
+        for key, value in device.items():
+            go_type = fields[key]
+            if go_type == "string":
+                assert isinstance(value, str), key
+            elif go_type == "bool":
+                assert value is True, key  # unhealthy cards are never scheduled on
+            else:
+                assert type(value) is int and value >= 0, key
+                if go_type == "int32":
+                    assert value < 2**31, key
+
+
+def test_register_annotation_matches_the_platform_facts_example():
+    facts = SHARED / "docs" / "platform-facts.md"
+    if not facts.is_file():
+        pytest.skip("../shared/docs/platform-facts.md is not available")
+    section = facts.read_text().split("## 8.", 1)[1]
+    example = re.search(r"`(\{\"id\":\"GPU-MOCK-A0\".*?\})`", section, re.DOTALL).group(1).replace("\n", "")
+    assert register_annotation([card()]) == f"[{example}]"
+
+
+def test_register_annotation_lists_each_card_with_its_own_size_in_order():
+    devices = json.loads(register_annotation([
+        card(uuid="GPU-MOCK-B0", memoryMiB=16384, cores=50, slots=4),
         card(uuid="GPU-MOCK-A0"),
-        GpuCard.model_validate({"uuid": "GPU-MOCK-C0", "model": "NVIDIA-L4", "memoryMiB": 24576}),
+    ]))
+    assert [(d["id"], d["index"], d["count"], d["devmem"], d["devcore"]) for d in devices] == [
+        ("GPU-MOCK-B0", 0, 4, 16384, 50), ("GPU-MOCK-A0", 1, 10, 8192, 100),
     ]
-    devices = json.loads(register_annotation(cards))
-    assert [d["id"] for d in devices] == ["GPU-MOCK-B0", "GPU-MOCK-A0", "GPU-MOCK-C0"]
-    assert [d["index"] for d in devices] == [0, 1, 2]
-    assert devices[0] == {
-        "id": "GPU-MOCK-B0", "index": 0, "count": 4, "devmem": 16384, "devcore": 50,
-        "type": "NVIDIA-T4", "numa": 0, "mode": "hami-core", "health": True,
-    }
-    # Defaults: the whole card (100 % cores) shared by 10 containers.
-    assert (devices[2]["count"], devices[2]["devcore"]) == (10, 100)
-    for device in devices:
-        assert list(device) == ["id", "index", "count", "devmem", "devcore", "type", "numa", "mode", "health"]
-        assert all(type(device[k]) is int for k in ("index", "count", "devmem", "devcore", "numa"))
-        assert device["health"] is True
-
-
-def test_register_annotation_without_cards_is_an_empty_array():
     assert register_annotation([]) == "[]"
 
 
-def test_capacity_is_cards_times_slots():
-    assert gpu_capacity([card()]) == 10
-    assert gpu_capacity([card(), card(uuid="GPU-MOCK-A1")]) == 20
+@pytest.mark.parametrize(("model", "expected"), [
+    ("NVIDIA-A100", "NVIDIA-A100"), ("A100", "NVIDIA-A100"), ("Tesla-T4", "NVIDIA-Tesla-T4"),
+])
+def test_device_type_contains_what_hamis_scheduler_looks_for(hami_readme, model, expected):
+    # pkg/scheduler/score.go getNodeResources keeps devices whose type contains the device type key
+    # (case-insensitively); the real plugin prefixes other models with "NVIDIA-" (register.go:170-173).
+    key = re.search(r'NvidiaGPUDevice\s*=\s*"(\w+)"', hami_readme).group(1)
+    assert device_type(model) == expected
+    assert key.lower() in device_type(model).lower()
+    assert json.loads(register_annotation([card(model=model)]))[0]["type"] == expected
+
+
+def test_capacity_counts_every_slot_of_every_card():
     assert gpu_capacity([card(slots=3), card(uuid="GPU-MOCK-A1", slots=5)]) == 8
     assert gpu_capacity([]) == 0
 
 
-def test_capacity_patch_advertises_capacity_and_allocatable_as_quantities():
-    assert capacity_patch(20) == {
-        "status": {"capacity": {"nvidia.com/gpu": "20"}, "allocatable": {"nvidia.com/gpu": "20"}}
-    }
-    with pytest.raises(ValueError, match="at least 1"):
-        capacity_patch(0)
-
-
-def test_capacity_removal_patch_nulls_both_entries():
-    assert capacity_removal_patch() == {
-        "status": {"capacity": {"nvidia.com/gpu": None}, "allocatable": {"nvidia.com/gpu": None}}
-    }
-    assert json.dumps(capacity_removal_patch(), separators=(",", ":")) == (
-        '{"status":{"capacity":{"nvidia.com/gpu":null},"allocatable":{"nvidia.com/gpu":null}}}'
-    )
-
-
 # --------------------------------------------------------------------------- #
-# HAMi chart values
+# The component in the simulator: one tenant whose workers differ
 # --------------------------------------------------------------------------- #
 
-
-@pytest.mark.parametrize("mode", ["mock", "nvidia"])
-def test_every_value_key_exists_in_the_vendored_chart(chart, mode):
-    assert unknown_value_keys(hami_values(mode, "v1.35.0", Versions()), chart) == []
-
-
-def test_a_misspelled_value_key_would_be_caught(chart):
-    values = copy.deepcopy(hami_values("mock", "v1.35.0", Versions()))
-    values["scheduler"]["admissionWebhook"]["failurepolicy"] = values["scheduler"]["admissionWebhook"].pop(
-        "failurePolicy"
-    )
-    values["mockDevicePlugin"]["imageTag"] = "1.0.1"
-    assert unknown_value_keys(values, chart) == [
-        "scheduler.admissionWebhook.failurepolicy",
-        "mockDevicePlugin.imageTag",
-    ]
+TENANT = "tenant-a"
+# cpu-0 has no cards; small-0's card is smaller than the smoke request; worker-0 is the first the request fits
+# on; worker-1's model lacks the NVIDIA prefix.
+WORKERS = [
+    {"name": "cpu-0"},
+    {"name": "small-0", "gpus": [{**A100, "uuid": "GPU-MOCK-S0", "memoryMiB": 2048}]},
+    {"name": "worker-0", "gpus": [A100]},
+    {"name": "worker-1", "gpus": [{**A100, "uuid": "GPU-MOCK-A1", "model": "A100", "slots": 4},
+                                  {**A100, "uuid": "GPU-MOCK-A2", "model": "A100", "slots": 3}]},
+]
+GPU_WORKERS = ("small-0", "worker-0", "worker-1")
 
 
-def test_scheduler_values_pin_kube_scheduler_and_make_the_webhook_fail_loudly():
-    scheduler = hami_values("mock", "v1.36.2", Versions())["scheduler"]
-    assert scheduler["kubeScheduler"]["image"] == {
-        "registry": "registry.k8s.io", "repository": "kube-scheduler", "tag": "v1.36.2",
-    }
-    webhook = scheduler["admissionWebhook"]
-    assert webhook["failurePolicy"] == "Fail"
-    for namespace in ("kube-system", "tigera-operator", "calico-system", "calico-apiserver"):
-        assert namespace in webhook["whitelistNamespaces"]
-    # The smoke test and user workloads must still go through the webhook.
-    assert "default" not in webhook["whitelistNamespaces"]
-    assert all(isinstance(ns, str) for ns in webhook["whitelistNamespaces"])
-    assert tuple(webhook["whitelistNamespaces"]) == WEBHOOK_EXEMPT_NAMESPACES
+def lab_config() -> dict:
+    config = copy.deepcopy(load_stack_file("dev"))
+    config["tenants"] = [{**config["tenants"][0], "workers": copy.deepcopy(WORKERS)}]
+    return config
 
 
-def test_node_lock_timeout_is_added_to_the_chart_default_extender_args(chart):
-    args = hami_values("mock", "v1.35.0", Versions())["scheduler"]["extender"]["extraArgs"]
-    assert list(EXTENDER_DEFAULT_ARGS) == chart["scheduler"]["extender"]["extraArgs"]
-    assert args == [*chart["scheduler"]["extender"]["extraArgs"], "--node-lock-timeout=15s"]
+@pytest.fixture(scope="module")
+def lab():
+    """A first `pulumi up` (its preview first), then a preview of the running stack."""
+    sim = kind_lab(lab_config())
+    sim.up()
+    first_preview = sim.history[0]
+    run = ProgramRun(resources=[registration(r) for r in sim.engine.last_operation.registered.values()], outputs={})
+    return SimpleNamespace(run=run, first_preview=first_preview, preview=sim.preview(),
+                           tenant=Tenant.model_validate(lab_config()["tenants"][0]),
+                           smoke=SmokeTest.model_validate(lab_config()["smokeTest"]),
+                           api=sim.world.tenant_api(TENANT), output=sim.output("tenants")[TENANT])
 
 
-def test_mock_mode_runs_the_mock_plugin_with_a_device_config_it_can_parse():
-    values = hami_values("mock", "v1.35.0", Versions(mockDevicePlugin="1.0.1"))
-    assert values["devicePlugin"] == {"enabled": False}
-    assert values["mockDevicePlugin"] == {"enabled": True, "image": {"tag": "1.0.1"}}
-    content = values["device-config"]["content"]
-    assert content == device_config_yaml()
-    parsed = yaml.safe_load(content)
-    assert list(parsed) == ["nvidia"]
-    assert "vnpus" not in content
-    assert parsed == nvidia_device_config()
+def registered(lab, worker: str):
+    return lab.run.named(f"{node_name(TENANT, worker)}-registered")
 
 
-def test_device_config_keeps_the_charts_nvidia_names_and_defaults(chart):
-    nvidia = nvidia_device_config()["nvidia"]
-    assert nvidia["resourceCountName"] == chart["resourceName"] == "nvidia.com/gpu"
-    assert nvidia["resourceMemoryName"] == chart["resourceMem"] == "nvidia.com/gpumem"
-    assert nvidia["resourceMemoryPercentageName"] == chart["resourceMemPercentage"]
-    assert nvidia["resourceCoreName"] == chart["resourceCores"] == "nvidia.com/gpucores"
-    assert nvidia["resourcePriorityName"] == chart["resourcePriority"]
-    assert nvidia["deviceSplitCount"] == chart["devicePlugin"]["deviceSplitCount"]
-    assert nvidia["deviceMemoryScaling"] == chart["devicePlugin"]["deviceMemoryScaling"]
-    assert nvidia["deviceCoreScaling"] == chart["devicePlugin"]["deviceCoreScaling"]
-    assert nvidia["gpuCorePolicy"] == chart["devices"]["nvidia"]["gpuCorePolicy"]
-    assert nvidia["libCudaLogLevel"] == chart["devices"]["nvidia"]["libCudaLogLevel"]
-    assert nvidia["runtimeClassName"] == chart["devicePlugin"]["runtimeClassName"]
+def test_konnectivity_agents_gate_the_hami_release(lab):
+    run = lab.run
+    tunnel = run.named(f"{TENANT}-konnectivity-ready", "pulumi-python:dynamic/gpu-tenancy:KonnectivityReady")
+    release = run.named(f"{TENANT}-hami", "kubernetes:helm.sh/v3:Release")
+    # Facts §6: workers joined -> CNI -> agents ready -> HAMi.
+    assert run.depends_on(release, tunnel)
+    assert run.depends_on(tunnel, run.named(f"{TENANT}-calico"))
+    assert all(run.depends_on(tunnel, registered(lab, w["name"])) for w in WORKERS)
+    assert tunnel.inputs["nodes"] == len(WORKERS)
+    # A rejoined worker brings a new agent pod to wait for.
+    assert tunnel.inputs["registrations"] == [registered(lab, w["name"]).resource_id for w in WORKERS]
+    assert tunnel.is_secret("kubeconfig")
 
 
-def test_nvidia_mode_runs_the_real_plugin_with_the_chart_device_config():
-    values = hami_values("nvidia", "v1.35.0", Versions())
-    assert values["devicePlugin"] == {"enabled": True}
-    assert values["mockDevicePlugin"] == {"enabled": False}
-    assert "device-config" not in values
-    assert values["scheduler"]["admissionWebhook"]["failurePolicy"] == "Fail"
+def test_release_is_the_vendored_chart_in_kube_system(lab, vendor_dir):
+    chart = yaml.safe_load((vendor_dir / "hami" / "Chart.yaml").read_text())
+    inputs = lab.run.named(f"{TENANT}-hami").inputs
+    assert (inputs["chart"], inputs["version"]) == (chart["name"], chart["version"])
+    assert (inputs["name"], inputs["namespace"]) == ("hami", "kube-system")
+    assert inputs["repositoryOpts"] == {"repo": "https://project-hami.github.io/HAMi/"}
 
 
-def test_unknown_gpu_mode_is_refused():
-    with pytest.raises(ValueError, match="gpuMode"):
-        hami_values("amd", "v1.35.0", Versions())
+def test_cards_are_written_after_each_nodes_registration(lab):
+    run = lab.run
+    for worker in WORKERS:
+        node, cards = node_name(TENANT, worker["name"]), [GpuCard.model_validate(c) for c in worker.get("gpus", [])]
+        names = {r.name for r in run.resources}
+        if not cards:
+            assert f"{node}-gpu-register" not in names and f"{node}-gpu-capacity" not in names
+            continue
+        join = registered(lab, worker["name"])
+        patch = run.named(f"{node}-gpu-register", "kubernetes:core/v1:NodePatch")
+        capacity = run.named(f"{node}-gpu-capacity", "pulumi-python:dynamic/gpu-tenancy:GpuCapacity")
+        # Both wait for the Node object, and are applied again when the worker rejoins (new registration id).
+        assert join.urn in patch.dependencies and join.urn in capacity.dependencies
+        assert patch.inputs["metadata"] == {"name": node, "annotations": {
+            REGISTER_ANNOTATION: register_annotation(cards), JOIN_ANNOTATION: join.resource_id}}
+        assert (capacity.inputs["node_name"], capacity.inputs["capacity"]) == (node, gpu_capacity(cards))
+        assert capacity.inputs["registration"] == join.resource_id
+        assert capacity.is_secret("kubeconfig") and capacity.is_secret("management_kubeconfig")
 
 
-# --------------------------------------------------------------------------- #
-# The smoke-test pod and its evidence
-# --------------------------------------------------------------------------- #
+def test_nodes_carry_the_cards_and_the_capacity_hami_needs(lab):
+    for worker in GPU_WORKERS:
+        node = lab.api.find("Node", None, node_name(TENANT, worker))
+        devices = json.loads(node["metadata"]["annotations"][REGISTER_ANNOTATION])
+        allocatable = node["status"]["allocatable"]
+        assert allocatable["nvidia.com/gpu"] == str(lab.output["gpuCapacity"][node_name(TENANT, worker)])
+        # What the mock device plugin registered from them (sums over the cards).
+        assert allocatable["nvidia.com/gpumem"] == str(sum(d["devmem"] for d in devices))
+    assert lab.output["gpuCapacity"] == {"tenant-a-cpu-0": 0, "tenant-a-small-0": 10, "tenant-a-worker-0": 10,
+                                         "tenant-a-worker-1": 7}
+    assert lab.output["nodes"] == [node_name(TENANT, w["name"]) for w in WORKERS]
 
 
-def _pod_document(smoke=None):
-    manifest = smoke_pod_manifest(smoke or SmokeTest(), "registry.k8s.io/pause:3.10.1")
-    return {"apiVersion": "v1", "kind": "Pod", **manifest}
+def test_every_namespace_hami_must_not_block_is_exempt_from_its_webhook(lab):
+    # Whatever the program and the tenant's system run pods in stays out of the webhook (failurePolicy Fail);
+    # the namespaces of the tenant's users, and the smoke pod's, go through it.
+    workloads = {ns for kind in ("Deployment", "DaemonSet") for (k, ns, _) in lab.api.objects if k == kind}
+    releases = {r.inputs["namespace"] for r in lab.run.of_type("kubernetes:helm.sh/v3:Release")
+                if r.provider.startswith(lab.run.named(f"{TENANT}-tenant").urn)}
+    assert workloads and releases
+    assert workloads | releases <= set(WEBHOOK_EXEMPT_NAMESPACES)
+    smoke = lab.run.named(f"{TENANT}-gpu-smoke-test").inputs["metadata"]["namespace"]
+    assert not ({smoke, *lab.tenant.namespaces} & set(WEBHOOK_EXEMPT_NAMESPACES))
 
 
-def test_smoke_pod_requests_a_fraction_of_a_gpu_like_a_user_would():
-    pod = _pod_document(SmokeTest.model_validate({"gpus": 1, "memoryMiB": 3000, "cores": 30}))
-    spec = pod["spec"]
-    assert "schedulerName" not in spec
-    assert "nodeName" not in spec
+def test_smoke_pod_is_pinned_to_the_first_worker_the_request_fits_on(lab):
+    pod = lab.run.named(f"{TENANT}-gpu-smoke-test", "kubernetes:core/v1:Pod")
+    worker = lab.smoke.worker_in(lab.tenant)
+    assert worker is not None and worker.name == "worker-0"  # cpu-0 has no card, small-0's is too small
+    spec = pod.inputs["spec"]
+    assert spec["nodeSelector"] == {"kubernetes.io/hostname": node_name(TENANT, worker.name)}
+    assert "schedulerName" not in spec and "nodeName" not in spec
     (container,) = spec["containers"]
-    assert container["resources"]["limits"] == {
-        "nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000", "nvidia.com/gpucores": "30",
-    }
-    assert container["securityContext"]["privileged"] is False
-    assert container["securityContext"]["allowPrivilegeEscalation"] is False
-    assert spec["securityContext"]["runAsNonRoot"] is True
-    assert pod["metadata"]["namespace"] == "default"
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": str(lab.smoke.gpus),
+                                                "nvidia.com/gpumem": str(lab.smoke.memory_mib),
+                                                "nvidia.com/gpucores": str(lab.smoke.cores)}
+    # It proves that worker's current registration, after HAMi and every card is in place.
+    assert pod.inputs["metadata"]["annotations"] == {JOIN_ANNOTATION: registered(lab, worker.name).resource_id}
+    assert lab.run.depends_on(pod, lab.run.named(f"{TENANT}-hami"))
+    for name in GPU_WORKERS:
+        for suffix in ("gpu-register", "gpu-capacity"):
+            assert lab.run.depends_on(pod, lab.run.named(f"{node_name(TENANT, name)}-{suffix}"))
 
 
-def test_smoke_pod_is_a_valid_kubernetes_pod():
-    kubernetes_validate.validate(_pod_document(), "1.35.0", strict=True)
-    broken = _pod_document()
-    broken["spec"]["containers"][0]["resources"]["limit"] = broken["spec"]["containers"][0]["resources"].pop("limits")
-    with pytest.raises(kubernetes_validate.ValidationError):
-        kubernetes_validate.validate(broken, "1.35.0", strict=True)
-
-
-def _scheduled_pod(**changes):
-    pod = {
-        "metadata": {
-            "name": "gpu-smoke-test",
-            "namespace": "default",
-            "annotations": {
-                "hami.io/vgpu-node": "tenant-a-worker-0",
-                "hami.io/vgpu-devices-allocated": "GPU-MOCK-A0,NVIDIA,3000,30:;",
-            },
-        },
-        "spec": {"schedulerName": "hami-scheduler", "nodeName": "tenant-a-worker-0"},
-    }
-    for path, value in changes.items():
-        section, key = path.split("__")
-        if section == "annotations":
-            target = pod["metadata"]["annotations"]
-        else:
-            target = pod[section]
-        if value is None:
-            target.pop(key, None)
-        else:
-            target[key] = value
-    return pod
-
-
-def test_evidence_of_a_pod_admitted_and_scheduled_by_hami():
-    assert check_smoke_evidence(_scheduled_pod(), "tenant-a") == {
-        "pod": "default/gpu-smoke-test",
-        "node": "tenant-a-worker-0",
-        "schedulerName": "hami-scheduler",
-        "devicesAllocated": "GPU-MOCK-A0,NVIDIA,3000,30:;",
-    }
-
-
-def test_default_scheduler_means_the_webhook_or_the_tunnel_is_broken():
-    with pytest.raises(SmokeTestError) as failure:
-        check_smoke_evidence(_scheduled_pod(spec__schedulerName="default-scheduler"), "tenant-a", resource="urn:x")
-    message = str(failure.value)
-    assert "tenant tenant-a" in message and "default/gpu-smoke-test" in message
-    assert "webhook" in message and "Konnectivity" in message
-    assert "'default-scheduler'" in message
-    assert "pulumi up --replace 'urn:x'" in message
-
-
-@pytest.mark.parametrize("missing", ["hami.io/vgpu-node", "hami.io/vgpu-devices-allocated"])
-def test_missing_hami_annotations_mean_the_scheduler_did_not_allocate(missing):
-    pod = _scheduled_pod()
-    del pod["metadata"]["annotations"][missing]
-    with pytest.raises(SmokeTestError) as failure:
-        check_smoke_evidence(pod, "tenant-a")
-    message = str(failure.value)
-    assert "did not allocate" in message and missing in message
-    assert "hami.io/node-nvidia-register" in message and "nvidia.com/gpu capacity" in message
-    assert "Konnectivity" not in message
-
-
-def test_a_pod_bound_elsewhere_than_hami_allocated_is_refused():
-    with pytest.raises(SmokeTestError, match="bound to node other-node"):
-        check_smoke_evidence(_scheduled_pod(spec__nodeName="other-node"), "tenant-a")
-
-
-def test_observed_pod_reads_the_sdks_snake_cased_output():
-    metadata = {"name": "gpu-smoke-test", "namespace": "default", "annotations": {"hami.io/vgpu-node": "n"}}
-    spec = {"scheduler_name": "hami-scheduler", "node_name": "n", "containers": []}
-    assert observed_pod(metadata, spec) == {
-        "metadata": {"name": "gpu-smoke-test", "namespace": "default", "annotations": {"hami.io/vgpu-node": "n"}},
-        "spec": {"schedulerName": "hami-scheduler", "nodeName": "n"},
-    }
-    assert observed_pod(metadata, {"schedulerName": "x"})["spec"]["schedulerName"] == "x"
-    assert observed_pod(None, None)["spec"] == {"schedulerName": None, "nodeName": None}
-
-
-# --------------------------------------------------------------------------- #
-# The component under mocks
-# --------------------------------------------------------------------------- #
-
-TENANT = {
-    "name": "tenant-a",
-    "kubernetesVersion": "v1.35.0",
-    "workers": [
-        {"name": "worker-0", "gpus": [A100]},
-        {"name": "worker-1", "gpus": [
-            {**A100, "uuid": "GPU-MOCK-A1", "slots": 4},
-            {**A100, "uuid": "GPU-MOCK-A2", "slots": 4},
-        ]},
-        {"name": "cpu-0"},
-    ],
-}
-ADMIN_KUBECONFIG = kubeconfig_yaml("https://172.18.255.200:6443", "tenant-a")
-
-
-def _program(gpu_mode="mock", smoke=None, tenant_config=None):
-    def program():
-        tenant = Tenant.model_validate(tenant_config or TENANT)
-        provider = k8s.Provider("tenant-a-provider", kubeconfig=pulumi.Output.secret(ADMIN_KUBECONFIG))
-        cni = command.local.Command("tenant-a-calico", create="true")
-        nodes = []
-        for worker in tenant.workers:
-            node = f"{tenant.name}-{worker.name}"
-            join = command.local.Command(f"{node}-join", create="join")
-            nodes.append(GpuNode(worker=worker, node_name=join.stdout.apply(lambda _, n=node: n),
-                                 access=node_access(tenant.name, worker), joined=join))
-        gpu = HamiMockGpu("tenant-a", HamiMockGpuArgs(
-            tenant=tenant,
-            gpu_mode=gpu_mode,
-            smoke_test=smoke or SmokeTest(),
-            versions=Versions(),
-            tenant_provider=provider,
-            tenant_kubeconfig=ADMIN_KUBECONFIG,
-            nodes=nodes,
-            depends_on=[cni],
-        ))
-        pulumi.export("node_names", gpu.node_names)
-        pulumi.export("gpu_capacity", gpu.gpu_capacity)
-        pulumi.export("smoke_test", gpu.smoke_test)
-        pulumi.export("release_name", gpu.release.name)
-    return program
-
-
-@pytest.fixture(scope="module")
-def mock_run():
-    return run_program({}, program=_program())
-
-
-def test_component_type_and_children(mock_run):
-    (component,) = mock_run.of_type("gpu-tenancy:index:HamiMockGpu")
-    children = {r.name for r in mock_run.children(component)}
-    assert children == {
-        "tenant-a-konnectivity-agent-ready",
-        "tenant-a-hami",
-        "tenant-a-worker-0-gpu-register",
-        "tenant-a-worker-0-gpu-capacity",
-        "tenant-a-worker-1-gpu-register",
-        "tenant-a-worker-1-gpu-capacity",
-        "tenant-a-gpu-smoke-test",
-    }
-    provider = mock_run.named("tenant-a-provider")
-    for child in mock_run.children(component):
-        if child.type.startswith("kubernetes:"):
-            assert child.provider.startswith(provider.urn)
-
-
-def test_release_is_hami_in_kube_system_from_the_pinned_chart(mock_run):
-    release = mock_run.named("tenant-a-hami", "kubernetes:helm.sh/v3:Release")
-    inputs = release.inputs
-    assert (inputs["name"], inputs["namespace"], inputs["chart"]) == ("hami", "kube-system", "hami")
-    assert inputs["version"] == Versions().hami == "2.10.0"
-    assert inputs["repositoryOpts"] == {"repo": HAMI_CHART_REPO}
-    assert inputs["values"] == hami_values("mock", "v1.35.0", Versions())
-    assert mock_run.outputs["release_name"].value == "hami"
-
-
-def test_order_joins_and_cni_then_tunnel_then_hami(mock_run):
-    tunnel = mock_run.named("tenant-a-konnectivity-agent-ready")
-    release = mock_run.named("tenant-a-hami")
-    cni = mock_run.named("tenant-a-calico")
-    joins = [mock_run.named(f"tenant-a-{w}-join") for w in ("worker-0", "worker-1", "cpu-0")]
-    assert mock_run.depends_on(release, tunnel)
-    assert mock_run.depends_on(tunnel, cni)
-    assert all(mock_run.depends_on(tunnel, join) for join in joins)
-    assert not mock_run.depends_on(tunnel, release)
-
-
-def test_tunnel_wait_runs_in_a_worker_and_waits_for_every_node(mock_run):
-    create = mock_run.named("tenant-a-konnectivity-agent-ready").inputs["create"]
-    assert create.startswith("docker exec -i -e TENANT_KUBECONFIG tenant-a-worker-0 bash -s <<'")
-    assert "expected=3" in create
-    assert "rollout status daemonset/konnectivity-agent" in create
-    assert "mock-token-tenant-a" not in create
-
-
-def test_node_patches_annotate_each_gpu_worker_after_its_join(mock_run):
-    for worker, cards in (("worker-0", 1), ("worker-1", 2)):
-        patch = mock_run.named(f"tenant-a-{worker}-gpu-register", "kubernetes:core/v1:NodePatch")
-        metadata = patch.inputs["metadata"]
-        assert metadata["name"] == f"tenant-a-{worker}"
-        devices = json.loads(metadata["annotations"][REGISTER_ANNOTATION])
-        assert len(devices) == cards
-        assert mock_run.depends_on(patch, mock_run.named(f"tenant-a-{worker}-join"))
-        assert not mock_run.depends_on(patch, mock_run.named("tenant-a-hami"))
-    names = {r.name for r in mock_run.resources}
-    assert "tenant-a-cpu-0-gpu-register" not in names and "tenant-a-cpu-0-gpu-capacity" not in names
-
-
-def test_capacity_commands_patch_status_create_and_delete(mock_run):
-    command_ = mock_run.named("tenant-a-worker-1-gpu-capacity", "command:local:Command")
-    create, delete = command_.inputs["create"], command_.inputs["delete"]
-    assert "docker exec -i -e TENANT_KUBECONFIG tenant-a-worker-1 bash -s" in create
-    assert "kubectl patch node tenant-a-worker-1 --subresource=status --type=merge" in create
-    assert json.dumps(capacity_patch(8), separators=(",", ":")) in create
-    assert json.dumps(capacity_removal_patch(), separators=(",", ":")) in delete
-    assert "docker container inspect" in delete
-    assert mock_run.depends_on(command_, mock_run.named("tenant-a-worker-1-join"))
-    assert "update" not in command_.inputs
-
-
-def test_a_rejoined_worker_gets_its_gpus_and_a_new_proof(mock_run):
-    # A rejoin (new join id) leaves a fresh Node without our patches and drops the pod bound to the old one.
-    join_id = "tenant-a-worker-1-join-id"  # the id the mocks give that join Command (`<name>-id`)
-    capacity = mock_run.named("tenant-a-worker-1-gpu-capacity", "command:local:Command")
-    assert capacity.inputs["triggers"] == [join_id]
-    assert capacity.delete_before_replace
-    register = mock_run.named("tenant-a-worker-1-gpu-register")
-    assert register.inputs["metadata"]["annotations"][JOIN_ANNOTATION] == join_id
-    pod = mock_run.named("tenant-a-gpu-smoke-test", "kubernetes:core/v1:Pod")
-    assert join_id in pod.inputs["metadata"]["annotations"][JOIN_ANNOTATION].split(",")
-    assert pod.replace_on_changes == [f"metadata.annotations.{JOIN_ANNOTATION}"]
-
-
-def test_smoke_pod_waits_for_hami_and_every_node_patch(mock_run):
-    pod = mock_run.named("tenant-a-gpu-smoke-test", "kubernetes:core/v1:Pod")
-    assert mock_run.depends_on(pod, mock_run.named("tenant-a-hami"))
-    for worker in ("worker-0", "worker-1"):
-        assert mock_run.depends_on(pod, mock_run.named(f"tenant-a-{worker}-gpu-register"))
-        assert mock_run.depends_on(pod, mock_run.named(f"tenant-a-{worker}-gpu-capacity"))
+def test_smoke_pod_is_replaced_on_a_rejoin_and_deleted_before_its_replacement(lab):
+    pod = lab.run.named(f"{TENANT}-gpu-smoke-test", "kubernetes:core/v1:Pod")
+    (path,) = pod.replace_on_changes
+    # The engine's path grammar (properties_path.go) splits a bare dotted key: it must be bracketed, and name
+    # an input the pod really has, or the replacement never triggers.
+    assert paths.parse(path) == ("metadata", "annotations", JOIN_ANNOTATION)
+    assert paths.matches_any_input(paths.parse(path), pod.inputs)
+    # Fixed name: the old pod must go before the new one is created.
     assert pod.delete_before_replace
-    assert pod.inputs["spec"] == smoke_pod_manifest(SmokeTest(), "registry.k8s.io/pause:3.10.1")["spec"]
-    assert "schedulerName" not in pod.inputs["spec"] and "nodeName" not in pod.inputs["spec"]
 
 
-def test_kubeconfig_is_a_secret_on_every_command_that_carries_it(mock_run):
-    (component,) = mock_run.of_type("gpu-tenancy:index:HamiMockGpu")
-    commands = [r for r in mock_run.children(component) if r.type == "command:local:Command"]
-    assert len(commands) == 3
-    for resource in commands:
-        assert resource.inputs["environment"] == {"TENANT_KUBECONFIG": ADMIN_KUBECONFIG}
-        assert resource.is_secret("environment")
-        assert resource.inputs["logging"] == "none"
-        assert set(resource.additional_secret_outputs) >= {"stdout", "stderr"}
-        for key in ("create", "delete"):
-            assert "mock-token-tenant-a" not in (resource.inputs.get(key) or "")
-
-
-def test_outputs_node_names_capacity_and_evidence(mock_run):
-    outputs = mock_run.outputs
-    assert outputs["node_names"].value == ["tenant-a-worker-0", "tenant-a-worker-1", "tenant-a-cpu-0"]
-    assert outputs["gpu_capacity"].value == {"tenant-a-worker-0": 10, "tenant-a-worker-1": 8, "tenant-a-cpu-0": 0}
-    assert outputs["smoke_test"].value == {
+def test_up_outputs_the_evidence_of_the_pinned_worker(lab):
+    node = node_name(TENANT, "worker-0")
+    allocatable = lab.api.find("Node", None, node)["status"]["allocatable"]
+    assert lab.output["smokeTest"] == {
         "pod": "default/gpu-smoke-test",
-        "node": "tenant-node",
+        "node": node,
         "schedulerName": "hami-scheduler",
-        "devicesAllocated": "GPU-MOCK-A0,NVIDIA,3000,30:;",
+        "devicesAllocated": f"GPU-MOCK-A0,NVIDIA,{lab.smoke.memory_mib},{lab.smoke.cores}:;",
+        "nodeResources": {key: allocatable[key] for key in ("nvidia.com/gpumem", "nvidia.com/gpucores")},
     }
-    assert not outputs["smoke_test"].secret
 
 
-def test_nvidia_mode_labels_gpu_nodes_and_writes_no_simulated_cards():
-    run = run_program({}, program=_program(gpu_mode="nvidia"))
-    names = {r.name for r in run.resources}
-    assert not any(name.endswith(("-gpu-register", "-gpu-capacity")) for name in names)
-    for worker in ("worker-0", "worker-1"):
-        patch = run.named(f"tenant-a-{worker}-gpu-label", "kubernetes:core/v1:NodePatch")
-        assert patch.inputs["metadata"]["labels"] == {"gpu": "on"}
-        assert "annotations" not in patch.inputs["metadata"]
-        assert run.depends_on(patch, run.named(f"tenant-a-{worker}-join"))
-        assert run.depends_on(run.named("tenant-a-gpu-smoke-test"), patch)
-    assert "tenant-a-cpu-0-gpu-label" not in names
-    values = run.named("tenant-a-hami").inputs["values"]
-    assert values["mockDevicePlugin"] == {"enabled": False}
-    assert values["devicePlugin"] == {"enabled": True}
-    assert "device-config" not in values
+def test_preview_plans_the_evidence_without_reading_the_node(lab):
+    for preview in (lab.first_preview, lab.preview):
+        assert preview.kind == "preview"
+        assert f"{TENANT}-gpu-smoke-node" not in preview.names("read"), preview.render()
+    # A preview of the running stack shows what the next update will prove, not the last update's evidence.
+    assert plain(lab.preview.outputs["tenants"])[TENANT]["smokeTest"] == planned_evidence(lab.smoke)
+    assert lab.preview.changed() == {}, lab.preview.render()
 
 
-def test_smoke_test_can_be_switched_off():
-    run = run_program({}, program=_program(smoke=SmokeTest(enabled=False)))
-    assert run.of_type("kubernetes:core/v1:Pod") == []
-    assert run.outputs["smoke_test"].value is None
+def test_a_mock_plugin_that_registers_nothing_fails_the_update(monkeypatch):
+    refresh = systems.refresh_nodes
+
+    def plugin_registers_nothing(world, api):
+        refresh(world, api)
+        for node in api.list("Node"):
+            for part in ("capacity", "allocatable"):
+                for key in ("nvidia.com/gpumem", "nvidia.com/gpucores"):
+                    node["status"][part].pop(key, None)
+
+    monkeypatch.setattr(systems, "refresh_nodes", plugin_registers_nothing)
+    config = copy.deepcopy(load_stack_file("dev"))
+    config["tenants"] = config["tenants"][:1]
+    sim = kind_lab(config)
+    plan = sim.up(skip_preview=True, expect_error=True)
+    assert not plan.ok
+    assert ("tenant tenant-a: GPU smoke test pod default/gpu-smoke-test was scheduled onto tenant-a-worker-0, but "
+            "that node advertises no nvidia.com/gpumem, nvidia.com/gpucores") in plan.error
+    assert "kubectl -n kube-system logs -l app.kubernetes.io/component=hami-mock-device-plugin" in plan.error
+    # The hint names the pod as it is in the state.
+    assert f"pulumi up --replace '{sim.urn('tenant-a-gpu-smoke-test')}'" in plan.error
 
 
-def test_a_pod_left_on_default_scheduler_fails_the_deployment(monkeypatch):
-    def unmutated_pod(args):
-        return {"spec": {**args.inputs["spec"], "schedulerName": "default-scheduler", "nodeName": "n"},
-                "metadata": args.inputs["metadata"]}
-
-    monkeypatch.setitem(harness.OUTPUT_FACTORIES, "kubernetes:core/v1:Pod", unmutated_pod)
-    with pytest.raises(Exception, match="Konnectivity") as failure:
-        run_program({}, program=_program())
-    assert "tenant-a-gpu-smoke-test" in str(failure.value)
+def nvidia_config(smoke_test: bool) -> dict:
+    """The production example (SSH machines with real cards, gpuMode nvidia), one tenant, with a RuntimeClass."""
+    raw = prod_example_with_secrets()
+    raw["tenants"] = raw["tenants"][:1]
+    raw["nvidia"] = {"runtimeClassName": "nvidia"}
+    raw["smokeTest"]["enabled"] = smoke_test
+    return raw
 
 
-def test_no_nodes_is_refused():
-    def program():
-        HamiMockGpu("tenant-a", HamiMockGpuArgs(
-            tenant=Tenant.model_validate(TENANT), gpu_mode="mock", smoke_test=SmokeTest(), versions=Versions(),
-            tenant_provider=k8s.Provider("p"), tenant_kubeconfig="x", nodes=[], depends_on=[],
-        ))
-
-    with pytest.raises(Exception, match="at least one joined worker"):
-        run_program({}, program=program)
-
-
-# --------------------------------------------------------------------------- #
-# Workers reached over SSH
-# --------------------------------------------------------------------------- #
-
-# worker-0 (first, so it runs the Konnectivity wait) and cpu-0 are real machines; worker-1 stays a container.
-SSH_TENANT = {
-    **TENANT,
-    "workers": [
-        ssh_worker_config("worker-0", user="ops", gpus=[A100]),
-        TENANT["workers"][1],
-        ssh_worker_config("cpu-0", user="root"),
-    ],
-}
-KUBECONFIG_SECRET = {"TENANT_KUBECONFIG": ADMIN_KUBECONFIG}
-USES_KUBECONFIG = ("TENANT_KUBECONFIG",)
+def test_nvidia_mode_labels_each_node_after_its_registration_and_uses_the_runtime_class():
+    # Without the smoke test: see the next test.
+    raw = nvidia_config(smoke_test=False)
+    run = run_program(raw, stack="prod", secret_keys=["management", "tenants"])
+    tenant = raw["tenants"][0]["name"]
+    for worker in raw["tenants"][0]["workers"]:
+        node = node_name(tenant, worker["name"])
+        label = run.named(f"{node}-gpu-label", "kubernetes:core/v1:NodePatch")
+        # The label the chart's device-plugin DaemonSet selects (values devicePlugin.nvidiaNodeSelector).
+        assert label.inputs["metadata"] == {"name": node, "labels": {"gpu": "on"}}
+        assert run.named(f"{node}-registered").urn in label.dependencies
+    # The real plugin writes the cards and the capacity itself (facts §9).
+    assert not [r for r in run.resources if r.name.endswith(("-gpu-register", "-gpu-capacity"))]
+    plugin = run.named(f"{tenant}-hami").inputs["values"]["devicePlugin"]
+    assert (plugin["runtimeClassName"], plugin["createRuntimeClass"]) == ("nvidia", True)
+    assert run.outputs["tenants"].value[tenant]["gpuCapacity"] is None
 
 
-@pytest.fixture(scope="module")
-def ssh_run():
-    return run_program({}, program=_program(tenant_config=SSH_TENANT))
-
-
-def test_konnectivity_wait_runs_on_the_first_node_over_ssh(ssh_run):
-    tunnel = ssh_run.named("tenant-a-konnectivity-agent-ready", "command:remote:Command")
-    inputs = tunnel.inputs
-    assert inputs["connection"]["user"] == "ops"
-    assert inputs["create"] == "sudo -n env GPU_TENANCY_ACTION=create bash -s"
-    assert "delete" not in inputs
-    assert inputs["stdin"] == node_program(
-        {"create": NodeScript(konnectivity_wait_script(3), USES_KUBECONFIG)}, KUBECONFIG_SECRET
-    )
-    assert tunnel.is_secret("stdin") and tunnel.is_secret("connection")
-    assert inputs["logging"] == "none"
-    assert {"stdout", "stderr"} <= set(tunnel.additional_secret_outputs)
-    # Same order as with containers: every join and the CNI, then the tunnel, then HAMi.
-    assert all(ssh_run.depends_on(tunnel, ssh_run.named(f"tenant-a-{w}-join")) for w in ("worker-0", "worker-1"))
-    assert ssh_run.depends_on(tunnel, ssh_run.named("tenant-a-calico"))
-    assert ssh_run.depends_on(ssh_run.named("tenant-a-hami"), tunnel)
-
-
-def test_capacity_of_an_ssh_node_is_patched_by_a_remote_command_with_a_secret_stdin(ssh_run):
-    capacity = ssh_run.named("tenant-a-worker-0-gpu-capacity", "command:remote:Command")
-    inputs = capacity.inputs
-    assert inputs["create"] == "sudo -n env GPU_TENANCY_ACTION=create bash -s"
-    assert inputs["delete"] == "sudo -n env GPU_TENANCY_ACTION=delete bash -s"
-    assert inputs["stdin"] == node_program(
-        {
-            "create": NodeScript(apply_capacity_script("tenant-a-worker-0", 10), USES_KUBECONFIG),
-            "delete": NodeScript(remove_capacity_script("tenant-a-worker-0"), USES_KUBECONFIG),
-        },
-        KUBECONFIG_SECRET,
-    )
-    assert capacity.is_secret("stdin")
-    assert "environment" not in inputs
-    for key in ("create", "delete"):
-        assert "mock-token-tenant-a" not in inputs[key] and PRIVATE_KEY_BODY not in inputs[key]
-    assert inputs["triggers"] == ["tenant-a-worker-0-join-id"]
-    assert capacity.delete_before_replace
-    assert ssh_run.depends_on(capacity, ssh_run.named("tenant-a-worker-0-join"))
-    assert ssh_run.depends_on(ssh_run.named("tenant-a-gpu-smoke-test"), capacity)
-
-
-def test_container_and_ssh_nodes_mix_in_one_tenant(ssh_run):
-    local = ssh_run.named("tenant-a-worker-1-gpu-capacity", "command:local:Command")
-    assert "docker exec -i -e TENANT_KUBECONFIG tenant-a-worker-1 bash -s" in local.inputs["create"]
-    assert local.is_secret("environment")
-    # The register annotation is a NodePatch through the tenant provider, whatever the node is.
-    register = ssh_run.named("tenant-a-worker-0-gpu-register", "kubernetes:core/v1:NodePatch")
-    assert len(json.loads(register.inputs["metadata"]["annotations"][REGISTER_ANNOTATION])) == 1
-    names = {r.name for r in ssh_run.resources}
-    assert "tenant-a-cpu-0-gpu-capacity" not in names
-    assert ssh_run.outputs["gpu_capacity"].value == {
-        "tenant-a-worker-0": 10, "tenant-a-worker-1": 8, "tenant-a-cpu-0": 0,
-    }
+def test_nvidia_mode_proves_the_real_plugin_on_the_first_worker_it_fits_on():
+    raw = nvidia_config(smoke_test=True)
+    run = run_program(raw, stack="prod", secret_keys=["management", "tenants"])
+    tenant = raw["tenants"][0]["name"]
+    evidence = run.outputs["tenants"].value[tenant]["smokeTest"]
+    assert evidence["schedulerName"] == "hami-scheduler"
+    assert evidence["node"] == node_name(tenant, raw["tenants"][0]["workers"][0]["name"])

@@ -1,8 +1,17 @@
-"""Kamaji layer: MetalLB pool carving, chart values against vendored data, and the registered dependency graph."""
+"""The management plane (components/kamaji.py, components/helm.py): cert-manager, Kamaji from the verified local chart
+with its kamaji-etcd subchart, the DataStore this program owns, the etcd NetworkPolicy, the gate on Kamaji's
+webhook, and MetalLB with its pool. Values and objects are checked against the vendored upstream files."""
+
+from __future__ import annotations
 
 import copy
 import ipaddress
+import json
+import re
+from pathlib import Path
+from typing import Any
 
+import jsonschema
 import pulumi
 import pulumi_kubernetes as k8s
 import pytest
@@ -11,11 +20,16 @@ import yaml
 from components.helm import helm_values_args, null_overrides, without_nulls
 from components.kamaji import (
     DEFAULT_DATASTORE,
+    ETCD_CHART_DIR,
+    KAMAJI_CHART_DIR,
+    KAMAJI_NAMESPACE,
+    KAMAJI_RELEASE_NAME,
     LB_POOL_NAME,
     Kamaji,
     KamajiArgs,
     cert_manager_values,
     choose_lb_pool,
+    etcd_network_policy,
     kamaji_values,
     lb_pool_range,
     metallb_values,
@@ -25,12 +39,22 @@ from components.kind_cluster import KindManagementCluster, KindManagementCluster
 from components.naming import COMPONENT_PREFIX
 from config import Versions
 from tests.chart_values import load_chart_values, unknown_value_keys
+from tests.crd_schema import crd_json_schema, schema_errors
 from tests.fixtures import KIND_GATEWAY_V4, KIND_SUBNET_V4
-from tools.mockrun import run_program
+from tools import upstream
+from tools.mockrun import PROJECT_ROOT, load_stack_file, run_program
+from tools.sim.lab import lab_world
 
-# Keys of the kamaji-etcd subchart that the vendored kamaji values.yaml does not show, with
-# their upstream defaults, from clastix/kamaji-etcd charts/kamaji-etcd/values.yaml at v0.15.0
-# (the subchart version clastix/kamaji charts/kamaji/Chart.lock pins at 26.8.2-edge).
+RELEASE = "kubernetes:helm.sh/v3:Release"
+DATASTORE = "kubernetes:kamaji.clastix.io/v1alpha1:DataStore"
+TCP = "kubernetes:kamaji.clastix.io/v1alpha1:TenantControlPlane"
+NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
+NAMESPACE = "kubernetes:core/v1:Namespace"
+WEBHOOK_READY = "pulumi-python:dynamic/gpu-tenancy:KamajiWebhookReady"
+NODE_IMAGE = "kindest/node:v1.35.0"
+
+# Keys of the kamaji-etcd subchart that the vendored kamaji values.yaml does not show, with their upstream defaults
+# from clastix/kamaji-etcd charts/kamaji-etcd/values.yaml at v0.15.0 (the version Kamaji's Chart.lock locks).
 KAMAJI_ETCD_UPSTREAM_KEYS = {
     "replicas": 3,
     "quotaBackendBytes": "8589934592",
@@ -42,8 +66,14 @@ KAMAJI_ETCD_UPSTREAM_KEYS = {
         "retentionPolicyWhenDeleted": "Retain",
     },
 }
-
-MGMT_PROVIDER = "management-provider"
+# clastix/kamaji-etcd v0.15.0 (charts/kamaji-etcd): values.yaml `clientPort: 2379`, `peerApiPort: 2380`;
+# templates/_helpers.tpl: pods carry `etcd.selectorLabels` = app.kubernetes.io/name (`etcd.name`: nameOverride,
+# else the chart name) and app.kubernetes.io/instance (the release name); cert-manager mode names the CA secret
+# `<fullname>-ca` and the client certificate `<fullname>-client-certs` (keys tls.crt / tls.key).
+ETCD_CLIENT_PORT = 2379
+ETCD_PEER_PORT = 2380
+# The API server labels every namespace with its own name (Kubernetes >= 1.22, NamespaceDefaultLabelName).
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
 
 # --------------------------------------------------------------------------- #
@@ -71,8 +101,8 @@ def test_lb_pool_range_stays_inside_clear_of_reserved_and_low_addresses(subnet):
     network = ipaddress.ip_network(subnet)
     first, last = (ipaddress.ip_address(end) for end in lb_pool_range(subnet).split("-"))
     assert first < last and first in network and last in network
-    reserved = {network.network_address, network.broadcast_address, network.network_address + 1}
-    assert not reserved & {first, last} and not (first <= network.network_address + 1 <= last)
+    assert not first <= network.network_address + 1 <= last
+    assert network.broadcast_address not in (first, last)
     # Docker hands container addresses out from the bottom: leave the first 199 free.
     assert int(first) - int(network.network_address) >= 199
     assert int(last) - int(first) + 1 == 51
@@ -82,7 +112,6 @@ def test_lb_pool_range_stays_inside_clear_of_reserved_and_low_addresses(subnet):
     ("subnet", "message"),
     [
         ("10.89.0.0/25", "smaller than a /24"),
-        ("10.89.0.0/30", "smaller than a /24"),
         ("fc00:f853:ccd:e793::/64", "not IPv4"),
         ("not-a-network", "not a network in CIDR form"),
     ],
@@ -135,7 +164,7 @@ def test_an_explicit_pool_inside_the_kind_subnet_wins(pool):
     assert choose_lb_pool(KIND_SUBNET_V4, pool) == pool
 
 
-def test_an_explicit_pool_on_an_adopted_cluster_is_taken_as_given():
+def test_an_explicit_pool_on_an_adopted_cluster_is_taken_as_given_but_still_checked():
     assert choose_lb_pool(None, "10.20.255.200-10.20.255.250") == "10.20.255.200-10.20.255.250"
     with pytest.raises(ValueError, match="management.loadBalancerPool"):
         choose_lb_pool(None, "10.20.255.250-10.20.255.200")
@@ -150,10 +179,9 @@ def test_an_explicit_pool_on_an_adopted_cluster_is_taken_as_given():
         "172.18.0.0/15",  # a CIDR that contains the subnet
     ],
 )
-def test_an_explicit_pool_outside_the_kind_subnet_is_rejected(pool):
+def test_an_explicit_pool_outside_the_kind_subnet_is_rejected_offering_the_default(pool):
     with pytest.raises(ValueError, match=r"management\.loadBalancerPool = .* is not inside the kind network") as raised:
         choose_lb_pool(KIND_SUBNET_V4, pool)
-    # The message offers the default that would work.
     assert "172.18.255.200-172.18.255.250" in str(raised.value)
 
 
@@ -161,85 +189,108 @@ def test_an_explicit_pool_outside_the_kind_subnet_is_rejected(pool):
     ("pool", "address"),
     [
         ("172.18.0.0-172.18.0.10", "172.18.0.0"),
-        ("172.18.0.1-172.18.0.10", "172.18.0.1"),
+        (f"{KIND_GATEWAY_V4}-172.18.0.10", KIND_GATEWAY_V4),
         ("172.18.255.200-172.18.255.255", "172.18.255.255"),
         ("172.18.0.0/24", "172.18.0.0"),
     ],
 )
 def test_an_explicit_pool_must_not_take_the_network_gateway_or_broadcast_address(pool, address):
-    with pytest.raises(ValueError, match=rf"management\.loadBalancerPool = .* includes {address}"):
+    with pytest.raises(ValueError, match=rf"management\.loadBalancerPool = .* includes {re.escape(address)}"):
         choose_lb_pool(KIND_SUBNET_V4, pool)
 
 
 # --------------------------------------------------------------------------- #
-# Chart values
+# Chart values against the vendored values.yaml (and values.schema.json where the chart has a closed one)
 # --------------------------------------------------------------------------- #
 
 
 @pytest.fixture(scope="module")
-def vendored_kamaji_values(vendor_dir):
+def kamaji_chart(vendor_dir) -> dict[str, Any]:
     return load_chart_values(vendor_dir / "kamaji" / "values.yaml")
 
 
-def _with_upstream_subchart_keys(chart: dict) -> dict:
+def _with_upstream_subchart_keys(chart: dict[str, Any]) -> dict[str, Any]:
     merged = copy.deepcopy(chart)
     merged["kamaji-etcd"] = {**merged["kamaji-etcd"], **KAMAJI_ETCD_UPSTREAM_KEYS}
     return merged
 
 
-def test_every_kamaji_value_key_exists_in_the_chart(vendored_kamaji_values):
+def test_every_kamaji_value_key_exists_in_the_chart_and_only_allowlisted_ones_in_the_subchart(kamaji_chart):
     values = kamaji_values(Versions())
-    assert unknown_value_keys(values, _with_upstream_subchart_keys(vendored_kamaji_values)) == []
+    assert unknown_value_keys(values, _with_upstream_subchart_keys(kamaji_chart)) == []
+    assert sorted(unknown_value_keys(values, kamaji_chart)) == sorted(
+        f"kamaji-etcd.{key}" for key in KAMAJI_ETCD_UPSTREAM_KEYS)
+    # The allowlist is no blanket: a misspelt subchart key still shows.
+    assert unknown_value_keys({"kamaji-etcd": {"replica": 1}}, _with_upstream_subchart_keys(kamaji_chart))
 
 
-def test_only_allowlisted_subchart_keys_go_beyond_the_vendored_values(vendored_kamaji_values):
-    unknown = unknown_value_keys(kamaji_values(Versions()), vendored_kamaji_values)
-    assert sorted(unknown) == sorted(f"kamaji-etcd.{key}" for key in KAMAJI_ETCD_UPSTREAM_KEYS)
-
-
-@pytest.mark.parametrize(
-    "typo",
-    [
-        {"telemetry": {"disable": True}},
-        {"image": {"tags": "x"}},
-        {"kamaji-etcd": {"replica": 1}},
-        {"kamaji-etcd": {"persistentVolumeClaim": {"sizes": "1Gi"}}},
-    ],
-)
-def test_value_key_check_catches_typos(vendored_kamaji_values, typo):
-    assert unknown_value_keys(typo, _with_upstream_subchart_keys(vendored_kamaji_values))
-
-
-def test_kamaji_values_pin_image_and_size_etcd_for_a_laptop():
-    versions = Versions(kamajiImage="26.9.1-edge")
-    values = kamaji_values(versions)
-    assert values["image"]["tag"] == "26.9.1-edge"
-    assert "resources" in values and values["resources"] is None
+def test_kamaji_values_pin_the_image_and_size_etcd_for_a_laptop():
+    values = kamaji_values(Versions(kamajiImage="26.9.1-edge"))
+    assert values["image"] == {"tag": "26.9.1-edge", "pullPolicy": "IfNotPresent"}
+    assert "resources" in values and values["resources"] is None  # Helm null: drop the tight default limits
     assert values["telemetry"] == {"disabled": True}
-    assert values["defaultDatastoreName"] == DEFAULT_DATASTORE == "default"
     etcd = values["kamaji-etcd"]
     assert etcd["replicas"] == 1
-    assert etcd["datastore"] == {"enabled": True, "name": DEFAULT_DATASTORE}
-    # The space alarm fires before the volume is full.
-    assert int(etcd["quotaBackendBytes"]) < 2 * 1024**3
-    assert etcd["persistentVolumeClaim"]["size"] == "2Gi"
+    assert etcd["persistentVolumeClaim"] == {"size": "2Gi"}
+    # A string (a JSON number would reach the template as a float); the space alarm fires before the disk is full.
+    assert isinstance(etcd["quotaBackendBytes"], str) and int(etcd["quotaBackendBytes"]) < 2 * 1024**3
 
 
-def test_metallb_is_plain_l2_and_cert_manager_installs_its_crds():
-    assert metallb_values() == {"speaker": {"frr": {"enabled": False}}}
-    assert cert_manager_values()["crds"] == {"enabled": True}
-    assert cert_manager_values()["startupapicheck"] == {"enabled": True}
+def test_the_chart_renders_no_datastore_and_the_program_takes_over_its_name(kamaji_chart):
+    values = kamaji_values(Versions())
+    # templates/etcd_datastore.yaml is gated by `datastore.enabled` (on by default in Kamaji's values).
+    assert kamaji_chart["kamaji-etcd"]["datastore"]["enabled"] is True
+    assert values["kamaji-etcd"]["datastore"] == {"enabled": False}
+    # Same name the chart would have given it and Kamaji's default for TenantControlPlanes that name none.
+    assert DEFAULT_DATASTORE == kamaji_chart["kamaji-etcd"]["datastore"]["name"] == kamaji_chart["defaultDatastoreName"]
+    assert values["defaultDatastoreName"] == DEFAULT_DATASTORE
 
 
-def test_cert_manager_leader_election_moves_into_its_namespace_only_on_an_adopted_cluster():
-    # On kind the chart default (kube-system) stays: existing stacks see no change.
-    assert "global" not in cert_manager_values()
+def _helm_merge(defaults: Any, overrides: Any) -> Any:
+    """Helm's coalescing of user values over chart defaults: maps merge, a null deletes the key."""
+    if not (isinstance(defaults, dict) and isinstance(overrides, dict)):
+        return copy.deepcopy(overrides)
+    merged = copy.deepcopy(defaults)
+    for key, value in overrides.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = _helm_merge(merged.get(key), value)
+    return merged
+
+
+@pytest.mark.parametrize("adopted", [False, True])
+def test_cert_manager_values_pass_the_charts_closed_schema(vendor_dir, adopted):
+    chart = load_chart_values(vendor_dir / "cert-manager" / "values.yaml")
+    schema = json.loads((vendor_dir / "cert-manager" / "values.schema.json").read_text())
+    values = cert_manager_values(adopted)
+    assert unknown_value_keys(values, chart) == []
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    assert [error.message for error in validator.iter_errors(_helm_merge(chart, values))] == []
+    # The check has teeth: the schema is closed at the top level.
+    assert list(validator.iter_errors(_helm_merge(chart, {**values, "crd": {"enabled": True}})))
+
+
+def test_cert_manager_installs_its_crds_proves_its_webhook_and_moves_leases_only_when_adopted(vendor_dir):
+    chart = load_chart_values(vendor_dir / "cert-manager" / "values.yaml")
+    kind = cert_manager_values()
+    assert chart["crds"]["enabled"] is False and kind["crds"] == {"enabled": True}
+    assert kind["startupapicheck"] == {"enabled": True}
+    # On kind the chart default (kube-system) stays; on a cluster we do not own, our namespace, which destroy removes.
+    assert "global" not in kind and chart["global"]["leaderElection"]["namespace"] == "kube-system"
     adopted = cert_manager_values(adopted=True)
     assert adopted["global"] == {"leaderElection": {"namespace": "cert-manager"}}
-    assert {k: v for k, v in adopted.items() if k != "global"} == cert_manager_values()
+    assert {k: v for k, v in adopted.items() if k != "global"} == kind
 
 
-def test_nulls_are_split_out_for_helm():
+def test_metallb_is_plain_l2(vendor_dir):
+    chart = load_chart_values(vendor_dir / "metallb" / "values.yaml")
+    values = metallb_values()
+    assert unknown_value_keys(values, chart) == []
+    assert chart["speaker"]["frr"]["enabled"] is True and values == {"speaker": {"frr": {"enabled": False}}}
+
+
+def test_helm_nulls_travel_in_a_yaml_file():
     values = {"a": None, "b": {"c": None, "d": 1}, "e": {"f": 2}, "g": "x"}
     assert without_nulls(values) == {"b": {"d": 1}, "e": {"f": 2}, "g": "x"}
     assert null_overrides(values) == {"a": None, "b": {"c": None}}
@@ -247,200 +298,314 @@ def test_nulls_are_split_out_for_helm():
     assert args["values"] == without_nulls(values)
     (asset,) = args["value_yaml_files"]
     assert yaml.safe_load(asset.text) == {"a": None, "b": {"c": None}}
-
-
-def test_values_without_nulls_need_no_yaml_file():
     assert helm_values_args({"a": {"b": 1}}) == {"values": {"a": {"b": 1}}}
 
 
 # --------------------------------------------------------------------------- #
-# The component under mocks
+# The local chart: where `make charts` puts it, and which Kamaji it is
 # --------------------------------------------------------------------------- #
 
-VERSIONS = Versions(certManager="v1.21.1", metallb="0.15.3", kamajiChart="0.0.0+latest", kamajiImage="26.8.2-edge")
+
+def _chart_files(repo: str) -> dict[Path, dict[str, Any]]:
+    """Where `make charts` writes each file it takes from `repo`, with its manifest entry."""
+    entries = upstream.select(upstream.load_manifest(), "chart")
+    return {upstream.target_path(entry).resolve(): entry for entry in entries if entry["repo"] == repo}
 
 
-def _program():
-    cluster = KindManagementCluster(
-        "management", KindManagementClusterArgs(cluster_name="gpu-tenancy", node_image="kindest/node:v1.35.0")
-    )
-    kamaji = Kamaji("kamaji", KamajiArgs(provider=cluster.provider, kind_subnet=cluster.kind_subnet, versions=VERSIONS))
-    # Stands in for a TenantControlPlane: waits for `ready` and consumes the outputs.
-    k8s.core.v1.ConfigMap(
-        "tenant-consumer",
-        data={"datastore": kamaji.datastore_name, "pool": kamaji.lb_pool_range},
-        opts=pulumi.ResourceOptions(provider=kamaji.provider, depends_on=kamaji.ready),
-    )
-    pulumi.export("datastore_name", kamaji.datastore_name)
-    pulumi.export("lb_pool_range", kamaji.lb_pool_range)
-    pulumi.export("release_is_kamaji", kamaji.release.name)
+def test_the_release_installs_the_directory_make_charts_fills_with_the_subchart_inside():
+    assert (PROJECT_ROOT / KAMAJI_CHART_DIR).resolve() == upstream.chart_dir("kamaji").resolve()
+    assert (PROJECT_ROOT / KAMAJI_CHART_DIR / "Chart.yaml").resolve() in _chart_files("clastix/kamaji")
+    # Helm takes subcharts from charts/ of the chart directory; tenants' dedicated data stores install the same one.
+    etcd_files = _chart_files("clastix/kamaji-etcd")
+    etcd_dir = (PROJECT_ROOT / ETCD_CHART_DIR).resolve()
+    assert etcd_dir == upstream.chart_dir("kamaji").resolve() / "charts" / "kamaji-etcd"
+    assert {etcd_dir / "Chart.yaml", etcd_dir / "values.yaml", etcd_dir / "templates" / "etcd_sts.yaml"} <= set(etcd_files)
+
+
+def test_the_chart_is_fetched_at_the_commit_of_the_pinned_kamaji_image(vendor_dir):
+    readme = (vendor_dir / "kamaji" / "README.txt").read_text()
+    commit = re.search(r"^Commit\s*:\s*([0-9a-f]{40})", readme, re.M).group(1)
+    tag = re.search(r"\(tag (\S+),", readme).group(1)
+    assert Versions().kamaji_image == tag
+    assert {entry["ref"] for entry in _chart_files("clastix/kamaji").values()} == {commit}
+
+
+# --------------------------------------------------------------------------- #
+# The DataStore the program owns, and the NetworkPolicy in front of its etcd
+# --------------------------------------------------------------------------- #
 
 
 @pytest.fixture(scope="module")
-def run():
-    return run_program({}, program=_program)
+def datastore_crd(vendor_dir) -> Path:
+    return vendor_dir / "kamaji" / "kamaji.clastix.io_datastores.yaml"
 
 
-def _releases(run):
-    return {r.inputs["chart"]: r for r in run.of_type("kubernetes:helm.sh/v3:Release")}
+def _matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    assert set(selector) == {"matchLabels"}, "only matchLabels selectors are evaluated here"
+    return all(labels.get(key) == value for key, value in selector["matchLabels"].items())
 
 
-def test_component_parents_every_child_and_uses_the_management_provider(run):
-    component = run.named("kamaji", f"{COMPONENT_PREFIX}:Kamaji")
-    provider = run.named(MGMT_PROVIDER, "pulumi:providers:kubernetes")
-    children = run.children(component)
-    assert len(children) == 6
-    for child in children:
-        assert child.custom
-        assert child.provider.rsplit("::", 1)[0] == provider.urn, child
+@pytest.fixture(scope="module")
+def etcd_values(kamaji_chart) -> dict[str, Any]:
+    """The shared kamaji-etcd's values as Helm renders them: upstream defaults, Kamaji's chart values, then ours."""
+    merged = _helm_merge(_with_upstream_subchart_keys(kamaji_chart), kamaji_values(Versions()))
+    return merged["kamaji-etcd"]
 
 
-def test_cert_manager_release(run):
-    release = _releases(run)["cert-manager"]
-    inputs = release.inputs
-    assert inputs["name"] == "cert-manager"
-    assert inputs["version"] == "v1.21.1"
-    assert inputs["repositoryOpts"] == {"repo": "https://charts.jetstack.io"}
-    assert inputs["namespace"] == "cert-manager" and inputs["createNamespace"] is True
-    assert inputs["values"]["crds"] == {"enabled": True}
-    assert inputs["skipAwait"] is False
+def _etcd_pod_labels(etcd_values: dict[str, Any], vendor_dir: Path) -> dict[str, str]:
+    """Labels of the shared etcd's pods: kamaji-etcd's `etcd.selectorLabels` for the subchart of release kamaji."""
+    dependency = yaml.safe_load((vendor_dir / "kamaji" / "Chart.yaml").read_text())["dependencies"][0]
+    name = etcd_values.get("nameOverride") or dependency["name"]
+    return {"app.kubernetes.io/name": name, "app.kubernetes.io/instance": KAMAJI_RELEASE_NAME}
 
 
-def test_metallb_release_in_a_privileged_namespace(run):
-    namespace = run.named("kamaji-metallb-namespace", "kubernetes:core/v1:Namespace")
-    assert namespace.inputs["metadata"]["name"] == "metallb-system"
-    assert namespace.inputs["metadata"]["labels"] == {
-        "pod-security.kubernetes.io/enforce": "privileged",
-        "pod-security.kubernetes.io/audit": "privileged",
-        "pod-security.kubernetes.io/warn": "privileged",
-    }
-    release = _releases(run)["metallb"]
-    inputs = release.inputs
-    assert inputs["name"] == "metallb"
-    assert inputs["version"] == "0.15.3"
-    assert inputs["repositoryOpts"] == {"repo": "https://metallb.github.io/metallb"}
-    assert inputs["namespace"] == "metallb-system"
-    assert not inputs.get("createNamespace")
-    assert inputs["values"] == {"speaker": {"frr": {"enabled": False}}}
-    assert inputs["skipAwait"] is False
-    assert run.depends_on(release, namespace)
+def test_the_datastore_is_what_kamaji_etcd_would_render_and_valid_for_the_crd(run, etcd_values, datastore_crd):
+    (datastore,) = run.of_type(DATASTORE)
+    manifest = {key: datastore.inputs[key] for key in ("apiVersion", "kind", "metadata", "spec")}
+    assert schema_errors(manifest, crd_json_schema(datastore_crd)) == []
+    crd = yaml.safe_load(datastore_crd.read_text())
+    assert crd["spec"]["scope"] == "Cluster" and "namespace" not in manifest["metadata"]
+    assert manifest["metadata"]["name"] == DEFAULT_DATASTORE == run.outputs["datastore_name"].value
+    etcd = etcd_values
+    fullname, domain, replicas = etcd["fullnameOverride"], etcd["clusterDomain"], etcd["replicas"]
+    spec = manifest["spec"]
+    assert spec["driver"] == "etcd"
+    # templates/_helpers.tpl etcd.endpointsYAML: one headless-service name per StatefulSet pod.
+    assert spec["endpoints"] == [
+        f"{fullname}-{i}.{fullname}.{KAMAJI_NAMESPACE}.svc.{domain}:{ETCD_CLIENT_PORT}" for i in range(replicas)]
+    # Kamaji's values put kamaji-etcd in cert-manager mode: these are the secrets cert-manager writes.
+    assert etcd["certManager"]["enabled"] is True and etcd["selfSignedCertificates"]["enabled"] is False
+    tls = spec["tlsConfig"]
+    for part, secret in (("certificateAuthority", f"{fullname}-ca"), ("clientCertificate", f"{fullname}-client-certs")):
+        assert tls[part] == {
+            "certificate": {"secretReference": {"name": secret, "namespace": KAMAJI_NAMESPACE, "keyPath": "tls.crt"}},
+            "privateKey": {"secretReference": {"name": secret, "namespace": KAMAJI_NAMESPACE, "keyPath": "tls.key"}},
+        }
 
 
-def test_pool_and_l2_advertisement_wait_for_the_metallb_release(run):
-    metallb = _releases(run)["metallb"]
-    pool = run.named("kamaji-ip-pool")
-    l2 = run.named("kamaji-l2-advertisement")
-    assert pool.type == "kubernetes:metallb.io/v1beta1:IPAddressPool"
-    assert l2.type == "kubernetes:metallb.io/v1beta1:L2Advertisement"
-    for resource in (pool, l2):
-        assert resource.inputs["apiVersion"] == "metallb.io/v1beta1"
-        assert resource.inputs["metadata"]["namespace"] == "metallb-system"
-        # An explicit edge, not only a transitive one through the provider.
-        assert metallb.urn in resource.dependencies
-        assert run.depends_on(resource, metallb)
-    assert l2.inputs["spec"] == {"ipAddressPools": [pool.inputs["metadata"]["name"]]}
-    assert pool.inputs["metadata"]["name"] == LB_POOL_NAME
+def test_etcd_policy_selects_the_shared_etcd_pods_only(etcd_values, vendor_dir):
+    policy = etcd_network_policy()
+    assert policy["metadata"]["namespace"] == KAMAJI_NAMESPACE
+    spec = policy["spec"]
+    assert spec["policyTypes"] == ["Ingress"]
+    assert _matches(spec["podSelector"], _etcd_pod_labels(etcd_values, vendor_dir))
+    # Not the Kamaji controller (release kamaji, chart kamaji) in the same namespace.
+    assert not _matches(spec["podSelector"], {"app.kubernetes.io/name": "kamaji",
+                                              "app.kubernetes.io/instance": KAMAJI_RELEASE_NAME})
 
 
-def test_pool_range_lies_in_the_mocked_kind_subnet_away_from_the_gateway(run):
-    pool = run.named("kamaji-ip-pool")
-    (addresses,) = pool.inputs["spec"]["addresses"]
-    assert addresses == "172.18.255.200-172.18.255.250"
-    network = ipaddress.ip_network(KIND_SUBNET_V4)
-    first, last = (ipaddress.ip_address(end) for end in addresses.split("-"))
-    assert first in network and last in network
-    assert not first <= ipaddress.ip_address(KIND_GATEWAY_V4) <= last
-    assert run.outputs["lb_pool_range"].value == addresses
+def _reach(policy: dict[str, Any], namespace_labels: dict[str, str], port: int) -> bool:
+    """Whether a pod in a namespace with these labels may connect to `port` of the selected pods."""
+    for rule in policy["spec"]["ingress"]:
+        ports = rule.get("ports")
+        if ports and not any(p.get("port") == port and p.get("protocol", "TCP") == "TCP" for p in ports):
+            continue
+        for peer in rule["from"]:
+            assert set(peer) == {"namespaceSelector"}, peer
+            if _matches(peer["namespaceSelector"], namespace_labels):
+                return True
+    return False
 
 
-def test_kamaji_release(run):
-    release = _releases(run)["kamaji"]
-    inputs = release.inputs
-    assert inputs["name"] == "kamaji"
-    assert inputs["namespace"] == "kamaji-system" and inputs["createNamespace"] is True
-    assert inputs["version"] == "0.0.0+latest"
-    assert inputs["repositoryOpts"] == {"repo": "https://clastix.github.io/charts"}
-    assert inputs["values"]["image"]["tag"] == "26.8.2-edge"
-    assert inputs["values"]["telemetry"] == {"disabled": True}
-    assert inputs["values"]["kamaji-etcd"]["replicas"] == 1
-    # Helm's null, which deletes the chart's tight default limits, travels as YAML.
-    (asset,) = release.raw_inputs["valueYamlFiles"]
-    assert yaml.safe_load(asset.text) == {"resources": None}
-    assert inputs["skipAwait"] is False
-    assert inputs["timeout"] >= 600
-    assert run.outputs["release_is_kamaji"].value == "kamaji"
+def test_only_kamaji_and_the_tenant_control_planes_reach_etcd(dev):
+    """Every namespace on the management cluster of the dev lab: only kamaji-system (Kamaji, etcd peers, the chart's
+    setup jobs) and the tenants' control-plane namespaces reach the etcd port; peers talk only inside kamaji-system."""
+    (policy,) = [r for r in dev.of_type(NETWORK_POLICY) if r.inputs["metadata"]["namespace"] == KAMAJI_NAMESPACE]
+    policy = {"spec": policy.inputs["spec"]}
+    namespaces = {name: {} for name in ("default", "kube-system", "kube-public", "kube-node-lease",
+                                         "local-path-storage", KAMAJI_NAMESPACE, "cert-manager")}
+    for resource in dev.of_type(NAMESPACE):
+        metadata = resource.inputs["metadata"]
+        namespaces[metadata["name"]] = dict(metadata.get("labels") or {})
+    for name, labels in namespaces.items():
+        labels[NAMESPACE_NAME_LABEL] = name
+    tenants = {tcp.inputs["metadata"]["namespace"] for tcp in dev.of_type(TCP)}
+    assert tenants and tenants < set(namespaces)
+    # The port tenants' API servers dial is the one in the DataStore.
+    (datastore,) = [d for d in dev.of_type(DATASTORE) if d.inputs["metadata"]["name"] == DEFAULT_DATASTORE]
+    port = int(datastore.inputs["spec"]["endpoints"][0].rsplit(":", 1)[1])
+    assert port == ETCD_CLIENT_PORT
+    assert {n for n, labels in namespaces.items() if _reach(policy, labels, port)} == {KAMAJI_NAMESPACE, *tenants}
+    assert {n for n, labels in namespaces.items() if _reach(policy, labels, ETCD_PEER_PORT)} == {KAMAJI_NAMESPACE}
 
 
-def test_kamaji_waits_for_cert_manager_but_not_for_metallb(run):
-    releases = _releases(run)
-    kamaji, cert_manager, metallb = releases["kamaji"], releases["cert-manager"], releases["metallb"]
-    assert cert_manager.urn in kamaji.dependencies
-    assert run.depends_on(kamaji, cert_manager)
-    # Independent branches install in parallel.
-    assert not run.depends_on(kamaji, metallb)
-    assert not run.depends_on(metallb, cert_manager)
+# --------------------------------------------------------------------------- #
+# The component under the lifecycle simulator (kind mode)
+# --------------------------------------------------------------------------- #
+
+# Not the defaults, so the tests show the versions come from the arguments.
+VERSIONS = Versions(certManager="v1.21.9", metallb="0.15.9", kamajiImage="26.9.1-edge")
 
 
-def test_versions_come_from_config():
-    versions = Versions(certManager="v1.99.0", metallb="0.99.0", kamajiChart="0.0.1+test", kamajiImage="99.1.1-edge")
-
+def _kind_program(pool: str | None = None):
     def program():
-        cluster = KindManagementCluster("management", KindManagementClusterArgs("gpu-tenancy", "kindest/node:v1.35.0"))
-        Kamaji("kamaji", KamajiArgs(provider=cluster.provider, kind_subnet=cluster.kind_subnet, versions=versions))
-
-    releases = _releases(run_program({}, program=program))
-    assert releases["cert-manager"].inputs["version"] == "v1.99.0"
-    assert releases["metallb"].inputs["version"] == "0.99.0"
-    assert releases["kamaji"].inputs["version"] == "0.0.1+test"
-    assert releases["kamaji"].inputs["values"]["image"]["tag"] == "99.1.1-edge"
-
-
-def test_tenant_control_planes_can_wait_for_ready(run):
-    consumer = run.named("tenant-consumer", "kubernetes:core/v1:ConfigMap")
-    releases = _releases(run)
-    for needed in (releases["kamaji"], releases["cert-manager"], releases["metallb"],
-                   run.named("kamaji-ip-pool"), run.named("kamaji-l2-advertisement")):
-        assert run.depends_on(consumer, needed), needed
-
-
-def test_kind_mode_lets_helm_create_the_release_namespaces(run):
-    releases = _releases(run)
-    assert releases["cert-manager"].inputs["createNamespace"] is True
-    assert releases["kamaji"].inputs["createNamespace"] is True
-    names = {r.inputs["metadata"]["name"] for r in run.of_type("kubernetes:core/v1:Namespace")}
-    assert names == {"metallb-system"}
-
-
-def _kind_program_with_pool(pool: str):
-    def program():
-        cluster = KindManagementCluster("management", KindManagementClusterArgs("gpu-tenancy", "kindest/node:v1.35.0"))
-        kamaji = Kamaji(
-            "kamaji",
-            KamajiArgs(provider=cluster.provider, kind_subnet=cluster.kind_subnet, versions=VERSIONS,
-                       load_balancer_pool=pool),
+        cluster = KindManagementCluster(
+            "management", KindManagementClusterArgs(cluster_name="gpu-tenancy", node_image=NODE_IMAGE))
+        kamaji = Kamaji("kamaji", KamajiArgs(
+            provider=cluster.provider, kubeconfig=cluster.kubeconfig, kind_subnet=cluster.kind_subnet,
+            versions=VERSIONS, load_balancer_pool=pool, deleted_with=cluster.cluster))
+        # Stands in for a TenantControlPlane: waits for `ready` and consumes the outputs.
+        k8s.core.v1.ConfigMap(
+            "tenant-consumer",
+            metadata={"name": "tenant-consumer", "namespace": "default"},
+            data={"datastore": kamaji.datastore_name, "pool": kamaji.lb_pool_range},
+            opts=pulumi.ResourceOptions(provider=kamaji.provider, depends_on=kamaji.ready),
         )
+        pulumi.export("datastore_name", kamaji.datastore_name)
         pulumi.export("lb_pool_range", kamaji.lb_pool_range)
+        pulumi.export("release_name", kamaji.release.name)
 
     return program
 
 
-def test_kind_mode_uses_an_explicit_pool_inside_the_kind_subnet():
-    run = run_program({}, program=_kind_program_with_pool("172.18.100.10-172.18.100.20"))
+@pytest.fixture(scope="module")
+def run():
+    return run_program({}, program=_kind_program(), world=lab_world())
+
+
+@pytest.fixture(scope="module")
+def dev():
+    """The whole program on the dev lab."""
+    return run_program(load_stack_file("dev"))
+
+
+def _releases(run) -> dict[str, Any]:
+    return {r.inputs["name"]: r for r in run.of_type(RELEASE)}
+
+
+def test_every_child_is_on_the_management_cluster_and_goes_with_it(run):
+    component = run.named("kamaji", f"{COMPONENT_PREFIX}:Kamaji")
+    provider = run.named("management-provider", "pulumi:providers:kubernetes")
+    cluster = run.named("management-kind", "command:local:Command")
+    children = run.children(component)
+    assert {c.type for c in children} >= {RELEASE, DATASTORE, NETWORK_POLICY, WEBHOOK_READY, NAMESPACE}
+    for child in children:
+        assert child.custom
+        # Tear-down deletes the cluster, not each object in it (and works when it was deleted by hand).
+        assert child.deleted_with == cluster.urn, child
+        if child.type != WEBHOOK_READY:  # a dynamic resource: it talks to the cluster with the kubeconfig
+            assert child.provider.rsplit("::", 1)[0] == provider.urn, child
+
+
+def test_cert_manager_release(run):
+    inputs = _releases(run)["cert-manager"].inputs
+    assert inputs["chart"] == "cert-manager" and inputs["version"] == VERSIONS.cert_manager
+    assert inputs["repositoryOpts"] == {"repo": "https://charts.jetstack.io"}
+    assert inputs["namespace"] == "cert-manager" and inputs["createNamespace"] is True
+    assert inputs["values"] == cert_manager_values()
+    assert inputs["skipAwait"] is False
+
+
+def test_kamaji_release_installs_the_local_chart_with_helm_nulls(run):
+    release = _releases(run)[KAMAJI_RELEASE_NAME]
+    inputs = release.inputs
+    # The CRDs hard-code kamaji-system/kamaji-webhook-service and kamaji-serving-cert.
+    assert (inputs["name"], inputs["namespace"]) == ("kamaji", "kamaji-system") and inputs["createNamespace"] is True
+    # A local directory: no repository, and no version (Helm takes the one in its Chart.yaml).
+    assert inputs["chart"] == KAMAJI_CHART_DIR == "./.cache/charts/kamaji"
+    assert "repositoryOpts" not in inputs and not inputs.get("version")
+    assert inputs["values"] == without_nulls(kamaji_values(VERSIONS))
+    assert inputs["values"]["image"]["tag"] == VERSIONS.kamaji_image
+    (asset,) = release.raw_inputs["valueYamlFiles"]
+    assert yaml.safe_load(asset.text) == {"resources": None}
+    assert inputs["skipAwait"] is False and inputs["timeout"] >= 600
+    assert run.outputs["release_name"].value == "kamaji"
+
+
+def test_metallb_release_in_its_privileged_namespace(run):
+    namespace = run.named("kamaji-metallb-namespace", NAMESPACE)
+    assert namespace.inputs["metadata"] == {"name": "metallb-system", "labels": {
+        f"pod-security.kubernetes.io/{mode}": "privileged" for mode in ("enforce", "audit", "warn")}}
+    release = _releases(run)["metallb"]
+    inputs = release.inputs
+    assert inputs["version"] == VERSIONS.metallb
+    assert inputs["repositoryOpts"] == {"repo": "https://metallb.github.io/metallb"}
+    assert inputs["namespace"] == "metallb-system" and not inputs.get("createNamespace")
+    assert inputs["values"] == metallb_values() and inputs["skipAwait"] is False
+    assert namespace.urn in release.dependencies
+    # The only namespace this stack owns on kind: Helm creates cert-manager and kamaji-system.
+    assert {r.inputs["metadata"]["name"] for r in run.of_type(NAMESPACE)} == {"metallb-system"}
+
+
+def test_kamaji_waits_for_cert_manager_and_nothing_waits_for_metallb_needlessly(run):
+    releases = _releases(run)
+    kamaji, cert_manager, metallb = releases["kamaji"], releases["cert-manager"], releases["metallb"]
+    # The chart renders cert-manager Issuer/Certificate objects.
+    assert cert_manager.urn in kamaji.dependencies
+    assert not run.depends_on(kamaji, metallb) and not run.depends_on(metallb, cert_manager)
+
+
+def test_the_pool_is_carved_from_the_kind_subnet_after_metallb(run):
+    metallb = _releases(run)["metallb"]
+    pool = run.named("kamaji-ip-pool", "kubernetes:metallb.io/v1beta1:IPAddressPool")
+    l2 = run.named("kamaji-l2-advertisement", "kubernetes:metallb.io/v1beta1:L2Advertisement")
+    for resource in (pool, l2):
+        assert resource.inputs["metadata"] == {"name": LB_POOL_NAME, "namespace": "metallb-system"}
+        # MetalLB's webhook must answer first: an explicit edge, not only one through the provider.
+        assert metallb.urn in resource.dependencies
+    assert l2.inputs["spec"] == {"ipAddressPools": [LB_POOL_NAME]}
+    assert pool.inputs["spec"] == {"addresses": [lb_pool_range(KIND_SUBNET_V4)]}
+    assert run.outputs["lb_pool_range"].value == lb_pool_range(KIND_SUBNET_V4)
+
+
+def test_the_datastore_and_the_etcd_policy_come_after_the_release(run):
+    release = _releases(run)["kamaji"]
+    for resource in (*run.of_type(DATASTORE), *run.of_type(NETWORK_POLICY)):
+        assert release.urn in resource.dependencies, resource
+    (policy,) = run.of_type(NETWORK_POLICY)
+    assert {k: policy.inputs[k] for k in ("metadata", "spec")} == etcd_network_policy()
+
+
+def test_the_webhook_gate_probes_after_the_datastore_exists_with_a_secret_kubeconfig(run):
+    gate = run.named("kamaji-webhook-ready", WEBHOOK_READY)
+    datastore = run.named("kamaji-datastore", DATASTORE)
+    release = _releases(run)["kamaji"]
+    # Kamaji's webhook rejects a TenantControlPlane whose DataStore does not exist: the probe would fail otherwise.
+    assert datastore.urn in gate.dependencies and release.urn in gate.dependencies
+    assert gate.inputs["datastore"] == DEFAULT_DATASTORE and gate.inputs["namespace"] == KAMAJI_NAMESPACE
+    assert gate.is_secret("kubeconfig") and "kubeconfig" in gate.additional_secret_outputs
+
+
+def test_whatever_waits_for_ready_waits_for_the_gate_the_datastore_and_the_pool(run):
+    consumer = run.named("tenant-consumer", "kubernetes:core/v1:ConfigMap")
+    for name in ("kamaji-webhook-ready", "kamaji-datastore", "kamaji-ip-pool", "kamaji-l2-advertisement"):
+        assert run.named(name).urn in consumer.dependencies, name
+    # The outputs carry their resources too.
+    assert consumer.inputs["data"] == {"datastore": DEFAULT_DATASTORE, "pool": lb_pool_range(KIND_SUBNET_V4)}
+    assert {run.named("kamaji-datastore").urn, run.named("kamaji-ip-pool").urn} <= set(
+        consumer.property_dependencies["data"])
+
+
+def test_every_tenant_control_plane_of_the_program_waits_for_kamajis_webhook(dev):
+    gate = dev.named("kamaji-webhook-ready", WEBHOOK_READY)
+    tcps = dev.of_type(TCP)
+    assert len(tcps) == len(load_stack_file("dev")["tenants"])
+    for tcp in tcps:
+        assert dev.depends_on(tcp, gate), tcp
+
+
+def test_an_explicit_pool_inside_the_kind_subnet_is_used_as_given():
+    run = run_program({}, program=_kind_program("172.18.100.10-172.18.100.20"), world=lab_world())
     pool = run.named("kamaji-ip-pool", "kubernetes:metallb.io/v1beta1:IPAddressPool")
     assert pool.inputs["spec"] == {"addresses": ["172.18.100.10-172.18.100.20"]}
-    assert pool.inputs["metadata"]["name"] == LB_POOL_NAME
     assert run.outputs["lb_pool_range"].value == "172.18.100.10-172.18.100.20"
 
 
-def test_kind_mode_rejects_an_explicit_pool_outside_the_kind_subnet():
-    with pytest.raises(ValueError, match=r"management\.loadBalancerPool = '10\.20\.0\.200-10\.20\.0\.250' is not inside"):
-        run_program({}, program=_kind_program_with_pool("10.20.0.200-10.20.0.250"))
+def test_an_explicit_pool_outside_the_kind_subnet_fails_the_up():
+    with pytest.raises(AssertionError, match=r"management\.loadBalancerPool = '10\.20\.0\.200-10\.20\.0\.250' is not"):
+        run_program({}, program=_kind_program("10.20.0.200-10.20.0.250"), world=lab_world())
 
 
-def test_outputs_carry_their_resources_as_dependencies(run):
-    consumer = run.named("tenant-consumer", "kubernetes:core/v1:ConfigMap")
-    assert consumer.inputs["data"] == {"datastore": "default", "pool": "172.18.255.200-172.18.255.250"}
-    data_deps = set(consumer.property_dependencies["data"])
-    assert _releases(run)["kamaji"].urn in data_deps
-    assert run.named("kamaji-ip-pool").urn in data_deps
-    assert run.outputs["datastore_name"].value == "default"
+def test_on_an_adopted_cluster_nothing_is_deleted_with_a_cluster():
+    world = lab_world()
+    kubeconfig = world.adopt_cluster()
+
+    def program():
+        cluster = KindManagementCluster("management", KindManagementClusterArgs(
+            cluster_name="gpu-tenancy", node_image=NODE_IMAGE, kubeconfig=kubeconfig, worker_cidrs=["10.20.0.0/16"]))
+        Kamaji("kamaji", KamajiArgs(provider=cluster.provider, kubeconfig=cluster.kubeconfig, kind_subnet=None,
+                                    versions=VERSIONS, deleted_with=cluster.cluster))
+
+    run = run_program({}, program=program, world=world)
+    children = run.descendants(run.named("kamaji", f"{COMPONENT_PREFIX}:Kamaji"))
+    assert children and all(child.deleted_with == "" for child in children)

@@ -1,172 +1,185 @@
-"""KindManagementCluster (kind mode): kind config, create/delete scripts against a stub `kind`, subnet picking,
-kubeconfig parsing, worker networks, wiring. Adopt mode is in test_adopt_cluster.py."""
+"""KindManagementCluster in kind mode: the kind config on stdin, the stack marker, what kind-create.sh prints and
+how it is read, the IPv4 subnet, worker networks, and the cluster command under the lifecycle simulator.
 
-import os
-import stat
-import subprocess
+The scripts themselves run against stub binaries in test_kind_scripts.py; adopt mode is in test_adopt_cluster.py.
+"""
+
+from __future__ import annotations
+
+import re
 
 import pulumi
 import pytest
 import yaml
 
+from components import kind_cluster, node_scripts
+from components.kamaji import Kamaji, KamajiArgs
 from components.kind_cluster import (
-    KIND_ENVIRONMENT,
+    STACK_LABEL,
     KindManagementCluster,
     KindManagementClusterArgs,
+    KindOutput,
     KubeconfigCluster,
-    create_script,
     current_cluster,
-    delete_script,
     ipv4_subnet,
     kind_config,
     kind_config_yaml,
+    parse_create_output,
+    stack_marker,
     worker_networks,
 )
 from components.naming import COMPONENT_PREFIX, KIND_NETWORK
+from config import Versions
 from tests.fixtures import KIND_SUBNET_V4, KIND_SUBNET_V6, kubeconfig_yaml
-from tools import mockrun as harness
-from tools.mockrun import run_program
+from tools.mockrun import PROJECT, run_program
+from tools.sim import Lifecycle, engine
+from tools.sim.lab import lab_world
 
 NAME = "gpu-tenancy"
 IMAGE = "kindest/node:v1.35.0"
+MARKER = stack_marker(PROJECT, "dev")
+COMMAND = "command:local:Command"
+PROVIDER = "pulumi:providers:kubernetes"
+
+# Label syntax from k8s.io/apimachinery pkg/util/validation/validation.go (qualifiedNameFmt, labelValueFmt,
+# DNS-1123 subdomain prefix).
+_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+LABEL_KEY = re.compile(rf"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?{_NAME}")
+LABEL_VALUE = re.compile(rf"({_NAME})?")
 
 
 # --------------------------------------------------------------------------- #
-# kind config
+# kind config, checked against kind v1alpha4 as the vendored kind README writes it out
 # --------------------------------------------------------------------------- #
 
 
-def test_kind_config_is_one_control_plane_node_with_the_configured_image():
-    config = kind_config(NAME, IMAGE)
-    assert config["kind"] == "Cluster"
-    assert config["apiVersion"] == "kind.x-k8s.io/v1alpha4"
+@pytest.fixture(scope="module")
+def kind_facts(vendor_dir) -> str:
+    return (vendor_dir / "kind" / "README.txt").read_text()
+
+
+def _section(facts: str, struct: str) -> str:
+    match = re.search(rf"^- {struct} \(l\.\d+\):(.*?)(?=^- |\Z)", facts, re.M | re.S)
+    assert match, f"the kind README no longer describes {struct}"
+    return match.group(1)
+
+
+def _fields(facts: str, struct: str) -> set[str]:
+    """Field names of a v1alpha4 struct: `name (25)`, `labels map[string]string (111)`, ..."""
+    found = set(re.findall(r"\b([A-Za-z0-9]+)(?: [^\s,()]+)? \(\d+\)", _section(facts, struct)))
+    assert found, struct
+    return found
+
+
+def test_kind_config_uses_only_fields_that_kinds_strict_decoder_accepts(kind_facts):
+    # kind decodes its config with KnownFields(true): an unknown key fails `kind create cluster`.
+    config = kind_config(NAME, IMAGE, MARKER)
+    api_version, kind = re.search(r'accepts only apiVersion "([^"]+)" with kind\s+"([^"]+)"', kind_facts).groups()
+    assert (config["apiVersion"], config["kind"]) == (api_version, kind)
+    assert set(config) - {"apiVersion", "kind"} <= _fields(kind_facts, "Cluster")
+    assert set(config["networking"]) <= _fields(kind_facts, "Networking")
+    (node,) = config["nodes"]
+    assert set(node) <= _fields(kind_facts, "Node")
+    assert f'"{node["role"]}"' in _section(kind_facts, "Node")  # a NodeRole value
+    name_rule = re.search(r"cluster name must match (\S+)", kind_facts).group(1)
+    assert re.fullmatch(name_rule.strip("^$"), config["name"])
+
+
+def test_kind_config_is_one_labelled_control_plane_node_with_the_api_on_loopback(kind_facts):
+    config = kind_config(NAME, IMAGE, MARKER)
     assert config["name"] == NAME
-    assert config["nodes"] == [{"role": "control-plane", "image": IMAGE}]
-    # The management API stays on the loopback interface.
-    assert config["networking"] == {"apiServerAddress": "127.0.0.1"}
+    assert config["nodes"] == [{"role": "control-plane", "image": IMAGE, "labels": {STACK_LABEL: MARKER}}]
+    # kind's own default for IPv4, spelled out: the management API is not exposed to the LAN.
+    default = re.search(r"apiServerAddress (\S+) \(::1 for ipv6\)", kind_facts).group(1)
+    assert config["networking"] == {"apiServerAddress": default} == {"apiServerAddress": "127.0.0.1"}
+    assert LABEL_KEY.fullmatch(STACK_LABEL)
 
 
-def test_kind_config_yaml_round_trips_and_changes_with_its_inputs():
-    text = kind_config_yaml(NAME, IMAGE)
-    assert yaml.safe_load(text) == kind_config(NAME, IMAGE)
-    assert kind_config_yaml(NAME, IMAGE) == text  # deterministic: no spurious replacement
-    assert kind_config_yaml(NAME, "kindest/node:v1.36.0") != text
-    assert kind_config_yaml("other-lab", IMAGE) != text
+def test_kind_config_yaml_round_trips_and_changes_only_with_its_inputs():
+    text = kind_config_yaml(NAME, IMAGE, MARKER)
+    assert yaml.safe_load(text) == kind_config(NAME, IMAGE, MARKER)
+    assert kind_config_yaml(NAME, IMAGE, MARKER) == text  # deterministic: no spurious replacement
+    others = {
+        kind_config_yaml(NAME, "kindest/node:v1.35.5", MARKER),
+        kind_config_yaml("other-lab", IMAGE, MARKER),
+        kind_config_yaml(NAME, IMAGE, stack_marker(PROJECT, "prod")),
+    }
+    assert text not in others and len(others) == 3
 
 
 # --------------------------------------------------------------------------- #
-# create / delete scripts, run by bash against a stub `kind` on PATH
+# The stack marker (node label gpu-tenancy.io/stack)
 # --------------------------------------------------------------------------- #
 
-STUB_KIND = r"""#!/usr/bin/env bash
-# Stub kind: clusters live in $KIND_STUB/clusters, every call is logged to $KIND_STUB/calls.
-set -euo pipefail
-echo "$*" >> "$KIND_STUB/calls"
-name=""
-args=("$@")
-for ((i = 0; i < ${#args[@]}; i++)); do
-  if [[ "${args[$i]}" == "--name" ]]; then name="${args[$((i + 1))]}"; fi
-done
-touch "$KIND_STUB/clusters"
-case "$1 $2" in
-  "get clusters")
-    if [[ -n "${KIND_STUB_DOCKER_DOWN:-}" ]]; then
-      echo "ERROR: failed to list clusters: command \"docker ps\" failed" >&2; exit 1
-    fi
-    if [[ -s "$KIND_STUB/clusters" ]]; then cat "$KIND_STUB/clusters"; else echo "No kind clusters found." >&2; fi ;;
-  "create cluster")
-    cat > "$KIND_STUB/config-$name"
-    echo "Creating cluster \"$name\" ..."
-    echo "$name" >> "$KIND_STUB/clusters" ;;
-  "delete cluster")
-    echo "Deleting cluster \"$name\" ..." >&2
-    grep -vxF -- "$name" "$KIND_STUB/clusters" > "$KIND_STUB/clusters.new" || true
-    mv "$KIND_STUB/clusters.new" "$KIND_STUB/clusters" ;;
-  "get kubeconfig")
-    grep -qxF -- "$name" "$KIND_STUB/clusters" || { echo "ERROR: could not locate any control plane nodes for cluster named '$name'" >&2; exit 1; }
-    printf 'apiVersion: v1\nkind: Config\ncurrent-context: kind-%s\n' "$name" ;;
-  *) echo "stub kind: unexpected call: $*" >&2; exit 2 ;;
-esac
-"""
+
+def _script_marker_rule() -> re.Pattern[str]:
+    """The check kind-create.sh applies to KIND_STACK_MARKER before doing anything."""
+    script = node_scripts.script_text(node_scripts.KIND_CREATE)
+    return re.compile(re.search(r'\[\[ "\$marker" =~ (\S+) \]\]', script).group(1))
 
 
-@pytest.fixture
-def stub_kind(tmp_path):
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    kind = bin_dir / "kind"
-    kind.write_text(STUB_KIND)
-    kind.chmod(kind.stat().st_mode | stat.S_IEXEC)
-    state = tmp_path / "state"
-    state.mkdir()
-    (state / "calls").touch()
-    (state / "clusters").touch()
-
-    def run(script: str, stdin: str = "", **extra_env: str) -> subprocess.CompletedProcess:
-        env = {**os.environ, **KIND_ENVIRONMENT, "PATH": f"{bin_dir}:{os.environ['PATH']}", "KIND_STUB": str(state), **extra_env}
-        return subprocess.run(["/bin/bash", "-c", script], input=stdin, capture_output=True, text=True, env=env)
-
-    run.state = state
-    run.calls = lambda: (state / "calls").read_text().splitlines()
-    run.clusters = lambda: (state / "clusters").read_text().split()
-    return run
+@pytest.mark.parametrize(
+    "stack",
+    ["dev", "prod", "Team_A.lab-2", "my stack/with spaces", "ünïcödé", "---", "x" * 120, "a" * 50 + "-" * 20],
+)
+def test_stack_marker_is_a_label_value_that_kind_create_accepts(stack):
+    marker = stack_marker(PROJECT, stack)
+    assert marker and LABEL_VALUE.fullmatch(marker) and len(marker) <= 63
+    assert _script_marker_rule().fullmatch(marker), marker
 
 
-def test_create_makes_the_cluster_from_stdin_and_prints_only_the_kubeconfig(stub_kind):
-    config = kind_config_yaml(NAME, IMAGE)
-    done = stub_kind(create_script(NAME), stdin=config)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout == f"apiVersion: v1\nkind: Config\ncurrent-context: kind-{NAME}\n"
-    assert (stub_kind.state / f"config-{NAME}").read_text() == config
-    create_calls = [c for c in stub_kind.calls() if c.startswith("create cluster")]
-    assert create_calls == [f"create cluster --name {NAME} --config - --wait 5m"]
-    assert "Creating cluster" in done.stderr  # kind's progress goes to stderr, not into the kubeconfig
+def test_stack_markers_tell_stacks_apart_and_are_stable():
+    assert stack_marker(PROJECT, "dev") == stack_marker(PROJECT, "dev") == "gpu-tenancy.dev"
+    assert stack_marker(PROJECT, "dev") != stack_marker(PROJECT, "prod")
+    assert stack_marker("other-project", "dev") != stack_marker(PROJECT, "dev")
 
 
-def test_create_is_idempotent_and_reuses_an_existing_cluster(stub_kind):
-    config = kind_config_yaml(NAME, IMAGE)
-    first = stub_kind(create_script(NAME), stdin=config)
-    second = stub_kind(create_script(NAME), stdin=config)
-    assert first.returncode == second.returncode == 0, second.stderr
-    assert second.stdout == first.stdout
-    assert "already exists: reusing it" in second.stderr
-    assert sum(c.startswith("create cluster") for c in stub_kind.calls()) == 1
-    assert stub_kind.clusters() == [NAME]
+# --------------------------------------------------------------------------- #
+# What kind-create.sh prints: one JSON line of IPAM entries, then the kubeconfig
+# --------------------------------------------------------------------------- #
+
+# `docker network inspect kind --format '{{json .IPAM.Config}}'` for kind's network (IPv6 ULA first).
+IPAM_LINE = (
+    '[{"Subnet":"fc00:f853:ccd:e793::/64","Gateway":"fc00:f853:ccd:e793::1"},'
+    '{"Subnet":"172.18.0.0/16","Gateway":"172.18.0.1"}]'
+)
+KUBECONFIG = kubeconfig_yaml("https://127.0.0.1:41234", f"kind-{NAME}")
 
 
-def test_create_matches_the_cluster_name_exactly(stub_kind):
-    (stub_kind.state / "clusters").write_text(f"{NAME}-old\nlab\n")
-    done = stub_kind(create_script(NAME), stdin=kind_config_yaml(NAME, IMAGE))
-    assert done.returncode == 0, done.stderr
-    assert f"create cluster --name {NAME} --config - --wait 5m" in stub_kind.calls()
+def test_parse_create_output_reads_the_ipam_line_and_keeps_the_kubeconfig_verbatim():
+    parsed = parse_create_output(f"{IPAM_LINE}\n{KUBECONFIG}")
+    assert parsed == KindOutput(subnets=["fc00:f853:ccd:e793::/64", "172.18.0.0/16"], kubeconfig=KUBECONFIG)
+    assert current_cluster(parsed.kubeconfig) == KubeconfigCluster(f"kind-{NAME}", "https://127.0.0.1:41234")
+    assert ipv4_subnet(parsed.subnets) == "172.18.0.0/16"
 
 
-def test_create_fails_loudly_when_kind_cannot_list_clusters(stub_kind):
-    done = stub_kind(create_script(NAME), stdin=kind_config_yaml(NAME, IMAGE), KIND_STUB_DOCKER_DOWN="1")
-    assert done.returncode != 0
-    assert "docker ps" in done.stderr
-    assert not any(c.startswith("create cluster") for c in stub_kind.calls())
-    assert done.stdout == ""
+@pytest.mark.parametrize(
+    ("line", "subnets"),
+    [
+        ("null", []),  # docker prints null for a network without IPAM config
+        ("[]", []),
+        ('[{"Gateway":"172.18.0.1"},{"Subnet":""},{"Subnet":"10.89.0.0/24"}]', ["10.89.0.0/24"]),
+    ],
+)
+def test_parse_create_output_skips_ipam_entries_without_a_subnet(line, subnets):
+    assert parse_create_output(f"{line}\n{KUBECONFIG}").subnets == subnets
 
 
-def test_delete_removes_an_existing_cluster(stub_kind):
-    (stub_kind.state / "clusters").write_text(f"{NAME}\nlab\n")
-    done = stub_kind(delete_script(NAME))
-    assert done.returncode == 0, done.stderr
-    assert f"delete cluster --name {NAME}" in stub_kind.calls()
-    assert stub_kind.clusters() == ["lab"]
-
-
-def test_delete_tolerates_a_missing_cluster(stub_kind):
-    done = stub_kind(delete_script(NAME))
-    assert done.returncode == 0, done.stderr
-    assert "does not exist: nothing to delete" in done.stderr
-    assert not any(c.startswith("delete cluster") for c in stub_kind.calls())
-
-
-def test_scripts_quote_the_cluster_name():
-    assert "--name 'lab; rm -rf ~'" in create_script("lab; rm -rf ~")
-    assert "--name 'lab; rm -rf ~'" in delete_script("lab; rm -rf ~")
+@pytest.mark.parametrize(
+    ("stdout", "message"),
+    [
+        (KUBECONFIG, "no IPAM line"),  # something printed the kubeconfig first
+        ("", "no IPAM line"),
+        (f"Creating cluster ...\n{KUBECONFIG}", "no IPAM line"),
+        (IPAM_LINE, "no kubeconfig"),
+        (f"{IPAM_LINE}\n\n", "no kubeconfig"),
+    ],
+)
+def test_parse_create_output_fails_clearly_without_echoing_the_output(stdout, message):
+    with pytest.raises(ValueError, match=message) as raised:
+        parse_create_output(stdout)
+    assert "BEGIN" not in str(raised.value) and "client-key" not in str(raised.value)
+    assert KUBECONFIG.splitlines()[0] not in str(raised.value)
 
 
 # --------------------------------------------------------------------------- #
@@ -174,29 +187,30 @@ def test_scripts_quote_the_cluster_name():
 # --------------------------------------------------------------------------- #
 
 
-def test_ipv4_subnet_skips_the_ipv6_entry_listed_first():
-    assert ipv4_subnet([KIND_SUBNET_V6, KIND_SUBNET_V4]) == KIND_SUBNET_V4
-
-
-def test_ipv4_subnet_with_only_ipv4():
-    assert ipv4_subnet(["172.19.0.0/16"]) == "172.19.0.0/16"
-
-
-def test_ipv4_subnet_ignores_empty_entries():
-    assert ipv4_subnet(["", None, "10.89.0.0/24"]) == "10.89.0.0/24"
+@pytest.mark.parametrize(
+    ("subnets", "expected"),
+    [
+        ([KIND_SUBNET_V6, KIND_SUBNET_V4], KIND_SUBNET_V4),  # kind lists its IPv6 range first
+        (["172.19.0.0/16"], "172.19.0.0/16"),
+        (["", None, "not-a-cidr", "10.89.0.0/24"], "10.89.0.0/24"),
+        (["172.18.5.0/16"], "172.18.0.0/16"),  # normalised
+    ],
+)
+def test_ipv4_subnet_picks_the_first_ipv4_range(subnets, expected):
+    assert ipv4_subnet(subnets) == expected
 
 
 @pytest.mark.parametrize("subnets", [[KIND_SUBNET_V6], [], ["", None]])
-def test_ipv4_subnet_without_ipv4_explains_the_fix(subnets):
+def test_ipv4_subnet_on_an_ipv6_only_network_explains_the_fix(subnets):
     with pytest.raises(ValueError, match=r"docker network 'kind' has no IPv4 subnet") as raised:
         ipv4_subnet(subnets)
-    assert "docker network rm kind" in str(raised.value)
-    if subnets and subnets[0]:
-        assert KIND_SUBNET_V6 in str(raised.value)
+    message = str(raised.value)
+    assert "docker network rm kind" in message
+    assert f"found: {KIND_SUBNET_V6}" in message if subnets and subnets[0] else "found: none" in message
 
 
 # --------------------------------------------------------------------------- #
-# The kubeconfig's current cluster (adopt mode reads it for display and identity)
+# The kubeconfig's current cluster (adopt mode reads it for the provider's identity)
 # --------------------------------------------------------------------------- #
 
 TOKEN = "s3cr3t-token-value"
@@ -224,12 +238,6 @@ def _kubeconfig(**changes) -> str:
 def test_current_cluster_follows_the_current_context():
     assert current_cluster(_kubeconfig()) == KubeconfigCluster(name="prod-mgmt", server="https://mgmt.example.net:6443")
     assert current_cluster(_kubeconfig(**{"current-context": "old"})).server == "https://10.0.0.9:6443"
-
-
-def test_current_cluster_reads_the_mocked_kind_kubeconfig():
-    assert current_cluster(kubeconfig_yaml("https://127.0.0.1:41234", "kind-lab")) == KubeconfigCluster(
-        "kind-lab", "https://127.0.0.1:41234"
-    )
 
 
 @pytest.mark.parametrize(
@@ -261,48 +269,35 @@ def test_current_cluster_rejects_non_kubeconfigs_without_echoing_them(text):
 # --------------------------------------------------------------------------- #
 
 
-def test_worker_networks_put_the_kind_subnet_first_then_the_configured_cidrs():
+def test_worker_networks_put_the_kind_subnet_first_then_the_configured_cidrs_once_each():
     assert worker_networks(KIND_SUBNET_V4, ["10.20.0.0/16", "192.168.7.0/24"]) == [
-        KIND_SUBNET_V4,
-        "10.20.0.0/16",
-        "192.168.7.0/24",
-    ]
-
-
-def test_worker_networks_without_a_kind_subnet_are_the_configured_cidrs():
+        KIND_SUBNET_V4, "10.20.0.0/16", "192.168.7.0/24"]
+    assert worker_networks("172.18.5.0/16", ["172.18.0.0/16", "10.20.0.0/16", "10.20.0.0/16"]) == [
+        "172.18.0.0/16", "10.20.0.0/16"]
     assert worker_networks(None, ["10.20.0.0/16"]) == ["10.20.0.0/16"]
 
 
-def test_worker_networks_drop_duplicates_and_normalise():
-    assert worker_networks("172.18.0.0/16", ["172.18.0.0/16", "10.20.0.0/16", "10.20.0.0/16"]) == [
-        "172.18.0.0/16",
-        "10.20.0.0/16",
-    ]
-    assert worker_networks("172.18.5.0/16", []) == ["172.18.0.0/16"]
-
-
-def test_worker_networks_need_at_least_one_network():
+def test_worker_networks_need_an_ipv4_network():
     with pytest.raises(ValueError, match="management.workerCidrs is empty"):
         worker_networks(None, [])
-
-
-def test_worker_networks_reject_ipv6():
     with pytest.raises(ValueError, match="management.workerCidrs: 'fd00::/64' is not an IPv4 network"):
         worker_networks(KIND_SUBNET_V4, ["fd00::/64"])
 
 
 # --------------------------------------------------------------------------- #
-# The component under mocks
+# The component under the lifecycle simulator
 # --------------------------------------------------------------------------- #
 
 
-def _program(created: dict, worker_cidrs: list[str] | None = None):
+def _program(created: dict | None = None, worker_cidrs: list[str] | None = None, image: dict | None = None):
     def program():
         cluster = KindManagementCluster(
             "management",
-            KindManagementClusterArgs(cluster_name=NAME, node_image=IMAGE, worker_cidrs=worker_cidrs or []),
+            KindManagementClusterArgs(cluster_name=NAME, node_image=(image or {}).get("image", IMAGE),
+                                      worker_cidrs=worker_cidrs or []),
         )
-        created["cluster"] = cluster
+        if created is not None:
+            created["cluster"] = cluster
         pulumi.export("kubeconfig", cluster.kubeconfig)
         pulumi.export("kind_subnet", cluster.kind_subnet)
         pulumi.export("worker_networks", cluster.worker_networks)
@@ -310,89 +305,168 @@ def _program(created: dict, worker_cidrs: list[str] | None = None):
     return program
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def kind_run():
     created: dict = {}
-    run = run_program({}, program=_program(created))
+    run = run_program({}, program=_program(created, worker_cidrs=["10.20.0.0/16"]), world=lab_world())
     return run, created["cluster"]
 
 
-def test_component_shape_and_plain_attributes(kind_run):
+def _command(run):
+    (command,) = run.of_type(COMMAND)
+    return command
+
+
+def test_component_holds_the_cluster_command_and_its_provider(kind_run):
     run, cluster = kind_run
     component = run.named("management", f"{COMPONENT_PREFIX}:KindManagementCluster")
-    children = run.children(component)
-    assert sorted(r.type for r in children) == ["command:local:Command", "pulumi:providers:kubernetes"]
-    assert cluster.cluster_name == NAME
-    assert cluster.network_name == KIND_NETWORK == "kind"
-    assert cluster.adopted is False
+    assert sorted(r.type for r in run.children(component)) == [COMMAND, PROVIDER]
+    assert cluster.cluster_name == NAME and cluster.network_name == KIND_NETWORK == "kind"
+    assert cluster.adopted is False and cluster.cluster is not None
 
 
-def test_cluster_command_runs_the_scripts_with_the_config_on_stdin(kind_run):
-    run, _ = kind_run
-    (command,) = run.of_type("command:local:Command")
-    inputs = command.inputs
-    assert inputs["create"] == create_script(NAME)
-    assert inputs["delete"] == delete_script(NAME)
-    assert inputs["stdin"] == kind_config_yaml(NAME, IMAGE)
+def test_cluster_command_runs_the_shipped_scripts_with_the_kind_config_on_stdin(kind_run):
+    inputs = _command(kind_run[0]).inputs
+    assert inputs["create"] == node_scripts.script_text(node_scripts.KIND_CREATE)
+    assert inputs["delete"] == node_scripts.script_text(node_scripts.KIND_DELETE)
     assert inputs["interpreter"] == ["/bin/bash", "-c"]
-    assert inputs["environment"] == {"KIND_EXPERIMENTAL_PROVIDER": "docker"}
-    assert "kind get clusters" in inputs["create"] and "kind get clusters" in inputs["delete"]
+    assert inputs["stdin"] == kind_config_yaml(NAME, IMAGE, MARKER)
+    assert not inputs.get("update")  # a change of the scripts re-runs the idempotent create
 
 
-def test_config_change_replaces_the_cluster_deleting_the_old_one_first(kind_run):
+def test_scripts_get_every_variable_they_require_and_the_label_they_check(kind_run):
+    inputs = _command(kind_run[0]).inputs
+    environment = inputs["environment"]
+    for script in (inputs["create"], inputs["delete"]):
+        required = re.search(r"for var in ([A-Z_ ]+); do", script).group(1).split()
+        assert required and set(required) <= set(environment)
+    assert environment[node_scripts.KIND_CLUSTER_NAME_ENV] == NAME
+    assert environment[node_scripts.KIND_WAIT_SECONDS_ENV] == str(kind_cluster.KIND_WAIT_SECONDS)
+    assert environment["KIND_EXPERIMENTAL_PROVIDER"] == "docker"
+    # The script compares the label it reads on the node with KIND_STACK_MARKER: the label the kind config puts
+    # there must be that same value, or the stack would refuse its own cluster on the next `up`.
+    (node,) = yaml.safe_load(inputs["stdin"])["nodes"]
+    assert node["labels"][STACK_LABEL] == environment[node_scripts.KIND_STACK_MARKER_ENV] == MARKER
+    jsonpath = "{.metadata.labels." + STACK_LABEL.replace(".", "\\.") + "}"
+    assert jsonpath in inputs["create"] and jsonpath in inputs["delete"]
+
+
+def test_each_stack_labels_its_cluster_with_its_own_marker():
+    run = run_program({}, program=_program(), stack="prod", world=lab_world())
+    inputs = _command(run).inputs
+    marker = stack_marker(PROJECT, "prod")
+    assert inputs["environment"][node_scripts.KIND_STACK_MARKER_ENV] == marker != MARKER
+    assert inputs["stdin"] == inputs["triggers"][0] == kind_config_yaml(NAME, IMAGE, marker)
+
+
+def test_only_the_kind_config_replaces_the_cluster_and_the_old_one_goes_first(kind_run):
+    command = _command(kind_run[0])
+    assert command.inputs["triggers"] == [command.inputs["stdin"]]
+    assert command.delete_before_replace  # same cluster name before and after
+
+
+def test_the_kubeconfig_is_secret_in_state_logs_and_outputs(kind_run):
     run, _ = kind_run
-    (command,) = run.of_type("command:local:Command")
-    assert command.inputs["triggers"] == [kind_config_yaml(NAME, IMAGE)]
-    assert command.delete_before_replace
-
-
-def test_kubeconfig_is_secret_everywhere(kind_run):
-    run, _ = kind_run
-    (command,) = run.of_type("command:local:Command")
-    assert {"stdout", "stderr"} <= set(command.additional_secret_outputs)
-    assert command.inputs["logging"] == "none"
+    command = _command(run)
+    assert "stdout" in command.additional_secret_outputs
+    # pulumi-command logs only stderr (kind's progress), and does not hand stdout to the delete command.
+    assert command.inputs["logging"] == "stderr"
+    assert command.inputs["addPreviousOutputInEnv"] is False
     output = run.outputs["kubeconfig"]
-    assert output.secret
-    assert yaml.safe_load(output.value)["kind"] == "Config"
-    provider = run.named("management-provider", "pulumi:providers:kubernetes")
-    assert provider.is_secret("kubeconfig")
+    assert output.secret and current_cluster(output.value).name == f"kind-{NAME}"
+    provider = run.named("management-provider", PROVIDER)
+    assert provider.is_secret("kubeconfig") and provider.inputs["kubeconfig"] == output.value
     assert run.depends_on(provider, command)
 
 
-def test_kind_provider_forgets_objects_of_a_cluster_deleted_by_hand(kind_run):
+def test_kind_subnet_and_worker_networks_come_from_the_created_clusters_network(kind_run):
     run, _ = kind_run
-    provider = run.named("management-provider", "pulumi:providers:kubernetes")
-    # Our own cluster: if it is gone, so is everything in it.
-    assert provider.inputs["deleteUnreachable"] == "true"  # provider config travels as strings
-
-
-def test_kind_subnet_is_the_ipv4_range_of_the_kind_network(kind_run):
-    run, _ = kind_run
-    assert run.outputs["kind_subnet"].value == KIND_SUBNET_V4
-    (call,) = [c for c in run.calls if c.token == "docker:index/getNetwork:getNetwork"]
-    assert call.args["name"] == "kind"
-
-
-def test_worker_networks_are_the_kind_subnet_in_kind_mode(kind_run):
-    run, _ = kind_run
-    assert run.outputs["worker_networks"].value == [KIND_SUBNET_V4]
-
-
-def test_worker_networks_add_configured_cidrs_after_the_kind_subnet():
-    run = run_program({}, program=_program({}, worker_cidrs=["10.20.0.0/16"]))
+    # The simulated host's kind network lists IPv6 first, as kind creates it.
+    assert run.outputs["kind_subnet"].value == KIND_SUBNET_V4 and not run.outputs["kind_subnet"].secret
     assert run.outputs["worker_networks"].value == [KIND_SUBNET_V4, "10.20.0.0/16"]
 
 
-def test_subnet_lookup_waits_for_the_cluster(monkeypatch):
-    """While the cluster command has no id yet (first preview), the network is not looked up."""
-    original = harness.LabMocks.new_resource
+def test_an_ipv6_only_kind_network_fails_the_up_with_the_fix():
+    world = lab_world()
+    world.docker.networks["kind"] = [KIND_SUBNET_V6]
+    with pytest.raises(AssertionError, match=r"docker network 'kind' has no IPv4 subnet.*docker network rm kind"):
+        run_program({}, program=_program(), world=world)
 
-    def cluster_not_created(self, args):
-        resource_id, state = original(self, args)
-        return ("" if args.typ == "command:local:Command" else resource_id), state
 
-    monkeypatch.setattr(harness.LabMocks, "new_resource", cluster_not_created)
-    run = run_program({}, program=_program({}), preview=True)
-    assert not [c for c in run.calls if c.token == "docker:index/getNetwork:getNetwork"]
-    assert run.outputs["kind_subnet"].value is None
-    assert run.outputs["worker_networks"].value is None
+@pytest.fixture
+def invokes(monkeypatch):
+    """Every invoke token the program sends (the kind subnet used to come from docker:getNetwork)."""
+    seen: list[str] = []
+    original = engine.SimMonitor.Invoke
+
+    def record(self, request):
+        seen.append(request.tok)
+        return original(self, request)
+
+    monkeypatch.setattr(engine.SimMonitor, "Invoke", record)
+    return seen
+
+
+def test_a_fresh_preview_asks_docker_nothing_and_leaves_the_subnet_unknown(invokes):
+    # pulumi-command gives a Command an id even in preview, so an invoke that depended on the cluster ran against
+    # the real Docker daemon before the kind network existed and failed the first preview.
+    def program():
+        cluster = KindManagementCluster("management", KindManagementClusterArgs(cluster_name=NAME, node_image=IMAGE))
+        kamaji = Kamaji("kamaji", KamajiArgs(provider=cluster.provider, kubeconfig=cluster.kubeconfig,
+                                             kind_subnet=cluster.kind_subnet, versions=Versions(),
+                                             deleted_with=cluster.cluster))
+        pulumi.export("kind_subnet", cluster.kind_subnet)
+        pulumi.export("worker_networks", cluster.worker_networks)
+        pulumi.export("lb_pool_range", kamaji.lb_pool_range)
+
+    world = lab_world(kind_network=False)
+    run = run_program({}, program=program, preview=True, world=world)
+    assert invokes == []
+    assert {name: output.value for name, output in run.outputs.items()} == dict.fromkeys(
+        ("kind_subnet", "worker_networks", "lb_pool_range"))
+    assert "kind" not in world.docker.networks and not world.kind
+
+
+def test_an_up_asks_docker_nothing_either(invokes):
+    run = run_program({}, program=_program(), world=lab_world(kind_network=False))
+    assert invokes == []
+    assert run.outputs["kind_subnet"].value == KIND_SUBNET_V4
+
+
+# --------------------------------------------------------------------------- #
+# Lifecycle: reuse, replacement, another stack's cluster
+# --------------------------------------------------------------------------- #
+
+
+def test_a_new_node_image_replaces_the_cluster_deleting_the_old_one_first():
+    image = {"image": IMAGE}
+    sim = Lifecycle({}, world=lab_world(), program=_program(image=image))
+    sim.up()
+    assert not sim.up().changed()
+    image["image"] = "kindest/node:v1.35.5"
+    plan = sim.up()
+    assert "management-kind" in plan.names("replace"), plan.render()
+    assert sim.world.events[-2:] == [f"kind cluster {NAME} deleted", f"kind cluster {NAME} created"]
+    assert sim.world.kind[NAME].node_image == "kindest/node:v1.35.5"
+    assert current_cluster(sim.output("kubeconfig")).server == sim.world.kind[NAME].api.server
+
+
+def test_a_change_of_the_script_text_reruns_create_without_replacing_the_cluster(monkeypatch):
+    sim = Lifecycle({}, world=lab_world(), program=_program())
+    sim.up()
+    server = sim.world.kind[NAME].api.server
+    original = node_scripts.script_text
+    monkeypatch.setattr(node_scripts, "script_text", lambda name: original(name) + "\n# reworded\n")
+    plan = sim.up()
+    assert plan.names("update") == {"management-kind"} and not plan.names("replace"), plan.render()
+    assert f"kind cluster {NAME} deleted" not in sim.world.events
+    assert sim.world.kind[NAME].api.server == server
+
+
+def test_another_stacks_cluster_of_the_same_name_is_neither_reused_nor_deleted():
+    world = lab_world()
+    Lifecycle({}, world=world, stack="prod", program=_program()).up()
+    dev = Lifecycle({}, world=world, stack="dev", program=_program())
+    plan = dev.up(expect_error=True)
+    assert not plan.ok and "did not create it" in plan.error, plan.render()
+    assert NAME in world.kind and f"kind cluster {NAME} deleted" not in world.events

@@ -219,7 +219,11 @@ def test_the_files_kube_proxy_reads_are_the_config_map_keys():
 @pytest.mark.parametrize(
     ("registry", "version", "image"),
     [
-        ("registry.k8s.io", "v1.35.0", "registry.k8s.io/kube-proxy:v1.35.0"),
+        # The digest registry.k8s.io's promoter manifest records for v1.35.0 (k8s.io/k8s.io
+        # registry.k8s.io/images/k8s-staging-kubernetes/images.yaml).
+        ("registry.k8s.io", "v1.35.0",
+         "registry.k8s.io/kube-proxy:v1.35.0@sha256:c818ca1eff765e35348b77e484da915175cdf483f298e1f9885ed706fcbcb34c"),
+        # No recorded digest for this version: the tag alone.
         ("mirror.example:5000/k8s/", "v1.36.2", "mirror.example:5000/k8s/kube-proxy:v1.36.2"),
     ],
 )

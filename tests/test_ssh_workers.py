@@ -1,105 +1,233 @@
-"""WorkerNode wired into HamiMockGpu the way __main__ does it, for a tenant mixing a container and an SSH machine."""
+"""Workers that are real machines reached over SSH, on the lifecycle simulator: a pinned host key, the join
+program on the secret stdin, a new machine as a new membership, an expired token, and leaving (also after the
+tenant itself is gone)."""
 
 from __future__ import annotations
 
-import pulumi
-import pulumi_command as command
-import pulumi_kubernetes as k8s
+import copy
+
 import pytest
 
-from components.hami import GpuNode, HamiMockGpu, HamiMockGpuArgs
-from components.worker_node import WorkerNode, WorkerNodeArgs
-from config import SmokeTest, Tenant, Versions
-from tests.fixtures import kubeconfig_yaml
-from tests.ssh_worker import PRIVATE_KEY_BODY, ssh_worker_config
-from tools.mockrun import run_program
+from components import node_scripts as ns
+from components.node_access import node_program, ssh_command
+from components.tenant_api import NodeMembershipProvider
+from config import ConfigError, load_stack_config
+from tests.ssh_worker import (
+    HOST_KEY,
+    PRIVATE_KEY,
+    PRIVATE_KEY_BODY,
+    SSH_HOST,
+    last_run,
+    program_values,
+    ssh_worker_config,
+    worker_lab,
+)
+from tools.mockrun import load_stack_file
+from tools.sim import hostapi, systems
+from tools.sim.state import plain
 
-ENDPOINT = "10.20.255.200:6443"
-TOKEN = "abcdef.0123456789abcdef"
-CA_HASH = "sha256:" + "cd" * 32
-KUBECONFIG = kubeconfig_yaml(f"https://{ENDPOINT}", "tenant-a")
-CARD = {"uuid": "GPU-L4-0", "model": "NVIDIA-L4", "memoryMiB": 24000}
-TENANT = {
-    "name": "tenant-a",
-    "workers": [ssh_worker_config("gpu-1", user="ops", gpus=[CARD]), {"name": "worker-0", "gpus": [CARD]}],
-}
+REMOTE = "command:remote:Command"
+BOOTSTRAP_TOKEN = "bootstrap.kubernetes.io/token"
+NODE = "tenant-a-gpu-1"
+ROOT_HOST = "gpu-2.example.net"
+ROOT_HOST_KEY = "ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYGpu2ExampleKey="
+OTHER_HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAISomebodyElsesServerKey000000000000000"
 
 
-def program():
-    tenant = Tenant.model_validate(TENANT)
-    management = command.local.Command("management", create="kind create cluster")
-    provider = k8s.Provider("tenant-a-provider", kubeconfig=pulumi.Output.secret(KUBECONFIG))
-    workers = [
-        WorkerNode(
-            f"tenant-a-{worker.name}",
-            WorkerNodeArgs(
-                tenant_name=tenant.name,
-                worker=worker,
-                kubernetes_version=tenant.kubernetes_version,
-                endpoint=ENDPOINT,
-                join_token=TOKEN,
-                discovery_hash=CA_HASH,
-                tenant_kubeconfig=KUBECONFIG,
-                management_cluster=management,
-            ),
-        )
-        for worker in tenant.workers
-    ]
-    gpus = HamiMockGpu(
-        tenant.name,
-        HamiMockGpuArgs(
-            tenant=tenant,
-            gpu_mode="mock",
-            smoke_test=SmokeTest(),
-            versions=Versions(),
-            tenant_provider=provider,
-            tenant_kubeconfig=KUBECONFIG,
-            nodes=[
-                GpuNode(worker=worker, node_name=node.node_name, access=node.access, joined=node.join)
-                for worker, node in zip(tenant.workers, workers, strict=True)
-            ],
-            depends_on=[],
-        ),
-    )
-    pulumi.export("nodes", gpus.node_names)
-    pulumi.export("capacity", gpus.gpu_capacity)
+def _tokens(api) -> list[dict]:
+    return [s for s in api.list("Secret", "kube-system") if s.get("type") == BOOTSTRAP_TOKEN]
+
+
+@pytest.fixture
+def recorder(monkeypatch):
+    """Records, in order, every `kubeadm reset` on a machine and every Node delete sent from the Pulumi host."""
+    events: list[tuple[str, str]] = []
+    reset, delete = systems.reset, hostapi.SimClient.delete
+
+    def recording_reset(world, machine):
+        events.append(("reset", machine.name))
+        return reset(world, machine)
+
+    def recording_delete(self, kind, name, namespace=None):
+        if kind == "Node":
+            events.append(("delete Node", name))
+        return delete(self, kind, name, namespace)
+
+    monkeypatch.setattr(systems, "reset", recording_reset)
+    monkeypatch.setattr(hostapi.SimClient, "delete", recording_delete)
+    return events
+
+
+# --------------------------------------------------------------------------- #
+# Configuration
+# --------------------------------------------------------------------------- #
+
+
+@pytest.mark.parametrize("port, keyscan", [(2222, "ssh-keyscan -p 2222 -t ed25519 gpu-1.example.net"),
+                                           (22, "ssh-keyscan -t ed25519 gpu-1.example.net")])
+def test_an_ssh_worker_needs_its_host_key_and_is_told_how_to_read_it(port, keyscan):
+    raw = copy.deepcopy(load_stack_file("dev"))
+    worker = ssh_worker_config("gpu-1", host_key=None)
+    worker["ssh"]["port"] = port
+    raw["tenants"][0]["workers"].append(worker)
+
+    with pytest.raises(ConfigError) as error:
+        load_stack_config(raw, {"tenants"})
+
+    message = str(error.value)
+    assert "tenants[0].workers[1].ssh.hostKey" in message
+    assert "would receive the join token" in message
+    assert f"`{keyscan}`" in message
+    assert "pulumi config set --path 'gpu-tenancy:tenants[0].workers[1].ssh.hostKey' 'ssh-ed25519 AAAA...'" in message
+    raw["tenants"][0]["workers"][1]["ssh"]["hostKey"] = HOST_KEY
+    assert load_stack_config(raw, {"tenants"}).tenants[0].workers[1].ssh.host_key == HOST_KEY
+
+
+# --------------------------------------------------------------------------- #
+# A first `up`
+# --------------------------------------------------------------------------- #
 
 
 @pytest.fixture(scope="module")
-def run():
-    return run_program({}, program=program)
+def lab():
+    """tenant-a with its container worker-0, gpu-1 (user ops, port 2222) and gpu-2 (root, an ECDSA host key)."""
+    sim = worker_lab(ssh_worker_config("gpu-1", user="ops"),
+                     ssh_worker_config("gpu-2", user="root", host=ROOT_HOST, host_key=ROOT_HOST_KEY))
+    sim.up(skip_preview=True)
+    return sim
 
 
-def test_every_node_operation_of_the_ssh_worker_goes_over_ssh(run):
-    remote = {r.name for r in run.of_type("command:remote:Command")}
-    assert remote == {"tenant-a-gpu-1-join", "tenant-a-konnectivity-agent-ready", "tenant-a-gpu-1-gpu-capacity"}
-    local = {r.name for r in run.of_type("command:local:Command")}
-    assert local == {"management", "tenant-a-worker-0-join", "tenant-a-worker-0-gpu-capacity"}
-    assert [c.inputs["name"] for c in run.of_type("docker:index/container:Container")] == ["tenant-a-worker-0"]
+def test_an_ssh_worker_is_joined_over_ssh_pinned_to_its_host_key(lab):
+    run = last_run(lab)
+    join = run.named(f"{NODE}-join", REMOTE)
+    connection = join.inputs["connection"]
+    assert {k: connection[k] for k in ("host", "user", "port", "privateKey", "hostKey")} == {
+        "host": SSH_HOST, "user": "ops", "port": 2222, "privateKey": PRIVATE_KEY, "hostKey": HOST_KEY}
+    assert join.is_secret("connection")
+    assert run.named("tenant-a-gpu-2-join", REMOTE).inputs["connection"]["hostKey"] == ROOT_HOST_KEY
+    # No docker resource for a machine.
+    assert not [r for r in run.resources if r.type.startswith("docker:") and "gpu-" in r.name]
+    # The simulated client met both servers with their pinned keys.
+    assert not [event for event in lab.world.events if "without checking its host key" in event]
 
 
-def test_the_ssh_nodes_gpu_operations_wait_for_its_join(run):
-    join = run.named("tenant-a-gpu-1-join", "command:remote:Command")
-    capacity = run.named("tenant-a-gpu-1-gpu-capacity", "command:remote:Command")
-    assert run.depends_on(capacity, join)
-    assert capacity.inputs["triggers"] == ["tenant-a-gpu-1-join-id"]
-    register = run.named("tenant-a-gpu-1-gpu-register", "kubernetes:core/v1:NodePatch")
-    assert register.inputs["metadata"]["name"] == "tenant-a-gpu-1"
-    assert run.depends_on(register, join)
-    tunnel = run.named("tenant-a-konnectivity-agent-ready")
-    assert run.depends_on(tunnel, join) and run.depends_on(tunnel, run.named("tenant-a-worker-0-join"))
+def test_the_join_program_goes_on_the_secret_stdin_and_the_command_line_names_only_the_action(lab):
+    run = last_run(lab)
+    join = run.named(f"{NODE}-join", REMOTE)
+    inputs = join.inputs
+    tenant = lab.output("tenants")["tenant-a"]
+    token = plain(lab.resource(f"{NODE}-membership").outputs["token"])
+
+    assert (inputs["create"], inputs["delete"]) == (ssh_command("create", "ops"), ssh_command("delete", "ops")) == (
+        "sudo -n env GPU_TENANCY_ACTION=create bash -s", "sudo -n env GPU_TENANCY_ACTION=delete bash -s")
+    root = run.named("tenant-a-gpu-2-join", REMOTE).inputs
+    assert (root["create"], root["delete"]) == ("env GPU_TENANCY_ACTION=create bash -s",
+                                                "env GPU_TENANCY_ACTION=delete bash -s")
+    values = program_values(inputs["stdin"])
+    assert values == {
+        "create": {
+            ns.NODE_NAME_ENV: NODE, ns.TENANT_ENDPOINT_ENV: tenant["endpoint"], ns.JOIN_TOKEN_ENV: token,
+            ns.CA_CERT_HASH_ENV: tenant["discoveryHash"], ns.TENANT_CA_CERT_ENV: values["create"][ns.TENANT_CA_CERT_ENV],
+            ns.TENANT_VERSION_ENV: "v1.35.0", ns.NODE_KIND_ENV: ns.NODE_KIND_MACHINE,
+        },
+        "delete": {ns.NODE_NAME_ENV: NODE},
+    }
+    assert inputs["stdin"] == node_program({
+        "create": (ns.script_text(ns.NODE_JOIN), values["create"]),
+        "delete": (ns.script_text(ns.NODE_LEAVE), values["delete"]),
+    })
+    assert join.is_secret("stdin") and "environment" not in inputs
+    assert inputs["addPreviousOutputInEnv"] is False and inputs["logging"] == "none"
+    for key in ("create", "delete"):
+        assert not join.is_secret(key)
+        for value in (token, PRIVATE_KEY_BODY, tenant["endpoint"]):
+            assert value not in inputs[key]
 
 
-def test_no_secret_is_readable_in_any_command_line(run):
-    for resource in run.of_type("command:remote:Command") + run.of_type("command:local:Command"):
-        for key in ("create", "delete"):
-            text = resource.inputs.get(key) or ""
-            for secret in (TOKEN.split(".")[1], "mock-token-tenant-a", PRIVATE_KEY_BODY):
-                assert secret not in text, (resource.name, key)
-        if resource.type == "command:remote:Command":
-            assert resource.is_secret("stdin") and resource.is_secret("connection")
+def test_the_machine_is_the_membership_and_triggers_the_join(lab):
+    run = last_run(lab)
+    membership, join = run.named(f"{NODE}-membership"), run.named(f"{NODE}-join", REMOTE)
+    tenant = lab.output("tenants")["tenant-a"]
+    assert membership.inputs["machine"] == SSH_HOST
+    assert join.inputs["triggers"] == [lab.resource(f"{NODE}-membership").id, SSH_HOST, tenant["endpoint"],
+                                       tenant["discoveryHash"]]
+    assert join.delete_before_replace
 
 
-def test_outputs_list_both_nodes(run):
-    assert run.outputs["nodes"].value == ["tenant-a-gpu-1", "tenant-a-worker-0"]
-    assert run.outputs["capacity"].value == {"tenant-a-gpu-1": 10, "tenant-a-worker-0": 10}
+def test_after_up_the_machines_are_nodes_of_the_tenant_and_no_token_is_left(lab):
+    api = lab.world.tenant_api("tenant-a")
+    endpoint = lab.output("tenants")["tenant-a"]["endpoint"]
+    for host, node in ((SSH_HOST, NODE), (ROOT_HOST, "tenant-a-gpu-2")):
+        assert lab.world.ssh[host].machine.kubelet_conf == f"https://{endpoint}"
+        assert api.find("Node", None, node) is not None
+    assert _tokens(api) == []
+
+
+# --------------------------------------------------------------------------- #
+# Later operations
+# --------------------------------------------------------------------------- #
+
+
+def test_a_server_with_another_host_key_gets_nothing_and_a_join_retried_days_later_gets_a_fresh_token():
+    sim = worker_lab(ssh_worker_config("gpu-1"))
+    host = sim.world.ssh[SSH_HOST]
+    host.host_key = OTHER_HOST_KEY  # someone else answers at that address
+
+    plan = sim.up(skip_preview=True, expect_error=True)
+
+    assert "host key mismatch" in (plan.error or ""), plan.render()
+    api = sim.world.tenant_api("tenant-a")
+    assert host.machine.kubelet_conf is None and api.find("Node", None, NODE) is None
+    first = sim.resource(f"{NODE}-membership")
+    # Its token was minted (and is still unused) but never sent.
+    assert f"bootstrap-token-{plain(first.outputs['token_id'])}" in [s["metadata"]["name"] for s in _tokens(api)]
+
+    # Two days later the right server answers: the unused token has expired, so the membership is replaced.
+    sim.advance(days=2)
+    host.host_key = HOST_KEY
+    plan = sim.up(skip_preview=True)
+
+    assert f"{NODE}-membership" in plan.names("replace"), plan.render()
+    assert sim.resource(f"{NODE}-membership").outputs["token_id"] != first.outputs["token_id"]
+    assert host.machine.kubelet_conf is not None and api.find("Node", None, NODE) is not None
+    assert _tokens(api) == []
+
+
+def test_moving_removing_and_destroying_ssh_workers_resets_every_machine(recorder):
+    new_host = "gpu-3.example.net"
+    sim = worker_lab(ssh_worker_config("gpu-1"),
+                     ssh_worker_config("gpu-2", user="root", host=ROOT_HOST, host_key=ROOT_HOST_KEY))
+    sim.world.add_ssh_host(new_host, HOST_KEY)
+    machines = {host: sim.world.ssh[host].machine for host in (SSH_HOST, ROOT_HOST, new_host)}
+    sim.up(skip_preview=True)
+    api = sim.world.tenant_api("tenant-a")
+    old_uid = api.find("Node", None, NODE)["metadata"]["uid"]
+
+    # gpu-1 moves to another machine: the old one leaves first, then the Node goes, then the new one joins.
+    sim.config["tenants"][0]["workers"][1]["ssh"]["host"] = new_host
+    plan = sim.up(skip_preview=True)
+    assert {f"{NODE}-membership", f"{NODE}-join", f"{NODE}-registered"} <= plan.names("replace"), plan.render()
+    assert recorder == [("reset", SSH_HOST), ("delete Node", NODE)]
+    assert machines[SSH_HOST].kubelet_conf is None and machines[new_host].kubelet_conf is not None
+    assert api.find("Node", None, NODE)["metadata"]["uid"] != old_uid
+    assert _tokens(api) == []
+
+    # gpu-2 is removed.
+    recorder.clear()
+    del sim.config["tenants"][0]["workers"][2]
+    plan = sim.up(skip_preview=True)
+    assert recorder == [("reset", ROOT_HOST), ("delete Node", "tenant-a-gpu-2")]
+    assert machines[ROOT_HOST].kubelet_conf is None and api.find("Node", None, "tenant-a-gpu-2") is None
+
+    # The tenant is deleted out of band (`kubectl delete tcp`): its Node records went with it, the machines still
+    # run a kubelet for it.
+    sim.world.kind["gpu-tenancy"].api.delete(None, "TenantControlPlane", "tenant-a", "tenant-a")
+    assert sim.world.tenant_api("tenant-a") is None
+    membership = sim.resource(f"{NODE}-membership")
+    with hostapi.patched(sim.world):
+        NodeMembershipProvider().delete(membership.id, plain(membership.outputs))  # gone counts as removed
+
+    sim.destroy()
+
+    assert machines[new_host].kubelet_conf is None
+    assert sim.world.leftovers() == [] and sim.resources() == []

@@ -1,99 +1,98 @@
-"""WorkerNode under Pulumi mocks: the node container as kind runs its nodes, SSH machines, and the secret-safe join."""
+"""WorkerNode on the lifecycle simulator: the kindest/node container as kind runs its nodes, the three resources of
+a membership (token -> join on the node -> registered), what reaches a node, and how a worker leaves.
+
+The node scripts themselves run against stub binaries in tests/test_node_scripts.py; SSH specifics are in
+tests/test_ssh_workers.py.
+"""
 
 from __future__ import annotations
 
-import pulumi
+import base64
+import datetime
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
 import pulumi_command as command
 import pytest
+import yaml
 
 import config
-from components import join_script
-from components.node_access import (
-    NodeAccess,
-    docker_exec_script,
-    docker_exec_script_if_present,
-    node_program,
-    ssh_command,
-)
+from components import node_scripts as ns
+from components.node_access import container_command, container_command_if_present, node_program
+from components.tenant_api import NodeMembershipProvider
 from components.worker_node import (
     LABEL_ROLE,
     LABEL_STACK,
     LABEL_TENANT,
     LABEL_WORKER,
+    TenantAccess,
     WorkerNode,
     WorkerNodeArgs,
-    join_scripts,
-    kind_node_image,
     node_container_spec,
+    worker_image,
 )
-from tests.fixtures import kubeconfig_yaml
-from tests.ssh_worker import PRIVATE_KEY, PRIVATE_KEY_BODY, SSH_HOST, ssh_worker_config
-from tools.mockrun import run_program
-
-TOKEN = "abcdef.0123456789abcdef"
-CA_HASH = "sha256:" + "ab" * 32
-ENDPOINT = "172.18.255.200:6443"
-KUBECONFIG = kubeconfig_yaml(f"https://{ENDPOINT}", "tenant-a")
+from config.models import KIND_NODE_IMAGES
+from tests.ssh_worker import PRIVATE_KEY_BODY, last_run, program_values, ssh_worker_config, worker_lab
+from tools.mockrun import ProgramFailedError, ProgramRun, run_program
+from tools.sim import Lifecycle, hostapi, systems
+from tools.sim.state import contains_secret, plain
+from tools.sim.world import ApiError, Machine
 
 CONTAINER = "docker:index/container:Container"
 IMAGE = "docker:index/remoteImage:RemoteImage"
-COMMAND = "command:local:Command"
+LOCAL = "command:local:Command"
 REMOTE = "command:remote:Command"
-COMPONENT = "gpu-tenancy:index:WorkerNode"
-SECRETS = {
-    join_script.ENDPOINT_ENV: ENDPOINT,
-    join_script.TOKEN_ENV: TOKEN,
-    join_script.DISCOVERY_HASH_ENV: CA_HASH,
-    "TENANT_KUBECONFIG": KUBECONFIG,
-}
+MEMBERSHIP = "pulumi-python:dynamic/gpu-tenancy:NodeMembership"
+REGISTRATION = "pulumi-python:dynamic/gpu-tenancy:NodeRegistration"
+TCP = "kubernetes:kamaji.clastix.io/v1alpha1:TenantControlPlane"
+BOOTSTRAP_TOKEN = "bootstrap.kubernetes.io/token"
+# kubeadm's default bootstrap token lifetime (`kubeadm token create --ttl`, kubeadm constants DefaultTokenDuration).
+KUBEADM_TOKEN_TTL = datetime.timedelta(hours=24)
+NODE = "tenant-a-worker-0"
+SSH_NODE = "tenant-a-gpu-1"
+CARD = {"uuid": "GPU-MOCK-S0", "model": "NVIDIA-A100", "memoryMiB": 8192}
 
 
-def _worker_program(workers=("worker-0",), *, with_management=True):
-    """`workers`: names (local containers) or worker config dicts (e.g. with `ssh`)."""
+@dataclass
+class Lab:
+    sim: Lifecycle
+    run: ProgramRun
+    started: datetime.datetime
+    finished: datetime.datetime
 
-    def program():
-        management = command.local.Command("management", create="kind create cluster") if with_management else None
-        for entry in workers:
-            worker = config.Worker.model_validate(entry if isinstance(entry, dict) else {"name": entry})
-            node = WorkerNode(
-                f"tenant-a-{worker.name}",
-                WorkerNodeArgs(
-                    tenant_name="tenant-a",
-                    worker=worker,
-                    kubernetes_version="v1.35.0",
-                    endpoint=ENDPOINT,
-                    join_token=TOKEN,
-                    discovery_hash=CA_HASH,
-                    tenant_kubeconfig=KUBECONFIG,
-                    management_cluster=management,
-                ),
-            )
-            # Something that needs the node, as the HAMi layer will.
-            command.local.Command(f"uses-{worker.name}", create=node.node_name.apply(lambda n: f"echo {n}"))
-            pulumi.export(f"{worker.name}_node_name", node.node_name)
-            pulumi.export(f"{worker.name}_container_name", node.container_name)
-            pulumi.export(f"{worker.name}_access", {"node": node.access.node_name, "ssh": node.access.is_ssh,
-                                                    "container": node.access.container_name})
+    def state(self, name: str):
+        return self.sim.resource(name)
 
-    return program
+    def tenant_api(self):
+        return self.sim.world.tenant_api("tenant-a")
 
 
 @pytest.fixture(scope="module")
-def run():
-    return run_program({}, program=_worker_program())
+def lab() -> Lab:
+    """tenant-a after a first `up`: its container worker-0 and the SSH machine gpu-1."""
+    sim = worker_lab(ssh_worker_config("gpu-1", gpus=[CARD]))
+    started = sim.world.now
+    sim.up(skip_preview=True)
+    return Lab(sim, last_run(sim), started, sim.world.now)
+
+
+def _tokens(api) -> list[dict]:
+    return [s for s in api.list("Secret", "kube-system") if s.get("type") == BOOTSTRAP_TOKEN]
 
 
 # --------------------------------------------------------------------------- #
-# pure container description
+# The container, as kind runs its nodes
 # --------------------------------------------------------------------------- #
 
 
 def test_node_container_spec_is_kinds_node_flags_as_data():
-    spec = node_container_spec(tenant="tenant-a", worker="worker-0", kubernetes_version="v1.35.0", stack="dev")
+    image = KIND_NODE_IMAGES["v1.35.0"]
+    spec = node_container_spec(tenant="tenant-a", worker="worker-0", image=image, stack="dev")
 
-    assert spec.name == spec.hostname == "tenant-a-worker-0"
-    assert spec.image == "kindest/node:v1.35.0"
-    assert spec.network == "kind"
+    assert spec.name == spec.hostname == NODE
+    assert spec.image == image and spec.network == "kind"
     assert spec.privileged and spec.tty and not spec.init
     assert spec.security_opts == ("seccomp=unconfined", "apparmor=unconfined")
     assert spec.tmpfs == {"/tmp": "", "/run": ""}
@@ -102,249 +101,323 @@ def test_node_container_spec_is_kinds_node_flags_as_data():
     assert spec.cgroupns_mode == "private"
     assert (spec.restart, spec.max_retry_count) == ("on-failure", 1)
     assert spec.labels == {LABEL_STACK: "dev", LABEL_TENANT: "tenant-a", LABEL_WORKER: "worker-0", LABEL_ROLE: "worker"}
+    assert node_container_spec(tenant="t", worker="w", image=image, network="other", stack="s").network == "other"
 
 
-def test_worker_image_tag_follows_the_tenant_version():
-    assert kind_node_image("v1.36.2") == "kindest/node:v1.36.2"
-    spec = node_container_spec(tenant="t", worker="w", kubernetes_version="v1.36.2", network="other", stack="s")
-    assert spec.image == "kindest/node:v1.36.2" and spec.network == "other"
+def _published_node_images(vendor_dir: Path) -> dict[str, set[str]]:
+    """kindest/node digests (or digest prefixes) by version, as the upstream reference notes record them."""
+    texts = [(vendor_dir / "kind" / "README.txt").read_text()]
+    docs = vendor_dir.parent / "docs"
+    if docs.is_dir():
+        texts += [path.read_text() for path in docs.rglob("*.md")]
+    found: dict[str, set[str]] = {}
+    for text in texts:
+        for version, digest in re.findall(r"kindest/node:(v[0-9.]+)@sha256:([0-9a-f]{8,64})", text):
+            found.setdefault(version, set()).add(digest)
+    return found
 
 
-# --------------------------------------------------------------------------- #
-# registered resources
-# --------------------------------------------------------------------------- #
+def test_worker_image_is_the_kindest_node_image_kind_publishes_pinned_by_digest(vendor_dir):
+    published = _published_node_images(vendor_dir)
+    for version, image in KIND_NODE_IMAGES.items():
+        match = re.fullmatch(r"kindest/node:(v[0-9.]+)@sha256:([0-9a-f]{64})", image)
+        assert match and match.group(1) == version, image
+        assert any(match.group(2).startswith(digest) for digest in published.get(version, ())), (
+            f"{image}: not the digest kind published for {version} ({published.get(version)})")
+        assert worker_image(config.Tenant(name="t", kubernetesVersion=version, workers=[{"name": "w"}])) == image
 
 
-def test_component_parents_its_resources(run):
-    component = run.named("tenant-a-worker-0", COMPONENT)
-    children = {(r.type, r.name) for r in run.children(component)}
-    assert children == {
-        (IMAGE, "tenant-a-worker-0-image"),
-        (CONTAINER, "tenant-a-worker-0-container"),
-        (COMMAND, "tenant-a-worker-0-join"),
-    }
+def test_worker_image_can_be_overridden_and_is_never_guessed():
+    own = "registry.example.net/kindest/node:v1.35.1"
+    tenant = config.Tenant(name="t", kubernetesVersion="v1.35.1", nodeImage=own, workers=[{"name": "w"}])
+    assert worker_image(tenant) == own
+    with pytest.raises(ValueError, match="no kindest/node image is known for v1.35.1; set nodeImage"):
+        worker_image(config.Tenant(name="t", kubernetesVersion="v1.35.1", workers=[{"name": "w"}]))
 
 
-def test_image_is_kept_locally(run):
-    image = run.named("tenant-a-worker-0-image", IMAGE)
-    assert image.inputs["name"] == "kindest/node:v1.35.0"
-    assert image.inputs["keepLocally"] is True
-
-
-def test_container_runs_like_a_kind_node(run):
-    container = run.named("tenant-a-worker-0-container", CONTAINER)
+def test_container_runs_like_a_kind_node(lab):
+    container = lab.run.named(f"{NODE}-container", CONTAINER)
+    spec = node_container_spec(tenant="tenant-a", worker="worker-0", image=KIND_NODE_IMAGES["v1.35.0"], stack="dev")
     inputs = container.inputs
 
-    assert inputs["name"] == inputs["hostname"] == "tenant-a-worker-0"
+    assert inputs["name"] == inputs["hostname"] == NODE
     assert inputs["privileged"] is True
     assert sorted(inputs["securityOpts"]) == ["apparmor=unconfined", "seccomp=unconfined"]
     assert inputs["tmpfs"] == {"/tmp": "", "/run": ""}
     assert inputs["volumes"] == [{"containerPath": "/var"}]
     assert inputs["mounts"] == [{"target": "/lib/modules", "source": "/lib/modules", "type": "bind", "readOnly": True}]
-    assert inputs["cgroupnsMode"] == "private"
-    assert inputs["tty"] is True
-    assert inputs["init"] is False
+    assert (inputs["cgroupnsMode"], inputs["tty"], inputs["init"]) == ("private", True, False)
+    assert (inputs["restart"], inputs["maxRetryCount"]) == ("on-failure", 1)
     assert inputs["networksAdvanced"] == [{"name": "kind"}]
-    assert inputs["restart"] == "on-failure"
-    assert inputs["maxRetryCount"] == 1
-    labels = {label["label"]: label["value"] for label in inputs["labels"]}
-    assert labels == {LABEL_STACK: "dev", LABEL_TENANT: "tenant-a", LABEL_WORKER: "worker-0", LABEL_ROLE: "worker"}
-    # The container's name is fixed: the old one must be deleted before a replacement is created.
+    assert {label["label"]: label["value"] for label in inputs["labels"]} == spec.labels
+    # The name is fixed: the old container must go before its replacement starts.
     assert container.delete_before_replace
+    # ... and on the Docker host:
+    running = lab.sim.world.docker.containers[NODE]
+    assert running.privileged and running.network == "kind"
+    assert running.labels == {LABEL_STACK: "dev", LABEL_TENANT: "tenant-a", LABEL_WORKER: "worker-0",
+                              LABEL_ROLE: "worker"}
 
 
-def test_container_uses_the_pulled_image_id(run):
-    container = run.named("tenant-a-worker-0-container", CONTAINER)
-    image = run.named("tenant-a-worker-0-image", IMAGE)
-    assert container.inputs["image"].startswith("sha256:")
+def test_container_runs_the_pinned_image_by_id_and_keeps_it_on_the_host(lab):
+    container = lab.run.named(f"{NODE}-container", CONTAINER)
+    image = lab.run.named(f"{NODE}-image", IMAGE)
+    assert image.inputs == {"name": KIND_NODE_IMAGES["v1.35.0"], "keepLocally": True}
+    # The image id, not its name (a name makes pulumi-docker replace the container on every run).
+    assert container.inputs["image"] == plain(lab.state(f"{NODE}-image").outputs["imageId"])
     assert image.urn in container.property_dependencies["image"]
+    assert KIND_NODE_IMAGES["v1.35.0"] in lab.sim.world.docker.image_pulls
 
 
-def test_container_waits_explicitly_for_the_management_cluster(run):
-    container = run.named("tenant-a-worker-0-container", CONTAINER)
-    management = run.named("management", COMMAND)
-    assert management.urn in container.dependencies
-    assert not run.depends_on(management, container)
+def test_container_waits_for_the_management_cluster(lab):
+    container = lab.run.named(f"{NODE}-container", CONTAINER)
+    kind = lab.run.named("gpu-tenancy-kind", LOCAL)
+    assert kind.urn in container.dependencies
+
+
+def test_a_container_worker_needs_the_management_cluster_and_its_image():
+    def program():
+        tcp = command.local.Command("tcp", create="true")
+        access = TenantAccess(
+            name="tenant-a", namespace="tenant-a", kubernetes_version="v1.35.0", endpoint="172.18.255.200:6443",
+            ca_certificate="ca", discovery_hash="sha256:" + "ab" * 32, operator_kubeconfig="op",
+            management_kubeconfig="mgmt", control_plane=tcp,
+        )
+        WorkerNode(NODE, WorkerNodeArgs(tenant=access, worker=config.Worker(name="worker-0")))
+
+    with pytest.raises(ProgramFailedError, match="management_cluster and image are required"):
+        run_program({}, program=program, preview=True)
 
 
 # --------------------------------------------------------------------------- #
-# join command
+# Membership, join, registration
 # --------------------------------------------------------------------------- #
 
 
-def test_join_runs_the_script_in_the_container_with_secrets_only_in_the_environment(run):
-    join = run.named("tenant-a-worker-0-join", COMMAND)
+@pytest.mark.parametrize("node", [NODE, SSH_NODE])
+def test_membership_then_join_then_registered(lab, node):
+    run = lab.run
+    membership, registered = run.named(f"{node}-membership", MEMBERSHIP), run.named(f"{node}-registered", REGISTRATION)
+    join = run.named(f"{node}-join")
+    assert run.depends_on(join, membership) and run.depends_on(registered, join)
+    assert not run.depends_on(membership, join) and not run.depends_on(join, registered)
+    assert registered.inputs["join"] == lab.state(f"{node}-join").id
+    assert registered.inputs["token_id"] == plain(lab.state(f"{node}-membership").outputs["token_id"])
+    # Host-side records go with the control plane; the node-side reset must run whatever happens to it.
+    tcp = run.named("tenant-a-tcp", TCP)
+    assert membership.deleted_with == registered.deleted_with == tcp.urn
+    assert join.deleted_with == ""
+
+
+def test_workers_do_not_wait_for_each_other(lab):
+    component = "gpu-tenancy:index:WorkerNode"
+    for node, other in ((NODE, SSH_NODE), (SSH_NODE, NODE)):
+        assert not lab.run.depends_on(lab.run.named(f"{node}-registered"), lab.run.named(other, component))
+
+
+def test_membership_names_the_machine_and_the_control_plane(lab):
+    membership = lab.run.named(f"{NODE}-membership", MEMBERSHIP)
+    inputs = membership.inputs
+    tenant = lab.sim.output("tenants")["tenant-a"]
+    assert inputs["node_name"] == NODE
+    assert inputs["machine"] == lab.state(f"{NODE}-container").id
+    assert (inputs["endpoint"], inputs["ca_cert_hash"]) == (tenant["endpoint"], tenant["discoveryHash"])
+    assert (inputs["control_plane_namespace"], inputs["control_plane_name"]) == ("tenant-a", "tenant-a")
+    assert membership.is_secret("kubeconfig") and membership.is_secret("management_kubeconfig")
+    assert {"kubeconfig", "management_kubeconfig", "token"} <= set(membership.additional_secret_outputs)
+
+
+def test_join_feeds_the_node_program_to_docker_exec_and_only_the_action_is_on_the_command_line(lab):
+    join = lab.run.named(f"{NODE}-join", LOCAL)
     inputs = join.inputs
-    create, delete = join_scripts("tenant-a-worker-0", "v1.35.0", over_ssh=False)
+    tenant = lab.sim.output("tenants")["tenant-a"]
+    membership = lab.state(f"{NODE}-membership")
+    values = {
+        ns.NODE_NAME_ENV: NODE,
+        ns.TENANT_ENDPOINT_ENV: tenant["endpoint"],
+        ns.JOIN_TOKEN_ENV: plain(membership.outputs["token"]),
+        ns.CA_CERT_HASH_ENV: tenant["discoveryHash"],
+        ns.TENANT_CA_CERT_ENV: lab.tenant_api().ca.pem.decode(),
+        ns.TENANT_VERSION_ENV: "v1.35.0",
+        ns.NODE_KIND_ENV: ns.NODE_KIND_CONTAINER,
+    }
 
-    assert inputs["create"] == docker_exec_script("tenant-a-worker-0", create.script, join_script.JOIN_ENV_NAMES)
-    assert inputs["delete"] == docker_exec_script_if_present(
-        "tenant-a-worker-0", delete.script, ["TENANT_KUBECONFIG"], delete.gone_hint
-    )
-    assert "stdin" not in inputs
-    # The program passed token and kubeconfig in plain: the component itself marks them secret.
-    assert join.is_secret("environment")
-    assert inputs["environment"] == SECRETS
-    secret = TOKEN.split(".")[1]
-    for key in ("create", "delete"):
-        assert secret not in inputs[key]
-        assert "token: s" not in inputs[key]
-        assert "mock-token-tenant-a" not in inputs[key]
-        assert not join.is_secret(key)
-
-
-def test_join_scripts_differ_between_container_and_ssh_only_in_kubeadms_ignored_checks():
-    container_join, container_leave = join_scripts("n", "v1.35.0", over_ssh=False)
-    ssh_join, ssh_leave = join_scripts("n", "v1.35.0", over_ssh=True)
-    assert container_join.script == join_script.join_script("n", "v1.35.0", join_script.IGNORED_PREFLIGHT_ERRORS)
-    assert ssh_join.script == join_script.join_script("n", "v1.35.0", ())
-    assert "ignorePreflightErrors" in container_join.script and "ignorePreflightErrors" not in ssh_join.script
-    assert container_leave == ssh_leave
-    assert container_join.secrets == ssh_join.secrets == join_script.JOIN_ENV_NAMES
-    assert container_leave.secrets == ("TENANT_KUBECONFIG",)
-
-
-def test_join_output_is_secret_and_never_logged(run):
-    join = run.named("tenant-a-worker-0-join", COMMAND)
-    assert join.inputs["logging"] == "none"
-    assert join.additional_secret_outputs == ["stdout", "stderr"]
-
-
-def test_join_reruns_when_the_container_or_the_control_plane_is_replaced(run):
-    join = run.named("tenant-a-worker-0-join", COMMAND)
-    container = run.named("tenant-a-worker-0-container", CONTAINER)
-    # Not the token: a rotated token needs no rejoin.
-    assert join.inputs["triggers"] == ["tenant-a-worker-0-container-id", ENDPOINT, CA_HASH]
-    assert container.urn in join.property_dependencies["triggers"]
-    assert container.urn in join.dependencies
-    # Replacing the join removes the old Node first; the new join registers the same name.
-    assert join.delete_before_replace
-
-
-def test_delete_removes_the_node_from_the_tenant_and_tolerates_a_missing_container(run):
-    delete = run.named("tenant-a-worker-0-join", COMMAND).inputs["delete"]
-    assert 'kubectl delete node "$node" --ignore-not-found' in delete
-    assert "node=tenant-a-worker-0" in delete
-    assert "docker container inspect" in delete and "nothing to undo" in delete
-    assert "docker exec -i -e TENANT_KUBECONFIG tenant-a-worker-0 bash -s" in delete
-    # The leave needs no token: it is not forwarded.
-    assert join_script.TOKEN_ENV not in delete
-
-
-# --------------------------------------------------------------------------- #
-# outputs and parallelism
-# --------------------------------------------------------------------------- #
-
-
-def test_node_name_resolves_after_the_join(run):
-    assert run.outputs["worker-0_node_name"].value == "tenant-a-worker-0"
-    assert not run.outputs["worker-0_node_name"].secret
-    assert run.outputs["worker-0_container_name"].value == "tenant-a-worker-0"
-    consumer = run.named("uses-worker-0", COMMAND)
-    assert run.depends_on(consumer, run.named("tenant-a-worker-0-join", COMMAND))
-
-
-def test_workers_are_independent_of_each_other():
-    run = run_program({}, program=_worker_program(workers=("worker-0", "worker-1")))
-    first = run.named("tenant-a-worker-0-join", COMMAND)
-    second = run.named("tenant-a-worker-1-join", COMMAND)
-    assert not run.depends_on(first, run.named("tenant-a-worker-1", COMPONENT))
-    assert not run.depends_on(second, run.named("tenant-a-worker-0", COMPONENT))
-    names = {r.inputs["name"] for r in run.of_type(CONTAINER)}
-    assert names == {"tenant-a-worker-0", "tenant-a-worker-1"}
-
-
-def test_a_container_worker_needs_the_management_cluster():
-    with pytest.raises(Exception, match="management_cluster is required"):
-        run_program({}, program=_worker_program(with_management=False))
-
-
-# --------------------------------------------------------------------------- #
-# a real machine joined over SSH
-# --------------------------------------------------------------------------- #
-
-
-@pytest.fixture(scope="module")
-def ssh_run():
-    return run_program({}, program=_worker_program(workers=(ssh_worker_config("gpu-1", user="ops"),)))
-
-
-def test_ssh_worker_has_no_docker_resources(ssh_run):
-    assert ssh_run.of_type(CONTAINER) == [] and ssh_run.of_type(IMAGE) == []
-    component = ssh_run.named("tenant-a-gpu-1", COMPONENT)
-    assert {(r.type, r.name) for r in ssh_run.children(component)} == {(REMOTE, "tenant-a-gpu-1-join")}
-    assert ssh_run.outputs["gpu-1_container_name"].value is None
-    assert ssh_run.outputs["gpu-1_access"].value == {"node": "tenant-a-gpu-1", "ssh": True, "container": None}
-
-
-def test_ssh_join_connects_with_a_secret_private_key(ssh_run):
-    join = ssh_run.named("tenant-a-gpu-1-join", REMOTE)
-    connection = join.inputs["connection"]
-    assert (connection["host"], connection["user"], connection["port"]) == (SSH_HOST, "ops", 2222)
-    assert connection["privateKey"] == PRIVATE_KEY
-    assert join.is_secret("connection")
-
-
-def test_ssh_join_sends_scripts_and_secrets_on_a_secret_stdin_and_only_the_action_on_the_command_line(ssh_run):
-    join = ssh_run.named("tenant-a-gpu-1-join", REMOTE)
-    inputs = join.inputs
-    create, delete = join_scripts("tenant-a-gpu-1", "v1.35.0", over_ssh=True)
-
-    assert inputs["create"] == ssh_command("create", "ops") == "sudo -n env GPU_TENANCY_ACTION=create bash -s"
-    assert inputs["delete"] == ssh_command("delete", "ops") == "sudo -n env GPU_TENANCY_ACTION=delete bash -s"
-    assert inputs["stdin"] == node_program({"create": create, "delete": delete}, SECRETS)
-    assert join.is_secret("stdin")
+    assert inputs["create"] == container_command(NODE, "create")
+    assert inputs["delete"] == container_command_if_present(
+        NODE, "delete", f"If Node {NODE} remains in the tenant, the next removal of this worker deletes it.")
+    assert inputs["stdin"] == node_program({
+        "create": (ns.script_text(ns.NODE_JOIN), {name: values[name] for name in ns.NODE_JOIN_ENV}),
+        "delete": (ns.script_text(ns.NODE_LEAVE), {ns.NODE_NAME_ENV: NODE}),
+    })
+    assert join.is_secret("stdin") and not join.is_secret("create") and not join.is_secret("delete")
     assert "environment" not in inputs
-    for key in ("create", "delete"):
-        assert not join.is_secret(key)
-        for secret in (TOKEN.split(".")[1], "mock-token-tenant-a", PRIVATE_KEY_BODY, CA_HASH, ENDPOINT):
-            assert secret not in inputs[key]
-
-
-def test_ssh_join_output_is_secret_and_never_logged(ssh_run):
-    join = ssh_run.named("tenant-a-gpu-1-join", REMOTE)
-    assert join.inputs["logging"] == "none"
+    assert inputs["logging"] == "none" and inputs["addPreviousOutputInEnv"] is False
     assert {"stdout", "stderr"} <= set(join.additional_secret_outputs)
-    assert join.inputs["addPreviousOutputInEnv"] is False
 
 
-def test_ssh_join_reruns_for_another_host_or_a_new_control_plane(ssh_run):
-    join = ssh_run.named("tenant-a-gpu-1-join", REMOTE)
-    assert join.inputs["triggers"] == [SSH_HOST, ENDPOINT, CA_HASH]
+def test_join_is_replaced_with_the_membership_the_machine_or_the_control_plane(lab):
+    join = lab.run.named(f"{NODE}-join", LOCAL)
+    tenant = lab.sim.output("tenants")["tenant-a"]
+    assert join.inputs["triggers"] == [
+        lab.state(f"{NODE}-membership").id, lab.state(f"{NODE}-container").id,
+        tenant["endpoint"], tenant["discoveryHash"],
+    ]
+    membership, container = lab.run.named(f"{NODE}-membership"), lab.run.named(f"{NODE}-container")
+    assert {membership.urn, container.urn} <= set(join.property_dependencies["triggers"])
+    # The same node name joins again only after the old membership is undone.
     assert join.delete_before_replace
 
 
-def test_ssh_node_name_resolves_after_the_join(ssh_run):
-    assert ssh_run.outputs["gpu-1_node_name"].value == "tenant-a-gpu-1"
-    assert ssh_run.depends_on(ssh_run.named("uses-gpu-1", COMMAND), ssh_run.named("tenant-a-gpu-1-join", REMOTE))
+def test_only_the_joins_run_on_nodes_and_no_tenant_credential_reaches_one(lab):
+    world = lab.sim.world
+    management = world.kind["gpu-tenancy"].api
+    kubeconfigs = [
+        base64.b64decode(value).decode()
+        for value in management.find("Secret", "tenant-a", "tenant-a-admin-kubeconfig")["data"].values()
+    ]
+    kubeconfigs += [lab.sim.output("managementKubeconfig"), lab.sim.output("tenantKubeconfigs")["tenant-a"]]
+    ca_key = base64.b64decode(management.find("Secret", "tenant-a", "tenant-a-ca")["data"]["ca.key"]).decode()
+    credentials = _credential_fragments(kubeconfigs) + [ca_key]
+    assert len(credentials) > 10
+
+    node_side = [r for r in lab.run.resources
+                 if r.type == REMOTE or (r.type == LOCAL and str(r.inputs.get("create", "")).startswith("docker exec"))]
+    assert sorted(r.name for r in node_side) == [f"{SSH_NODE}-join", f"{NODE}-join"]
+    for resource in node_side:
+        inputs = resource.inputs
+        decoded = program_values(inputs["stdin"])
+        assert set(decoded) == {"create", "delete"}
+        haystack = json.dumps(inputs) + json.dumps(decoded)
+        token = plain(lab.state(resource.name.replace("-join", "-membership")).outputs["token"])
+        assert decoded["create"][ns.JOIN_TOKEN_ENV] == token  # the search does see what is sent
+        assert not [c for c in credentials if c in haystack], resource.name
+        assert PRIVATE_KEY_BODY not in json.dumps({k: v for k, v in inputs.items() if k != "connection"})
 
 
-def test_ssh_worker_needs_no_management_cluster():
-    run = run_program({}, program=_worker_program(workers=(ssh_worker_config("gpu-1"),), with_management=False))
-    assert run.named("tenant-a-gpu-1-join", REMOTE)
+def _credential_fragments(kubeconfigs: list[str]) -> list[str]:
+    """The private parts of the kubeconfigs: client keys (encoded, and their PEM lines) and bearer tokens."""
+    fragments = []
+    for text in kubeconfigs:
+        for user in yaml.safe_load(text)["users"]:
+            if user["user"].get("token"):
+                fragments.append(user["user"]["token"])
+            if user["user"].get("client-key-data"):
+                fragments.append(user["user"]["client-key-data"])
+                pem = base64.b64decode(user["user"]["client-key-data"]).decode()
+                fragments += [line for line in pem.splitlines() if line and not line.startswith("-----")]
+    return fragments
 
 
-def test_a_tenant_mixes_container_and_ssh_workers():
-    run = run_program({}, program=_worker_program(workers=("worker-0", ssh_worker_config("gpu-1", user="root"))))
-
-    [container] = run.of_type(CONTAINER)
-    assert container.inputs["name"] == "tenant-a-worker-0"
-    local_join = run.named("tenant-a-worker-0-join", COMMAND)
-    remote_join = run.named("tenant-a-gpu-1-join", REMOTE)
-    assert local_join.inputs["create"].startswith("docker exec -i -e WORKER_JOIN_ENDPOINT")
-    assert remote_join.inputs["create"] == "env GPU_TENANCY_ACTION=create bash -s"
-    assert run.outputs["worker-0_access"].value == {
-        "node": "tenant-a-worker-0", "ssh": False, "container": "tenant-a-worker-0",
-    }
-    assert run.outputs["gpu-1_access"].value["ssh"] is True
-    # Still independent of each other.
-    assert not run.depends_on(remote_join, run.named("tenant-a-worker-0", COMPONENT))
-    assert not run.depends_on(local_join, run.named("tenant-a-gpu-1", COMPONENT))
+# --------------------------------------------------------------------------- #
+# After `up`: registered, token spent
+# --------------------------------------------------------------------------- #
 
 
-def test_worker_access_is_the_configured_way_in():
-    run = run_program({}, program=_worker_program())
-    assert run.outputs["worker-0_access"].value == {
-        "node": "tenant-a-worker-0", "ssh": False, "container": "tenant-a-worker-0",
-    }
-    assert NodeAccess(node_name="x", container_name="x").where == "container x"
+def test_after_up_every_worker_is_a_registered_node_and_no_join_token_is_left(lab):
+    api = lab.tenant_api()
+    for node in (NODE, SSH_NODE):
+        obj = api.find("Node", None, node)
+        assert obj is not None, node
+        assert lab.state(f"{node}-registered").id == f"{node}/{obj['metadata']['uid']}"
+    assert _tokens(api) == []
+    assert sorted(lab.sim.output("tenants")["tenant-a"]["nodes"]) == sorted([NODE, SSH_NODE])
+
+
+def test_the_join_token_is_the_memberships_one_day_token_and_is_revoked_once_the_node_registered(lab):
+    membership = lab.state(f"{NODE}-membership").outputs
+    token, token_id = plain(membership["token"]), plain(membership["token_id"])
+    assert re.fullmatch(r"[a-z0-9]{6}\.[a-z0-9]{16}", token) and token.startswith(f"{token_id}.")
+    expiration = datetime.datetime.fromisoformat(plain(membership["expiration"]).replace("Z", "+00:00"))
+    assert lab.started + KUBEADM_TOKEN_TTL <= expiration <= lab.finished + KUBEADM_TOKEN_TTL
+    assert token != plain(lab.state(f"{SSH_NODE}-membership").outputs["token"])
+
+    # Whoever reads the token from the state later cannot join a machine with it.
+    world = lab.sim.world
+    endpoint = lab.sim.output("tenants")["tenant-a"]["endpoint"]
+    with pytest.raises(ApiError, match=f'token id "{token_id}" is invalid'):
+        systems.join(world, Machine(name="intruder"), endpoint=endpoint, token=token,
+                     ca_hash=lab.sim.output("tenants")["tenant-a"]["discoveryHash"], node_name="intruder")
+
+
+def test_the_join_token_is_secret_in_the_state(lab):
+    assert contains_secret(lab.state(f"{NODE}-membership").outputs["token"])
+    assert contains_secret(lab.state(f"{NODE}-join").outputs["stdout"])
+
+
+# --------------------------------------------------------------------------- #
+# Leaving
+# --------------------------------------------------------------------------- #
+
+
+@pytest.fixture
+def recorder(monkeypatch):
+    """Records, in order, every `kubeadm reset` on a machine and every delete sent to an API from the Pulumi host."""
+    events: list[tuple[str, str]] = []
+    reset, delete = systems.reset, hostapi.SimClient.delete
+
+    def recording_reset(world, machine):
+        events.append(("reset", machine.name))
+        return reset(world, machine)
+
+    def recording_delete(self, kind, name, namespace=None):
+        events.append((f"delete {kind}", name))
+        return delete(self, kind, name, namespace)
+
+    monkeypatch.setattr(systems, "reset", recording_reset)
+    monkeypatch.setattr(hostapi.SimClient, "delete", recording_delete)
+    return events
+
+
+def test_a_replaced_container_leaves_and_joins_again_and_a_removed_worker_is_reset_before_its_node_goes(recorder):
+    sim = worker_lab({"name": "worker-1"}, {"name": "worker-2"})
+    sim.up(skip_preview=True)
+    api = sim.world.tenant_api("tenant-a")
+    old_uid = api.find("Node", None, NODE)["metadata"]["uid"]
+    old_membership = sim.resource(f"{NODE}-membership").id
+
+    # A new container is a new machine: a new membership, and the node leaves before its Node object goes
+    # (a kubelet still running would register the Node again).
+    plan = sim.up(replace=[f"{NODE}-container"], skip_preview=True)
+    assert {f"{NODE}-membership", f"{NODE}-join", f"{NODE}-registered"} <= plan.names("replace"), plan.render()
+    assert recorder.index(("reset", NODE)) < recorder.index(("delete Node", NODE))
+    assert sim.resource(f"{NODE}-membership").id != old_membership
+    node = api.find("Node", None, NODE)
+    assert node is not None and node["metadata"]["uid"] != old_uid
+    assert _tokens(api) == []
+
+    # Two workers removed; one's container was removed by hand (`docker rm -f`: its kubelet is gone too).
+    del sim.world.docker.containers["tenant-a-worker-2"]
+    del sim.world.machines["tenant-a-worker-2"]
+    recorder.clear()
+    sim.config["tenants"][0]["workers"] = sim.config["tenants"][0]["workers"][:1]
+    plan = sim.up(skip_preview=True)
+
+    gone = {f"tenant-a-{worker}-{part}" for worker in ("worker-1", "worker-2")
+            for part in ("membership", "join", "registered", "container", "image")}
+    assert plan.names("delete") == gone, plan.render()
+    assert recorder.index(("reset", "tenant-a-worker-1")) < recorder.index(("delete Node", "tenant-a-worker-1"))
+    assert ("reset", "tenant-a-worker-2") not in recorder and ("delete Node", "tenant-a-worker-2") in recorder
+    for worker in ("worker-1", "worker-2"):
+        assert api.find("Node", None, f"tenant-a-{worker}") is None
+        assert f"tenant-a-{worker}" not in sim.world.docker.containers
+    assert api.find("Node", None, NODE) is not None
+    assert sim.up(skip_preview=True).changed() == {}
+
+
+def test_a_membership_is_not_dropped_while_the_tenant_is_down_but_still_exists(lab):
+    """Removing a worker whose tenant API does not answer: the Node must not be forgotten silently."""
+    world = lab.sim.world
+    membership = lab.state(f"{NODE}-membership")
+    tenant_api, management = lab.tenant_api(), world.kind["gpu-tenancy"].api
+    provider = NodeMembershipProvider()
+    try:
+        tenant_api.reachable = False
+        with hostapi.patched(world), pytest.raises(RuntimeError, match=r"TenantControlPlane tenant-a/tenant-a still "
+                                                                        r"exists: nothing was removed, retry"):
+            provider.delete(membership.id, plain(membership.outputs))
+        management.reachable = False
+        with hostapi.patched(world), pytest.raises(RuntimeError, match="cannot confirm that its control plane is gone"):
+            provider.delete(membership.id, plain(membership.outputs))
+    finally:
+        tenant_api.reachable = management.reachable = True
+    assert tenant_api.find("Node", None, NODE) is not None

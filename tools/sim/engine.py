@@ -58,7 +58,7 @@ from tools.sim.providers import (
     docker_get_network,
     model_for,
 )
-from tools.sim.state import UNKNOWN, Resource, comparable, contains_unknown, normalize
+from tools.sim.state import UNKNOWN, Resource, comparable, contains_unknown, is_secret, normalize, secret
 from tools.sim.world import World
 
 PROJECT = "gpu-tenancy"
@@ -220,6 +220,7 @@ class _Operation:
         self.replaces: set[str] = set()
         self.pending_deletes: list[Resource] = []
         self.recreated: set[str] = set()  # dependents deleted ahead of a delete-before-replace
+        self.deleted: set[str] = set()  # deleted by the provider (or with another resource) in this operation
         self.targets_replace = set(replace)
         self.failed = False
         self.ctx = Context(world=engine.world, engine=engine, preview=self.preview, env=env)
@@ -235,7 +236,8 @@ class _Operation:
                 self.new_state[new.urn] = new
                 return "", {}
             try:
-                return self._register_custom(new)
+                id_, outputs = self._register_custom(new)
+                return id_, self._mark_secret_outputs(new, outputs)
             except (ProviderError, PartialFailureError) as error:
                 self.failed = True
                 self.plan.steps[-1].failed = True
@@ -247,6 +249,19 @@ class _Operation:
                 self.failed = True
                 self.plan.error = f"simulator error at {new.type} {new.name}:\n{traceback.format_exc()}"
                 raise
+
+    @staticmethod
+    def _mark_secret_outputs(new: Resource, outputs: dict[str, Any]) -> dict[str, Any]:
+        """step_executor.go executeStep: "Ensure that any secrets properties in the output are marked as such" --
+        every additionalSecretOutputs key present is made secret in the stored state and in the response."""
+        if not new.additional_secret_outputs or not isinstance(outputs, dict):
+            return outputs
+        marked = dict(outputs)
+        for key in new.additional_secret_outputs:
+            if key in marked and key != "id" and not is_secret(marked[key]):
+                marked[key] = secret(marked[key])
+        new.outputs = marked
+        return marked
 
     def _register_custom(self, new: Resource) -> tuple[str, dict[str, Any]]:
         old = self.engine.state.get(new.urn)
@@ -390,6 +405,7 @@ class _Operation:
         if old.external or self.preview:
             self.new_state.pop(old.urn, None)
             return
+        self.deleted.add(old.urn)
         if old.deleted_with and self.deletes.get(old.deleted_with):
             pass  # step.go isDeletedWith: the other deletion takes this one with it
         elif not old.retain_on_delete:
@@ -591,7 +607,12 @@ def run_operation(
     finally:
         engine.op = None
     if not operation.preview:
-        committed = {urn: r for urn, r in operation.new_state.items() if not urn.endswith("#pending-delete")}
+        committed = {}
+        if operation.failed and kind != "destroy":
+            # A failed update leaves what it never reached as it was: the snapshot manager starts from the base
+            # snapshot and only records the steps that ran (pkg/backend/snapshot.go).
+            committed = {urn: r for urn, r in engine.state.items() if urn not in operation.deleted}
+        committed.update({urn: r for urn, r in operation.new_state.items() if not urn.endswith("#pending-delete")})
         for urn, resource in operation.new_state.items():
             if urn.endswith("#pending-delete"):
                 committed.setdefault(resource.urn, resource)

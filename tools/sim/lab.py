@@ -37,7 +37,8 @@ def adopt(world: World, config: dict[str, Any]) -> dict[str, Any]:
             ssh = worker.get("ssh")
             if ssh:
                 host = world.add_ssh_host(ssh["host"], ssh.get("hostKey") or f"ssh-ed25519 AAAAkeyof{ssh['host']}")
-                host.machine.gpus = len(worker.get("gpus") or [])
+                host.machine.cards = list(worker.get("gpus") or [])
+                host.machine.gpus = len(host.machine.cards)
     return config
 
 

@@ -560,6 +560,10 @@ def refresh_nodes(world: World, api: KubeApi) -> None:
         # Project-HAMi/mock-device-plugin v1.0.1 internal/pkg/api/device/device.go: registers gpumem/gpucores from
         # the register annotation, only while status.capacity[nvidia.com/gpu] > 0.
         mock = features.hami is not None and features.hami.get("mock")
+        machine = _machine_of(world, node)
+        if features.hami is not None and not mock and node["metadata"].get("labels", {}).get("gpu") == "on" \
+                and machine.cards:
+            _real_plugin_registers(node, machine)
         devices = _devices(node)
         if mock and int(capacity.get(GPU, 0) or 0) > 0 and devices:
             for resource, total in ((GPUMEM, sum(d["devmem"] for d in devices)),
@@ -569,6 +573,24 @@ def refresh_nodes(world: World, api: KubeApi) -> None:
             for resource in (GPUMEM, GPUCORES):
                 capacity.pop(resource, None)
                 allocatable.pop(resource, None)
+
+
+# charts/hami values.yaml devicePlugin.deviceSplitCount (vendored, v2.10.0).
+DEVICE_SPLIT_COUNT = 10
+
+
+def _real_plugin_registers(node: dict[str, Any], machine: Machine) -> None:
+    """HAMi's NVIDIA device plugin on a real GPU server (pkg/device-plugin/nvidiadevice/nvinternal/plugin/
+    register.go): the register annotation from NVML, and `nvidia.com/gpu` = cards x deviceSplitCount through
+    the kubelet. It advertises no gpumem/gpucores (only the mock plugin does)."""
+    devices = [{"id": card["uuid"], "index": index, "count": DEVICE_SPLIT_COUNT, "devmem": card["memoryMiB"],
+                "devcore": 100, "numa": 0, "mode": "hami-core", "health": True,
+                "type": card["model"] if card["model"].startswith("NVIDIA") else f"NVIDIA-{card['model']}"}
+               for index, card in enumerate(machine.cards)]
+    node["metadata"].setdefault("annotations", {})[REGISTER_ANNOTATION] = json.dumps(devices)
+    quantity = str(DEVICE_SPLIT_COUNT * len(devices))
+    node["status"].setdefault("capacity", {})[GPU] = quantity
+    node["status"].setdefault("allocatable", {})[GPU] = quantity
 
 
 def _devices(node: dict[str, Any]) -> list[dict[str, Any]]:

@@ -283,6 +283,8 @@ class Container:
     running: bool = True
     privileged: bool = False
     files: dict[str, str] = field(default_factory=dict)
+    volumes: tuple[str, ...] = ()  # named volumes it mounts
+    env: tuple[str, ...] = ()
 
 
 @dataclass
@@ -294,6 +296,8 @@ class Machine:
     kubelet_ca_hash: str | None = None
     files: dict[str, str] = field(default_factory=dict)
     gpus: int = 0
+    # The real cards of a GPU server (config card objects: uuid, model, memoryMiB), what NVML would report.
+    cards: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -310,6 +314,8 @@ class DockerHost:
     containers: dict[str, Container] = field(default_factory=dict)
     images: set[str] = field(default_factory=set)
     image_pulls: list[str] = field(default_factory=list)
+    # Named volumes: name -> labels.
+    volumes: dict[str, dict[str, str]] = field(default_factory=dict)
     cpus: int = 4
     # Host sysctls kube-proxy may try to write (read-only from a container's netns).
     nf_conntrack_max: int = 262144
@@ -440,6 +446,7 @@ class World:
         cluster.api.reachable = False
         self.apis.pop(cluster.api.server, None)
         self.docker.containers.pop(f"{name}-control-plane", None)
+        self.machines.pop(f"{name}-control-plane", None)
         # Everything Kamaji hosted dies with the cluster.
         for server in [s for s, host in self.tenant_hosts.items() if host is cluster.api]:
             self.drop_tenant(server)
@@ -490,7 +497,13 @@ class World:
         for host in self.ssh.values():
             if host.machine.kubelet_conf:
                 left.append(f"machine {host.host} still joined to {host.machine.kubelet_conf}")
+            left += [f"machine {host.host}: {path}" for path, content in host.machine.files.items()
+                     if content.startswith(MIRROR_MARKER)]
         return left
+
+
+# The first line of every hosts.toml components/scripts/node-mirrors.sh writes.
+MIRROR_MARKER = "# gpu-tenancy image mirror: written by node-mirrors.sh, removed with it"
 
 
 def _kamaji_settles(api: KubeApi) -> None:

@@ -1,0 +1,165 @@
+"""The GPU smoke-test pod and the evidence check that judges it (components/hami_smoke.py)."""
+
+import copy
+
+import kubernetes_validate
+import pytest
+
+from components.hami_smoke import (
+    SmokeTestError,
+    check_smoke_evidence,
+    observed_pod,
+    planned_evidence,
+    smoke_pod_manifest,
+)
+from components.images import PAUSE_IMAGE
+from config import SmokeTest
+from tests.chart_values import load_chart_values
+
+NODE = "tenant-a-worker-0"
+URN = "urn:pulumi:dev::gpu-tenancy::gpu-tenancy:index:HamiMockGpu$kubernetes:core/v1:Pod::tenant-a-gpu-smoke-test"
+
+
+def pod_document(smoke: SmokeTest | None = None) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", **smoke_pod_manifest(smoke or SmokeTest(), PAUSE_IMAGE, NODE)}
+
+
+# --------------------------------------------------------------------------- #
+# The pod
+# --------------------------------------------------------------------------- #
+
+
+def test_smoke_pod_requests_a_fraction_of_a_gpu_like_a_user_would(vendor_dir):
+    chart = load_chart_values(vendor_dir / "hami" / "values.yaml")
+    spec = pod_document(SmokeTest.model_validate({"gpus": 1, "memoryMiB": 2500, "cores": 25}))["spec"]
+    (container,) = spec["containers"]
+    # HAMi's resource names from the chart; quantities as strings.
+    assert container["resources"]["limits"] == {
+        chart["resourceName"]: "1", chart["resourceMem"]: "2500", chart["resourceCores"]: "25",
+    }
+    # The webhook must set the scheduler, and denies pods with nodeName preset (facts §7).
+    assert "schedulerName" not in spec
+    assert "nodeName" not in spec
+    # Pinned by the label the kubelet puts on its own Node, which the scheduler filters on before HAMi.
+    assert spec["nodeSelector"] == {"kubernetes.io/hostname": NODE}
+    # The webhook denies privileged GPU pods.
+    assert container["securityContext"]["privileged"] is False
+
+
+def test_smoke_pod_is_a_valid_pod_for_the_tenant_version():
+    kubernetes_validate.validate(pod_document(), "1.35.0", strict=True)
+    broken = pod_document()
+    resources = broken["spec"]["containers"][0]["resources"]
+    resources["limit"] = resources.pop("limits")
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, "1.35.0", strict=True)
+
+
+def test_planned_evidence_says_what_the_update_will_prove():
+    planned = planned_evidence(SmokeTest.model_validate({"gpus": 2, "memoryMiB": 1024, "cores": 10}))
+    assert planned["pod"] == "default/gpu-smoke-test"
+    assert "hami-scheduler" in planned["proves"]
+    assert "2 GPU(s) with 1024 MiB and 10% cores" in planned["proves"]
+
+
+# --------------------------------------------------------------------------- #
+# The evidence
+# --------------------------------------------------------------------------- #
+
+
+def scheduled_pod() -> dict:
+    """The smoke pod as HAMi leaves it (annotation names: HAMi v2.10.0 pkg/util/types.go, nvidia/device.go)."""
+    return {
+        "metadata": {
+            "name": "gpu-smoke-test",
+            "namespace": "default",
+            "annotations": {
+                "hami.io/vgpu-node": NODE,
+                "hami.io/vgpu-devices-allocated": "GPU-MOCK-A0,NVIDIA,3000,30:;",
+            },
+        },
+        "spec": {"schedulerName": "hami-scheduler", "nodeName": NODE},
+    }
+
+
+NODE_STATUS = {"allocatable": {"nvidia.com/gpu": "10", "nvidia.com/gpumem": "8192", "nvidia.com/gpucores": "100"}}
+
+
+def failure(pod: dict, node_status: dict | None = NODE_STATUS, mock: bool = True) -> str:
+    with pytest.raises(SmokeTestError) as raised:
+        check_smoke_evidence(pod, "tenant-a", resource=URN, node_status=node_status, mock=mock)
+    message = str(raised.value)
+    # Every message names the tenant and the pod, and how to prove again once fixed.
+    assert message.startswith("tenant tenant-a: GPU smoke test pod default/gpu-smoke-test ")
+    assert message.endswith(f"Once fixed, re-create the pod: pulumi up --replace '{URN}'.")
+    return message
+
+
+def test_evidence_of_a_pod_through_webhook_scheduler_and_plugin():
+    assert check_smoke_evidence(scheduled_pod(), "tenant-a", resource=URN, node_status=NODE_STATUS) == {
+        "pod": "default/gpu-smoke-test",
+        "node": NODE,
+        "schedulerName": "hami-scheduler",
+        "devicesAllocated": "GPU-MOCK-A0,NVIDIA,3000,30:;",
+        "nodeResources": {"nvidia.com/gpumem": "8192", "nvidia.com/gpucores": "100"},
+    }
+
+
+def test_an_unmutated_pod_on_default_scheduler_blames_the_webhook_path():
+    pod = scheduled_pod()
+    pod["spec"]["schedulerName"] = "default-scheduler"
+    message = failure(pod)
+    assert "schedulerName 'default-scheduler', not 'hami-scheduler'" in message
+    assert "kubectl -n kube-system get pods -l k8s-app=konnectivity-agent" in message
+    assert "kubectl get mutatingwebhookconfiguration hami-webhook" in message
+
+
+@pytest.mark.parametrize("missing", ["hami.io/vgpu-node", "hami.io/vgpu-devices-allocated"])
+def test_a_pod_without_an_allocation_blames_the_scheduler_and_the_cards(missing):
+    pod = scheduled_pod()
+    del pod["metadata"]["annotations"][missing]
+    message = failure(pod)
+    assert f"did not allocate a GPU to it (annotation {missing} missing)" in message
+    # Where to look: what HAMi's scheduler reads from the nodes, the plugin pods, the scheduler's reasons.
+    assert "hami.io/node-nvidia-register" in message and "nvidia.com/gpu capacity" in message
+    assert "kubectl -n kube-system get pods -l app.kubernetes.io/component=hami-mock-device-plugin" in message
+    assert "FilteringFailed" in message
+    assert "Konnectivity" not in message
+
+
+def test_a_pod_bound_elsewhere_than_hami_allocated_blames_the_extender():
+    pod = scheduled_pod()
+    pod["spec"]["nodeName"] = "tenant-a-worker-1"
+    message = failure(pod)
+    assert f"bound to node tenant-a-worker-1 but HAMi allocated its GPU on {NODE}" in message
+    assert "hami-scheduler pod logs" in message
+
+
+@pytest.mark.parametrize("absent", [["nvidia.com/gpumem"], ["nvidia.com/gpucores"],
+                                    ["nvidia.com/gpumem", "nvidia.com/gpucores"]])
+def test_a_node_without_the_mock_plugins_resources_blames_the_plugin(absent):
+    status = copy.deepcopy(NODE_STATUS)
+    for key in absent:
+        del status["allocatable"][key]
+    message = failure(scheduled_pod(), node_status=status)
+    assert f"scheduled onto {NODE}, but that node advertises no {', '.join(absent)}" in message
+    assert "mock device plugin registered nothing there" in message
+    assert "kubectl -n kube-system logs -l app.kubernetes.io/component=hami-mock-device-plugin" in message
+
+
+def test_a_node_that_was_not_read_fails_in_mock_mode_only():
+    failure(scheduled_pod(), node_status=None)
+    # gpuMode nvidia: the real plugin's resources are not what the mock registers; the pod evidence suffices.
+    evidence = check_smoke_evidence(scheduled_pod(), "tenant-a", node_status=None, mock=False)
+    assert evidence["schedulerName"] == "hami-scheduler" and evidence["nodeResources"] == {}
+
+
+def test_observed_pod_reads_the_sdks_snake_cased_output():
+    metadata = {"name": "gpu-smoke-test", "namespace": "default", "annotations": {"hami.io/vgpu-node": NODE}}
+    spec = {"scheduler_name": "hami-scheduler", "node_name": NODE, "containers": []}
+    assert observed_pod(metadata, spec) == {
+        "metadata": {"name": "gpu-smoke-test", "namespace": "default", "annotations": {"hami.io/vgpu-node": NODE}},
+        "spec": {"schedulerName": "hami-scheduler", "nodeName": NODE},
+    }
+    assert observed_pod(metadata, {"schedulerName": "x"})["spec"]["schedulerName"] == "x"
+    assert observed_pod(None, None)["spec"] == {"schedulerName": None, "nodeName": None}

@@ -1,0 +1,135 @@
+"""HAMi's Helm values, checked against the vendored chart (HAMi v2.10.0 charts/hami, no values schema)."""
+
+import re
+
+import pytest
+import yaml
+
+from components.hami_values import (
+    WEBHOOK_EXEMPT_NAMESPACES,
+    device_config_yaml,
+    hami_values,
+    nvidia_device_config,
+)
+from config import Versions
+from config.validate import SYSTEM_NAMESPACES
+from tests.chart_values import load_chart_values, unknown_value_keys
+
+VERSIONS = Versions()
+
+
+@pytest.fixture(scope="module")
+def chart(vendor_dir):
+    return load_chart_values(vendor_dir / "hami" / "values.yaml")
+
+
+@pytest.fixture(scope="module")
+def webhook_template(vendor_dir):
+    return (vendor_dir / "hami" / "templates" / "scheduler" / "webhook.yaml").read_text()
+
+
+@pytest.mark.parametrize(("mode", "runtime_class"), [("mock", None), ("nvidia", None), ("nvidia", "nvidia")])
+def test_every_value_key_exists_in_the_vendored_chart(chart, mode, runtime_class):
+    assert unknown_value_keys(hami_values(mode, "v1.35.0", VERSIONS, runtime_class), chart) == []
+
+
+def test_unknown_gpu_mode_is_refused():
+    with pytest.raises(ValueError, match="gpuMode"):
+        hami_values("amd", "v1.35.0", VERSIONS)
+
+
+# --------------------------------------------------------------------------- #
+# Device plugins and the node lock
+# --------------------------------------------------------------------------- #
+
+
+def test_node_lock_timeout_is_added_to_the_chart_default_args_in_mock_mode_only(chart):
+    defaults = chart["scheduler"]["extender"]["extraArgs"]
+    mock = hami_values("mock", "v1.35.0", VERSIONS)["scheduler"]["extender"]["extraArgs"]
+    nvidia = hami_values("nvidia", "v1.35.0", VERSIONS)["scheduler"]["extender"]["extraArgs"]
+    # Setting the list replaces the chart's: its own arguments must stay.
+    assert mock == [*defaults, "--node-lock-timeout=15s"]
+    # The real plugin finds its pod through the lock: a short timeout would hand one pod's devices to the next.
+    assert nvidia == defaults
+    assert not any(arg.startswith("--node-lock-timeout") for arg in nvidia)
+
+
+def test_mock_mode_runs_only_the_mock_plugin_with_a_config_it_can_parse(chart):
+    values = hami_values("mock", "v1.35.0", VERSIONS, runtime_class_name="nvidia")
+    assert values["devicePlugin"] == {"enabled": False}
+    assert values["mockDevicePlugin"] == {"enabled": True, "image": {"tag": VERSIONS.mock_device_plugin}}
+    # The chart pins the same mock image; no newer one exists (facts §8).
+    assert chart["mockDevicePlugin"]["image"]["tag"] == VERSIONS.mock_device_plugin
+    content = values["device-config"]["content"]
+    assert content == device_config_yaml()
+    # mock-device-plugin 1.0.1 cannot parse the v2.9+ `vnpus` map: only the nvidia section goes in.
+    assert list(yaml.safe_load(content)) == ["nvidia"]
+    assert "vnpus" not in content
+
+
+def test_device_config_keeps_the_charts_nvidia_names_and_defaults(chart):
+    nvidia = nvidia_device_config()["nvidia"]
+    assert nvidia["resourceCountName"] == chart["resourceName"]
+    assert nvidia["resourceMemoryName"] == chart["resourceMem"]
+    assert nvidia["resourceMemoryPercentageName"] == chart["resourceMemPercentage"]
+    assert nvidia["resourceCoreName"] == chart["resourceCores"]
+    assert nvidia["resourcePriorityName"] == chart["resourcePriority"]
+    assert nvidia["deviceSplitCount"] == chart["devicePlugin"]["deviceSplitCount"]
+    assert nvidia["deviceMemoryScaling"] == chart["devicePlugin"]["deviceMemoryScaling"]
+    assert nvidia["deviceCoreScaling"] == chart["devicePlugin"]["deviceCoreScaling"]
+    assert nvidia["gpuCorePolicy"] == chart["devices"]["nvidia"]["gpuCorePolicy"]
+    assert nvidia["libCudaLogLevel"] == chart["devices"]["nvidia"]["libCudaLogLevel"]
+    assert nvidia["runtimeClassName"] == chart["devicePlugin"]["runtimeClassName"]
+
+
+def test_nvidia_mode_runs_the_real_plugin_with_the_charts_device_config():
+    values = hami_values("nvidia", "v1.35.0", VERSIONS)
+    assert values["devicePlugin"] == {"enabled": True}
+    assert values["mockDevicePlugin"] == {"enabled": False}
+    assert "device-config" not in values
+
+
+def test_a_runtime_class_is_created_and_used_in_nvidia_mode(chart):
+    # templates/device-plugin/runtime-class.yaml creates it only with both keys; the chart sets neither.
+    assert (chart["devicePlugin"]["runtimeClassName"], chart["devicePlugin"]["createRuntimeClass"]) == ("", False)
+    plugin = hami_values("nvidia", "v1.35.0", VERSIONS, runtime_class_name="nvidia")["devicePlugin"]
+    assert plugin == {"enabled": True, "runtimeClassName": "nvidia", "createRuntimeClass": True}
+    # Mock mode never uses one: the mock plugin runs no GPU containers.
+    assert "runtimeClassName" not in hami_values("mock", "v1.35.0", VERSIONS, "nvidia")["devicePlugin"]
+
+
+# --------------------------------------------------------------------------- #
+# The scheduler and the admission webhook
+# --------------------------------------------------------------------------- #
+
+
+def test_kube_scheduler_matches_the_tenant_version_pinned_by_digest(chart):
+    image = hami_values("mock", "v1.35.0", VERSIONS)["scheduler"]["kubeScheduler"]["image"]
+    # The chart's default is a mirror: both parts are overridden.
+    assert chart["scheduler"]["kubeScheduler"]["image"]["registry"] != "registry.k8s.io"
+    assert (image["registry"], image["repository"]) == ("registry.k8s.io", "kube-scheduler")
+    # _helpers.tpl joins registry/repository:tag, so `tag@digest` is a digest-pinned reference.
+    assert re.fullmatch(r"v1\.35\.0@sha256:[0-9a-f]{64}", image["tag"])
+    # Without a recorded digest the tenant version alone.
+    other = hami_values("mock", "v1.34.2", VERSIONS)["scheduler"]["kubeScheduler"]["image"]
+    assert other["tag"] == "v1.34.2"
+
+
+def test_webhook_fails_closed_and_the_template_reads_those_values(chart, webhook_template):
+    webhook = hami_values("mock", "v1.35.0", VERSIONS)["scheduler"]["admissionWebhook"]
+    # The chart's Ignore admits GPU pods unmutated when the tunnel is down (facts §7).
+    assert chart["scheduler"]["admissionWebhook"]["failurePolicy"] == "Ignore"
+    assert webhook["failurePolicy"] == "Fail"
+    # Both keys are what the vendored MutatingWebhookConfiguration template renders.
+    assert "failurePolicy: {{ .Values.scheduler.admissionWebhook.failurePolicy }}" in webhook_template
+    assert "toYaml .Values.scheduler.admissionWebhook.whitelistNamespaces" in webhook_template
+    assert re.search(r"key: kubernetes\.io/metadata\.name\s+operator: NotIn", webhook_template)
+    assert webhook["whitelistNamespaces"] == list(WEBHOOK_EXEMPT_NAMESPACES)
+
+
+def test_webhook_exempts_exactly_the_namespaces_the_program_treats_as_system():
+    exempt = set(hami_values("mock", "v1.35.0", VERSIONS)["scheduler"]["admissionWebhook"]["whitelistNamespaces"])
+    # config/validate.py refuses these as tenant namespaces: users never run GPU pods there, so the webhook
+    # (failurePolicy Fail) must not block them, and must see every other namespace.
+    assert exempt == set(SYSTEM_NAMESPACES)
+    assert "default" not in exempt
