@@ -111,6 +111,7 @@ endif
 
 bench: venv
 	$(PY) -m bench.graph_bench
+	$(PY) -m bench.image_pulls
 
 e2e: venv
 	GPU_TENANCY_E2E=1 $(PY) -m pytest -m e2e tests/e2e -v -rs

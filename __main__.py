@@ -13,6 +13,7 @@ from components.kamaji import ETCD_CHART_DIR, Kamaji, KamajiArgs
 from components.kind_cluster import KindManagementCluster, KindManagementClusterArgs
 from components.naming import node_name
 from components.plan import plan_summary
+from components.registry_mirror import RegistryMirror, RegistryMirrorArgs, worker_mirrors
 from components.tenant_control_plane import TenantCni, TenantCniArgs, TenantControlPlane, TenantControlPlaneArgs
 from components.worker_node import TenantAccess, WorkerNode, WorkerNodeArgs, worker_image
 from config import read_stack_config
@@ -29,6 +30,17 @@ management = KindManagementCluster(
         worker_cidrs=config.management.worker_cidrs,
     ),
 )
+# The lab's pull-through image caches (kind mode): the kind node and every container worker pull through them.
+mirror = None
+if config.management.runs_image_mirror:
+    mirror = RegistryMirror(
+        "image-mirror",
+        RegistryMirrorArgs(
+            cluster_name=config.management.cluster_name,
+            cluster=management.cluster,
+            docker_hub=config.management.docker_hub,
+        ),
+    )
 kamaji = Kamaji(
     "kamaji",
     KamajiArgs(
@@ -38,6 +50,7 @@ kamaji = Kamaji(
         versions=config.versions,
         load_balancer_pool=config.management.load_balancer_pool,
         deleted_with=management.cluster,
+        depends_on=mirror.node_ready if mirror is not None else [],
     ),
 )
 
@@ -83,6 +96,7 @@ for tenant in config.tenants:
                 # Container workers sit on the kind network, which exists only once the cluster does.
                 management_cluster=management.cluster,
                 network_name=management.network_name,
+                mirrors=worker_mirrors(config.management, worker),
             ),
         )
         for worker in tenant.workers

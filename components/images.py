@@ -25,3 +25,120 @@ def kubernetes_image_tag(component: str, version: str) -> str:
     """`<version>@sha256:...` when the digest is known, else `<version>` (a tag, as a chart's image.tag expects)."""
     digest = KUBERNETES_IMAGE_DIGESTS.get((component, version))
     return f"{version}@{digest}" if digest else version
+
+
+# --------------------------------------------------------------------------- #
+# What each node pulls: the inventory `make bench` counts and the image mirror's tests check
+# --------------------------------------------------------------------------- #
+# Every image a node of the platform runs and does not already hold, for the pinned versions, with where its
+# reference comes from (chart values or controller code at the pinned tag). kindest/node preloads the
+# kube-* images of its version, etcd, CoreDNS of its version, pause:3.10 (the sandbox image), kindnetd and the
+# local-path images (kind v0.31.0 pkg/build/nodeimage/buildcontext.go); a reference pinned by digest is looked up
+# by that digest, which the preloaded copies (imported from release tarballs) do not carry, so it is pulled.
+
+# Helm charts' images (registry/repository:tag), by component.
+CERT_MANAGER_IMAGES = ("controller", "webhook", "cainjector", "startupapicheck")  # quay.io/jetstack/cert-manager-*
+# charts/tigera-operator values.yaml tigeraOperator.version, per Calico release.
+TIGERA_OPERATOR_VERSIONS = {"v3.32.1": "v1.42.3"}
+# kamaji-etcd v0.15.0 (the subchart of Kamaji 26.8.2-edge): the etcd StatefulSet (appVersion 3.5.17) and its
+# post-install setup Job (clastix/kubectl:v<management minor>, etcd v3.5.6); cfssl only where it signs its own
+# certificates (a dedicated etcd; pullPolicy Always via the `latest` tag).
+KAMAJI_ETCD_IMAGES = ("quay.io/coreos/etcd:v3.5.17", "quay.io/coreos/etcd:v3.5.6")
+KAMAJI_ETCD_KUBECTL = "docker.io/clastix/kubectl:v{minor}"
+DEDICATED_ETCD_IMAGES = ("docker.io/cfssl/cfssl:latest",)
+# Kamaji renders CoreDNS with the kubeadm library it is built with (go.mod k8s.io/kubernetes v1.36.3), not the
+# tenant's version: kubeadm 1.36's CoreDNS, two replicas.
+TENANT_COREDNS = ("registry.k8s.io/coredns/coredns:v1.14.2", 2)
+# HAMi v2.10.0: scheduler extender and webhook (global.imageTag), and its certificate hook Jobs.
+HAMI_WEBHOOK_CERTGEN = "docker.io/liangjw/kube-webhook-certgen:v1.1.1"
+# What kindest/node preloads besides its version's kube-* images (kubeadm's CoreDNS for that version).
+PRELOADED_COREDNS = {"v1.35": "registry.k8s.io/coredns/coredns:v1.13.1", "v1.36": "registry.k8s.io/coredns/coredns:v1.14.2"}
+
+
+def _minor(version: str) -> int:
+    return int(version.lstrip("v").split(".")[1])
+
+
+def _kubernetes_image(component: str, version: str) -> str:
+    return f"registry.k8s.io/{component}:{kubernetes_image_tag(component, version)}"
+
+
+def management_node_images(versions, management_version: str, tenants) -> list[str]:
+    """Images the kind management node pulls: cert-manager, MetalLB, Kamaji and its etcd, and each tenant's
+    control-plane pod (Kamaji: kube-* at the tenant's version; konnectivity-server v0.<minor>.0)."""
+    images = [f"quay.io/jetstack/cert-manager-{name}:{versions.cert_manager}" for name in CERT_MANAGER_IMAGES]
+    images += [f"quay.io/metallb/{name}:v{versions.metallb}" for name in ("controller", "speaker")]
+    images += [f"docker.io/clastix/kamaji:{versions.kamaji_image}", *KAMAJI_ETCD_IMAGES,
+               KAMAJI_ETCD_KUBECTL.format(minor=f"{management_version.split('.')[0]}.{_minor(management_version)}")]
+    for tenant in tenants:
+        version = tenant.kubernetes_version
+        if version != management_version:  # the node preloads its own version's kube-* images
+            images += [f"registry.k8s.io/{c}:{version}" for c in
+                       ("kube-apiserver", "kube-controller-manager", "kube-scheduler")]
+        images.append(f"registry.k8s.io/kas-network-proxy/proxy-server:v0.{_minor(version)}.0")
+        if tenant.data_store.dedicated:
+            images += list(DEDICATED_ETCD_IMAGES)
+    return list(dict.fromkeys(images))
+
+
+def worker_images(versions, version: str, gpu_mode: str) -> list[str]:
+    """Images every worker of a tenant pulls (DaemonSets): kube-proxy, the Konnectivity agent, calico-node's three
+    images, and the device plugin."""
+    calico = versions.calico
+    images = [_kubernetes_image("kube-proxy", version),
+              f"registry.k8s.io/kas-network-proxy/proxy-agent:v0.{_minor(version)}.0",
+              *(f"quay.io/calico/{name}:{calico}" for name in ("node", "cni", "pod2daemon-flexvol"))]
+    images.append(f"docker.io/projecthami/mock-device-plugin:{versions.mock_device_plugin}" if gpu_mode == "mock"
+                  else f"docker.io/projecthami/hami:v{versions.hami}")
+    return images
+
+
+def tenant_replica_images(versions, version: str, workers: int) -> list[str]:
+    """Images of a tenant's Deployments and Jobs, one entry per pod (each lands on one worker)."""
+    typha = 1 if workers <= 2 else 2 if workers <= 4 else 3  # tigera/operator pkg/common/autoscale.go
+    coredns, coredns_replicas = TENANT_COREDNS
+    images = [f"quay.io/tigera/operator:{TIGERA_OPERATOR_VERSIONS.get(versions.calico, 'unknown')}"]
+    images += [f"quay.io/calico/typha:{versions.calico}"] * typha
+    images += [f"quay.io/calico/kube-controllers:{versions.calico}"]
+    preloaded = PRELOADED_COREDNS.get(f"v1.{_minor(version)}")
+    images += [coredns] * coredns_replicas if coredns != preloaded else []
+    images += [f"docker.io/projecthami/hami:v{versions.hami}", _kubernetes_image("kube-scheduler", version)]
+    images += [HAMI_WEBHOOK_CERTGEN] * 2
+    images.append(PAUSE_IMAGE)
+    return images
+
+
+def node_images(config) -> dict[str, list[str]]:
+    """Node name -> the images its containerd pulls, for every node of the kind lab (the kind node and the
+    container workers; SSH workers are outside the lab). A tenant's per-pod images are placed round-robin over its
+    workers, an estimate of where the scheduler puts them."""
+    from components.naming import node_name
+
+    nodes: dict[str, list[str]] = {}
+    if not config.management.adopts_existing_cluster:
+        management_version = config.management.node_image.split(":")[1].split("@")[0]
+        nodes[f"{config.management.cluster_name}-control-plane"] = management_node_images(
+            config.versions, management_version, config.tenants)
+    for tenant in config.tenants:
+        workers = [w for w in tenant.workers if w.ssh is None]
+        if not workers:
+            continue
+        names = [node_name(tenant.name, w.name) for w in workers]
+        for name in names:
+            nodes[name] = worker_images(config.versions, tenant.kubernetes_version, config.gpu_mode)
+        for index, image in enumerate(tenant_replica_images(config.versions, tenant.kubernetes_version, len(names))):
+            pulls = nodes[names[index % len(names)]]
+            if image not in pulls:
+                pulls.append(image)
+    return nodes
+
+
+def platform_images(config) -> set[str]:
+    """Every image some node of the lab pulls (`config`: a StackConfig or the raw stack config)."""
+    return {image for images in node_images(_stack_config(config)).values() for image in images}
+
+
+def _stack_config(config):
+    from config import StackConfig, load_stack_config
+
+    return config if isinstance(config, StackConfig) else load_stack_config(config)

@@ -42,7 +42,7 @@ is what makes the edges above real readiness conditions:
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
@@ -247,6 +247,8 @@ class KamajiArgs:
     deleted_with: pulumi.Resource | None = None
     # The version the webhook probe asks for (any version Kamaji accepts).
     probe_version: str = config.models.DEFAULT_KUBERNETES_VERSION
+    # What every install on the cluster waits for (the kind node pulling through the image mirror).
+    depends_on: list[pulumi.Resource] = field(default_factory=list)
 
 
 class Kamaji(pulumi.ComponentResource):
@@ -263,6 +265,7 @@ class Kamaji(pulumi.ComponentResource):
         super().__init__(f"{COMPONENT_PREFIX}:Kamaji", name, None, opts)
         self.provider = args.provider
         self._deleted_with = args.deleted_with
+        self._after = list(args.depends_on)
         versions = args.versions
         adopted = args.kind_subnet is None
 
@@ -325,8 +328,8 @@ class Kamaji(pulumi.ComponentResource):
         )
 
     def _child(self, depends_on: list[pulumi.Resource] | None = None) -> pulumi.ResourceOptions:
-        return pulumi.ResourceOptions(parent=self, provider=self.provider, depends_on=depends_on,
-                                      deleted_with=self._deleted_with)
+        return pulumi.ResourceOptions(parent=self, provider=self.provider,
+                                      depends_on=[*self._after, *(depends_on or [])], deleted_with=self._deleted_with)
 
     def _release_namespace(
         self, resource_name: str, namespace: str, adopted: bool, depends_on: list[pulumi.Resource] | None = None
@@ -336,10 +339,11 @@ class Kamaji(pulumi.ComponentResource):
         if not adopted:
             # Kind: the namespace goes away with the cluster (and existing stacks keep their graph).
             return {"create_namespace": True, "opts": self._child(depends_on)}
-        # Helm never deletes a namespace it created, and kamaji-etcd's PVCs outlive its StatefulSet (no
-        # persistentVolumeClaimRetentionPolicy in clastix/kamaji-etcd charts/kamaji-etcd/templates/etcd_sts.yaml):
-        # only deleting the namespace removes the tenants' etcd data on destroy. A namespace that already exists
-        # fails `pulumi up` (the adopted cluster's provider never upserts) rather than being taken over.
+        # Helm never deletes a namespace it created, and the shared etcd's PVCs outlive its StatefulSet (kamaji
+        # renders the kamaji-etcd subchart with the chart's default PVC retention, Retain; clastix/kamaji-etcd
+        # charts/kamaji-etcd/templates/etcd_sts.yaml persistentVolumeClaim.retentionPolicyWhenDeleted): deleting
+        # the namespace removes the tenants' etcd data on destroy. A namespace that already exists fails
+        # `pulumi up` (the adopted cluster's provider never upserts) rather than being taken over.
         owned = k8s.core.v1.Namespace(resource_name, metadata={"name": namespace}, opts=self._child())
         return {"create_namespace": False, "opts": self._child([*depends_on, owned])}
 

@@ -14,7 +14,8 @@ NODE_JOIN = "node-join.sh"
 NODE_LEAVE = "node-leave.sh"
 KIND_CREATE = "kind-create.sh"
 KIND_DELETE = "kind-delete.sh"
-SCRIPT_NAMES = (NODE_JOIN, NODE_LEAVE, KIND_CREATE, KIND_DELETE)
+NODE_MIRRORS = "node-mirrors.sh"
+SCRIPT_NAMES = (NODE_JOIN, NODE_LEAVE, KIND_CREATE, KIND_DELETE, NODE_MIRRORS)
 
 # node-join.sh and node-leave.sh (run on the worker).
 NODE_NAME_ENV = "NODE_NAME"
@@ -36,6 +37,9 @@ NODE_JOIN_ENV = (
     NODE_KIND_ENV,
 )
 NODE_LEAVE_ENV = (NODE_NAME_ENV,)
+# node-mirrors.sh (run on the kind node and on workers).
+REGISTRY_MIRRORS_ENV = "REGISTRY_MIRRORS"  # lines "<registry> <upstream server URL> <mirror URL>"
+NODE_MIRRORS_ENV = (NODE_NAME_ENV, REGISTRY_MIRRORS_ENV)
 
 # Test-only knobs of the node scripts (never set in production, so the scripts' defaults apply).
 NODE_ROOT_ENV = "GPU_TENANCY_NODE_ROOT"  # prefix for /etc, /proc and /sys

@@ -183,10 +183,15 @@ class TenantControlPlane(pulumi.ComponentResource):
         ]
         after_namespaces = pulumi.ResourceOptions.merge(inside, pulumi.ResourceOptions(
             depends_on=list(self.workload_namespaces)))
-        user_objects = tenant_spec.tenant_user_objects(tenant.namespaces)
-        user = [
-            _object(f"{name}-user-{obj['kind'].lower()}-{obj['metadata']['namespace']}", obj, obj, after_namespaces)
-            for obj in user_objects
+        service_account, *grants = tenant_spec.tenant_user_objects(tenant.namespaces)
+        account = _object(f"{name}-user-{service_account['kind'].lower()}-{service_account['metadata']['namespace']}",
+                          service_account, service_account, after_namespaces)
+        # After the ServiceAccount: kube-controller-manager deletes a token Secret whose account does not exist yet
+        # (pkg/controller/serviceaccount/tokens_controller.go syncSecret).
+        after_account = pulumi.ResourceOptions.merge(after_namespaces, pulumi.ResourceOptions(depends_on=[account]))
+        user = [account] + [
+            _object(f"{name}-user-{obj['kind'].lower()}-{obj['metadata']['namespace']}", obj, obj, after_account)
+            for obj in grants
         ]
         token_secret = user[1]
         user_token = pulumi.Output.secret(token_secret.data.apply(

@@ -4,7 +4,8 @@ A worker without `ssh` is a kindest/node container on the kind network, started 
 nodes (kubernetes-sigs/kind pkg/cluster/internal/providers/docker/provision.go), described as plain data by
 `node_container_spec` and wired to `pulumi_docker.Container`. A worker with `ssh` is an existing machine.
 
-Either way, membership is three resources, in this order:
+A worker that pulls through image mirrors first gets `<node>-mirrors` (components/registry_mirror.py: its
+containerd's hosts.toml files). Either way, membership is three resources, in this order:
 
 1. `<node>-membership` (Pulumi host, components.tenant_api): mints a one-time join token for this worker; when
    the worker leaves, it removes the Node object from the tenant.
@@ -25,7 +26,7 @@ import pulumi_command as command
 import pulumi_docker as docker
 
 import config
-from components import node_scripts, tenant_api
+from components import node_scripts, registry_mirror, tenant_api
 from components.naming import COMPONENT_PREFIX, KIND_NETWORK, node_name
 from components.node_access import NodeAccess, NodeScript, node_access, run_on_node
 from config.models import KIND_NODE_IMAGES
@@ -117,6 +118,8 @@ class WorkerNodeArgs:
     # The docker network "kind" exists only after the management cluster (containers only).
     management_cluster: pulumi.Resource | None = None
     network_name: str = KIND_NETWORK
+    # Registry host -> pull-through mirror URL this node's containerd tries first (components/registry_mirror.py).
+    mirrors: dict[str, str] = field(default_factory=dict)
 
 
 class WorkerNode(pulumi.ComponentResource):
@@ -125,6 +128,7 @@ class WorkerNode(pulumi.ComponentResource):
     node_name: pulumi.Output[str]
     access: NodeAccess
     container: docker.Container | None  # None for an SSH worker
+    mirrors: pulumi.Resource | None  # the node's image-mirror configuration, if it uses mirrors
     membership: pulumi.Resource
     join: command.local.Command | command.remote.Command
     registered: pulumi.Resource
@@ -165,6 +169,16 @@ class WorkerNode(pulumi.ComponentResource):
             outputs=("token", "token_id", "expiration"),
             secret_outputs=("token",),
         )
+
+        self.mirrors = None
+        if args.mirrors:
+            # Before the join: the kubelet's first pulls (pause, kube-proxy, Calico) already go through the mirror.
+            self.mirrors = registry_mirror.configure_node(
+                f"{name}-mirrors", self.access, args.mirrors, machine=machine,
+                # A container's files go with the container.
+                opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on, deleted_with=self.container),
+            )
+            depends_on = [*depends_on, self.mirrors]
 
         node_kind = node_scripts.NODE_KIND_MACHINE if self.access.is_ssh else node_scripts.NODE_KIND_CONTAINER
         join = NodeScript(

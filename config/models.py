@@ -305,6 +305,21 @@ class Tenant(StrictModel):
         return value
 
 
+# A registry host as image references name it (`docker.io`, `registry.example:5000`) and a mirror's base URL.
+REGISTRY_HOST_PATTERN = r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?$"
+MIRROR_URL_PATTERN = r"^https?://[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?$"
+RegistryHost = Annotated[str, Field(pattern=REGISTRY_HOST_PATTERN, max_length=253)]
+MirrorUrl = Annotated[str, Field(pattern=MIRROR_URL_PATTERN, max_length=2000)]
+
+
+class DockerHubCredentials(StrictModel):
+    """A Docker Hub account for the docker.io mirror (its pull limit instead of the anonymous one)."""
+
+    username: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]{1,63}$")]
+    # A personal access token (read-only is enough). Must be set with `pulumi config set --secret`.
+    token: str = Field(min_length=1, repr=False)
+
+
 class Management(StrictModel):
     # The kind cluster this program creates (not used with `kubeconfig`).
     cluster_name: Annotated[
@@ -329,10 +344,22 @@ class Management(StrictModel):
     # An exec credential plugin in `kubeconfig` runs a command on the Pulumi host: refused unless set (some
     # managed clusters need one).
     allow_exec_credentials: bool = False
+    # Kind mode: a pull-through cache per upstream registry on the kind network, used by the kind node and every
+    # container worker (components/registry_mirror.py). Not available with `kubeconfig` (see registryMirrors).
+    image_mirror: bool = True
+    # Docker Hub account for the docker.io cache (secret); without it the cache pulls anonymously.
+    docker_hub: DockerHubCredentials | None = None
+    # Existing mirrors SSH workers should pull through, by registry host: {"docker.io": "http://mirror:5000"}.
+    registry_mirrors: dict[RegistryHost, MirrorUrl] = Field(default_factory=dict)
 
     @property
     def adopts_existing_cluster(self) -> bool:
         return self.kubeconfig is not None
+
+    @property
+    def runs_image_mirror(self) -> bool:
+        """Whether this stack runs the pull-through cache (kind mode, not switched off)."""
+        return self.image_mirror and not self.adopts_existing_cluster
 
 
 class SmokeTest(StrictModel):

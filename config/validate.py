@@ -440,6 +440,7 @@ def _infrastructure_issues(config: StackConfig, tenants: Indexed, secret_keys: C
             ))
     elif management.allow_exec_credentials:
         issues.append(ConfigIssue("management.allowExecCredentials", "only applies with management.kubeconfig"))
+    issues.extend(_mirror_issues(config, secret_keys))
     issues.extend(_any_source_issues(config))
     if config.nvidia is not None and config.gpu_mode != "nvidia":
         issues.append(ConfigIssue("nvidia", "only applies with gpuMode: nvidia; remove it or set gpuMode: nvidia"))
@@ -479,6 +480,33 @@ def _infrastructure_issues(config: StackConfig, tenants: Indexed, secret_keys: C
     if ssh_workers and "tenants" not in secret_keys:
         issues.append(ConfigIssue(
             "tenants[*].workers[*].ssh.privateKey", _secret_hint("tenants[0].workers[0].ssh.privateKey")
+        ))
+    return issues
+
+
+def _mirror_issues(config: StackConfig, secret_keys: Collection[str]) -> list[ConfigIssue]:
+    management = config.management
+    issues = []
+    if management.adopts_existing_cluster and "image_mirror" in management.model_fields_set and \
+            management.image_mirror:
+        issues.append(ConfigIssue(
+            "management.imageMirror",
+            "only applies to the kind lab (the stack runs the mirror on the kind network); with "
+            "management.kubeconfig point your SSH workers at an existing mirror with management.registryMirrors",
+        ))
+    if management.docker_hub is not None:
+        if not management.runs_image_mirror:
+            issues.append(ConfigIssue(
+                "management.dockerHub",
+                "is for the stack's docker.io mirror, which runs only in the kind lab with management.imageMirror on; "
+                "remove it",
+            ))
+        if "management" not in secret_keys:
+            issues.append(ConfigIssue("management.dockerHub.token", _secret_hint("management.dockerHub.token")))
+    if management.registry_mirrors and not any(w.ssh for t in config.tenants for w in t.workers):
+        issues.append(ConfigIssue(
+            "management.registryMirrors",
+            "only applies to SSH workers (container workers use the stack's own mirror); remove it",
         ))
     return issues
 

@@ -11,6 +11,8 @@ integer-or-string, `nullable` allows null, other `x-kubernetes-*` extensions
 
 from __future__ import annotations
 
+import copy
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +50,14 @@ def _strict(node: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+@functools.cache
+def _load(crd_path: Path) -> Any:
+    # libyaml when available: the TenantControlPlane CRD is 9000 lines.
+    return yaml.load(crd_path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
 def crd_json_schema(crd_path: Path, version: str = "v1alpha1") -> dict[str, Any]:
-    crd = yaml.safe_load(crd_path.read_text())
+    crd = copy.deepcopy(_load(crd_path))
     for entry in crd["spec"]["versions"]:
         if entry["name"] == version:
             return _strict(entry["schema"]["openAPIV3Schema"])

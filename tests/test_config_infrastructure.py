@@ -1,4 +1,8 @@
-"""Config for real infrastructure: an existing management cluster and SSH-joined workers."""
+"""Config for real infrastructure: an existing management cluster and SSH-joined workers.
+
+The security rules on these keys (host keys, credential plugins, open source ranges, ...) are in
+test_validate_security.py.
+"""
 
 import copy
 
@@ -15,10 +19,12 @@ PRIVATE_KEY = ed25519.Ed25519PrivateKey.generate().private_bytes(
 ).decode()
 KUBECONFIG = kubeconfig_yaml("https://10.20.0.10:6443", "prod-mgmt")
 SECRET_FRAGMENT = PRIVATE_KEY.splitlines()[1][:20]
+HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOd0c6S6k8Z1c2xYqRrn1FZ2bq3k5GZ2y3Vn5eXh0b5Q"
+SECRETS = {"management", "tenants"}
 
 
 def ssh(host="10.20.1.11", **extra):
-    return {"host": host, "user": "ubuntu", "privateKey": PRIVATE_KEY, **extra}
+    return {"host": host, "user": "ubuntu", "privateKey": PRIVATE_KEY, "hostKey": HOST_KEY, **extra}
 
 
 def card(uuid, memory=81920):
@@ -35,13 +41,20 @@ def adopted(**management):
     }
 
 
-SECRETS = {"management", "tenants"}
-
-
 def issues(raw, secret_keys=SECRETS):
     with pytest.raises(ConfigError) as caught:
         load_stack_config(raw, secret_keys)
     return {issue.path: issue for issue in caught.value.issues}, str(caught.value)
+
+
+def prod_example_with_secrets():
+    """Pulumi.prod.example.yaml with the secrets its header tells users to set."""
+    raw = copy.deepcopy(load_stack_file("prod.example"))
+    raw["management"]["kubeconfig"] = KUBECONFIG
+    for tenant in raw["tenants"]:
+        for worker in tenant["workers"]:
+            worker["ssh"]["privateKey"] = PRIVATE_KEY
+    return raw
 
 
 def test_adopted_cluster_with_ssh_workers_validates():
@@ -49,9 +62,11 @@ def test_adopted_cluster_with_ssh_workers_validates():
     assert config.management.adopts_existing_cluster
     assert config.management.load_balancer_pool == "10.20.255.200-10.20.255.250"
     worker = config.tenants[0].workers[0]
-    assert (worker.ssh.host, worker.ssh.user, worker.ssh.port) == ("10.20.1.11", "ubuntu", 22)
-    # The key never shows in a repr (e.g. in a traceback).
+    assert (worker.ssh.host, worker.ssh.user, worker.ssh.port, worker.ssh.host_key) == (
+        "10.20.1.11", "ubuntu", 22, HOST_KEY)
+    # Neither credential shows in a repr (e.g. in a traceback).
     assert SECRET_FRAGMENT not in repr(config)
+    assert "client-key-data" not in repr(config)
 
 
 def test_mixed_container_and_ssh_workers_in_the_kind_lab():
@@ -95,9 +110,13 @@ def test_worker_cidrs_required_with_an_existing_cluster():
 
 def test_container_workers_need_the_kind_lab():
     raw = adopted()
-    raw["tenants"][0]["workers"].append({"name": "local", "gpus": [card("GPU-1")]})
+    raw["gpuMode"] = "mock"
+    raw["tenants"][0]["workers"].append({"name": "local", "gpus": [card("GPU-1", 8192)]})
     found, _ = issues(raw)
     assert "kind network" in found["tenants[0].workers[1].ssh"].message
+
+
+SSH = "tenants[0].workers[0].ssh"
 
 
 @pytest.mark.parametrize(
@@ -107,13 +126,17 @@ def test_container_workers_need_the_kind_lab():
         (lambda r: r["management"].update(loadBalancerPool="10.0.0.9-10.0.0.1"), "management.loadBalancerPool", "ends before"),
         (lambda r: r["management"].update(loadBalancerPool="pool"), "management.loadBalancerPool", "IPv4 range"),
         (lambda r: r["management"].update(workerCidrs=["10.0.0.1/8"]), "management.workerCidrs[0]", "IPv4 network"),
-        (lambda r: r["tenants"][0]["workers"][0]["ssh"].update(port=0), "tenants[0].workers[0].ssh.port", "greater than or equal to 1"),
-        (lambda r: r["tenants"][0]["workers"][0]["ssh"].update(user="Bad User"), "tenants[0].workers[0].ssh.user", "pattern"),
-        (lambda r: r["tenants"][0]["workers"][0]["ssh"].update(keyFile="/x"), "tenants[0].workers[0].ssh.keyFile", "unknown key"),
-        (lambda r: r["tenants"][0]["workers"][0]["ssh"].update(hostKey="10.20.1.11 ssh-ed25519 AAAA"), "tenants[0].workers[0].ssh.hostKey", "pattern"),
-        (lambda r: r["tenants"][0]["workers"][0]["ssh"].update(hostKey="ssh-rsa AAAAB3NzaC1yc2E"), "tenants[0].workers[0].ssh.hostKey", "pattern"),
-        (lambda r: r["tenants"][0]["workers"][0]["ssh"].update(privateKey="hunter2"), "tenants[0].workers[0].ssh.privateKey", "PEM"),
-        (lambda r: r["tenants"][0]["workers"][0]["ssh"].pop("privateKey"), "tenants[0].workers[0].ssh.privateKey", "--secret"),
+        (lambda r: r["management"].update(operatorCidrs=["office"]), "management.operatorCidrs[0]", "CIDR"),
+        (lambda r: r["tenants"][0]["workers"][0]["ssh"].update(port=0), f"{SSH}.port", "greater than or equal to 1"),
+        (lambda r: r["tenants"][0]["workers"][0]["ssh"].update(user="Bad User"), f"{SSH}.user", "pattern"),
+        # Option injection through the host (`-oProxyCommand=...`) is refused by its pattern.
+        (lambda r: r["tenants"][0]["workers"][0]["ssh"].update(host="-oProxyCommand=x"), f"{SSH}.host", "pattern"),
+        (lambda r: r["tenants"][0]["workers"][0]["ssh"].update(keyFile="/x"), f"{SSH}.keyFile", "unknown key"),
+        (lambda r: r["tenants"][0]["workers"][0]["ssh"].update(hostKey="10.20.1.11 ssh-ed25519 AAAA"), f"{SSH}.hostKey", "pattern"),
+        # SHA-1 `ssh-rsa` is what pulumi-command would offer for an RSA key: OpenSSH >= 8.8 refuses it.
+        (lambda r: r["tenants"][0]["workers"][0]["ssh"].update(hostKey="ssh-rsa AAAAB3NzaC1yc2E"), f"{SSH}.hostKey", "pattern"),
+        (lambda r: r["tenants"][0]["workers"][0]["ssh"].update(privateKey="hunter2"), f"{SSH}.privateKey", "PEM"),
+        (lambda r: r["tenants"][0]["workers"][0]["ssh"].pop("privateKey"), f"{SSH}.privateKey", "--secret"),
     ],
 )
 def test_invalid_infrastructure_keys_name_the_key(mutate, path, text):
@@ -136,16 +159,6 @@ def test_secrets_are_never_repeated_in_error_messages():
     assert SECRET_FRAGMENT not in message
 
 
-def prod_example_with_secrets():
-    """Pulumi.prod.example.yaml with the secrets its header tells users to set."""
-    raw = copy.deepcopy(load_stack_file("prod.example"))
-    raw["management"]["kubeconfig"] = KUBECONFIG
-    for tenant in raw["tenants"]:
-        for worker in tenant["workers"]:
-            worker["ssh"]["privateKey"] = PRIVATE_KEY
-    return raw
-
-
 def test_prod_example_needs_its_secrets_and_says_how_to_set_them():
     found, message = issues(copy.deepcopy(load_stack_file("prod.example")), secret_keys=set())
     keys = [f"tenants[{t}].workers[{w}].ssh.privateKey" for t in (0, 1) for w in (0, 1)]
@@ -157,6 +170,10 @@ def test_prod_example_validates_once_its_secrets_are_set():
     config = load_stack_config(prod_example_with_secrets(), SECRETS)
     assert config.gpu_mode == "nvidia"
     assert config.management.adopts_existing_cluster
+    assert config.management.operator_cidrs == ["10.30.0.0/24"]
     assert [t.name for t in config.tenants] == ["team-vision", "team-speech"]
-    assert all(w.ssh for t in config.tenants for w in t.workers)
-    assert all(t.quota for t in config.tenants)
+    assert all(w.ssh and w.ssh.host_key for t in config.tenants for w in t.workers)
+    assert all(t.quota and t.data_store.dedicated for t in config.tenants)
+    assert config.tenants[0].namespaces == ["default", "training"]
+    # The smoke test fits on each team's first server.
+    assert [config.smoke_test.worker_in(t).name for t in config.tenants] == ["gpu-01", "gpu-01"]

@@ -1,95 +1,209 @@
-"""The example production stack under mocks: an existing cluster and SSH-joined real GPU servers."""
+"""The example production stack (Pulumi.prod.example.yaml): an existing management cluster, SSH-joined GPU servers,
+dedicated data stores, several workload namespaces and operator networks.
 
-import json
+One simulated first `up` of the example as written is shared by the module, with the secrets its header tells
+users to set, and its cluster and SSH servers (with their cards) on the simulated machine.
+"""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
 
 import pytest
+import yaml
 
-from tests.test_config_infrastructure import KUBECONFIG, PRIVATE_KEY, prod_example_with_secrets
-from tools.mockrun import run_program
+from components.tenant_spec import admin_kubeconfig_secret_name
+from config import load_stack_config
+from tests.crd_schema import crd_json_schema, schema_errors
+from tests.test_config_infrastructure import PRIVATE_KEY, prod_example_with_secrets
+from tests.test_program import SECRET_OUTPUTS, STACK_OUTPUTS, FirstUp, credential_parts, first_up, leaks
+from tools.mockrun import load_stack_file, run_program
+from tools.sim.lab import adopt, lab_world
+from tools.sim.state import plain
+from tools.sim.world import ADOPTED_LB_RANGE
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
+REMOTE = "command:remote:Command"
+SECRET_KEYS = ("management", "tenants")
+TEAMS = ("team-vision", "team-speech")
+NODES = ["team-speech-gpu-01", "team-speech-gpu-02", "team-vision-gpu-01", "team-vision-gpu-02"]
+
+
+def example_on_its_machine(world):
+    """The example with its secrets set, pointed at `world`'s existing cluster and SSH servers."""
+    return adopt(world, prod_example_with_secrets())
 
 
 @pytest.fixture(scope="module")
-def prod():
-    return run_program(prod_example_with_secrets(), stack="prod", secret_keys=["management", "tenants"])
+def example():
+    return load_stack_config(prod_example_with_secrets(), SECRET_KEYS)
 
 
-def test_no_kind_or_docker_resources(prod):
-    assert [r for r in prod.resources if r.type.startswith("docker:")] == []
-    assert [r for r in prod.of_type("command:local:Command")] == []
-    assert [c.token for c in prod.calls if c.token.startswith("docker:")] == []
+@pytest.fixture(scope="module")
+def prod() -> FirstUp:
+    world = lab_world()
+    return first_up(example_on_its_machine(world), world, stack="prod", secret_keys=SECRET_KEYS)
 
 
-def test_metallb_only_because_a_pool_is_given(prod):
-    pools = [r for r in prod.resources if r.type.endswith(":IPAddressPool")]
-    assert [p.inputs["spec"]["addresses"] for p in pools] == [["10.20.255.200-10.20.255.250"]]
+@pytest.fixture(scope="module")
+def run(prod):
+    return prod.run
 
 
-def test_a_pinned_host_key_reaches_the_connection():
-    raw = prod_example_with_secrets()
-    host_key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOd0c6S6k8Z1c2xYqRrn1FZ2bq3k5GZ2y3Vn5eXh0b5Q"
-    raw["tenants"][0]["workers"][0]["ssh"]["hostKey"] = host_key
-    run = run_program(raw, stack="prod", secret_keys=["management", "tenants"])
-    join = run.named("team-vision-gpu-01-join")
-    assert join.inputs["connection"]["hostKey"] == host_key
-    assert "hostKey" not in run.named("team-vision-gpu-02-join").inputs["connection"]
+def test_adopt_mode_creates_no_kind_cluster_and_runs_nothing_on_the_host(run, prod):
+    assert [r.name for r in run.resources if r.type.startswith("docker:") or r.type == "command:local:Command"] == []
+    assert prod.world.kind == {} and prod.world.docker.containers == {} and prod.world.docker.networks == {}
+    provider = run.named("gpu-tenancy-provider", "pulumi:providers:kubernetes")
+    assert provider.is_secret("kubeconfig")
+    assert provider.inputs["kubeconfig"] == run.outputs["managementKubeconfig"].value
+    assert yaml.safe_load(provider.inputs["kubeconfig"])["clusters"][0]["cluster"]["server"] == prod.world.adopted.server
+    # Not our cluster: an unreachable API fails destroy instead of dropping everything from the state.
+    assert (provider.inputs["deleteUnreachable"], provider.inputs["upsertExistingObjects"]) == ("false", "false")
 
 
-def test_ssh_workers_join_with_secret_inputs(prod):
-    joins = [r for r in prod.of_type("command:remote:Command") if r.name.endswith("-join")]
-    assert sorted(j.name for j in joins) == [
-        "team-speech-gpu-01-join", "team-speech-gpu-02-join", "team-vision-gpu-01-join", "team-vision-gpu-02-join"]
-    for join in joins:
-        assert join.is_secret("connection")
-        assert join.is_secret("stdin")
-        assert join.inputs["connection"]["host"].startswith("10.20.")
-        for key in ("create", "delete"):
-            assert not join.is_secret(key)
-            assert "BEGIN OPENSSH PRIVATE KEY" not in join.inputs[key]
+def test_stack_outputs(run, prod, example):
+    assert set(run.outputs) == STACK_OUTPUTS
+    assert {name for name, output in run.outputs.items() if output.secret} == SECRET_OUTPUTS
+    assert run.outputs["kindSubnet"].value is None
+    assert run.outputs["workerNetworks"].value == example.management.worker_cidrs
+    assert run.outputs["lbPoolRange"].value == example.management.load_balancer_pool
+    assert set(run.outputs["tenants"].value) == set(run.outputs["tenantKubeconfigs"].value) == set(TEAMS)
+    assert run.outputs["plan"].value["gpuMode"] == "nvidia"
+    for team in TEAMS:
+        assert set(yaml.safe_load(run.outputs["tenantKubeconfigs"].value[team])["users"][0]["user"]) == {"token"}
+        assert prod.world.tenant_api(team).authenticate(run.outputs["tenantAdminKubeconfigs"].value[team])
 
 
-def test_no_secret_in_plain_text_anywhere(prod):
-    secrets = [json.dumps(value)[1:-1] for value in (KUBECONFIG, PRIVATE_KEY)]
-    for resource in prod.resources:
-        for key, value in resource.raw_inputs.items():
-            if not resource.is_secret(key):
-                text = json.dumps(value, default=str)
-                assert not any(secret in text for secret in secrets), f"{resource.name}.{key}"
-    for name, output in prod.outputs.items():
-        if not output.secret:
-            text = json.dumps(output.value, default=str)
-            assert not any(secret in text for secret in secrets), name
+def test_metallb_hands_out_exactly_the_configured_pool(run, example, vendor_dir):
+    (pool,) = run.of_type("kubernetes:metallb.io/v1beta1:IPAddressPool")
+    assert pool.inputs["spec"] == {"addresses": [example.management.load_balancer_pool]}
+    schema = crd_json_schema(vendor_dir / "metallb" / "metallb.io_ipaddresspools.yaml", "v1beta1")
+    assert schema_errors({k: pool.inputs[k] for k in ("apiVersion", "kind", "metadata", "spec")}, schema) == []
+    first, last = (ipaddress.ip_address(a) for a in ADOPTED_LB_RANGE.split("-"))
+    for tenant in run.outputs["tenants"].value.values():
+        assert first <= ipaddress.ip_address(tenant["endpoint"].rpartition(":")[0]) <= last
 
 
-def test_hami_uses_the_real_device_plugin_and_labels_gpu_nodes(prod):
-    hami = [r for r in prod.of_type(RELEASE) if r.inputs["name"] == "hami"]
-    assert len(hami) == 2
-    for release in hami:
-        values = release.inputs["values"]
-        assert values["devicePlugin"]["enabled"] is True
-        assert values["mockDevicePlugin"]["enabled"] is False
-    labels = sorted(r.inputs["metadata"]["name"] for r in prod.resources if r.name.endswith("-gpu-label"))
-    assert labels == ["team-speech-gpu-01", "team-speech-gpu-02", "team-vision-gpu-01", "team-vision-gpu-02"]
-    assert [r for r in prod.resources if r.name.endswith("-gpu-register") or r.name.endswith("-gpu-capacity")] == []
+def test_ssh_workers_join_over_ssh_with_their_pinned_host_keys(run, prod, example):
+    joins = {r.name: r for r in run.of_type(REMOTE) if r.name.endswith("-join")}
+    assert sorted(joins) == [f"{node}-join" for node in NODES]
+    for tenant in example.tenants:
+        endpoint = run.outputs["tenants"].value[tenant.name]["endpoint"]
+        for worker in tenant.workers:
+            join = joins[f"{tenant.name}-{worker.name}-join"]
+            connection = join.inputs["connection"]
+            assert (connection["host"], connection["user"]) == (worker.ssh.host, worker.ssh.user)
+            assert connection["hostKey"] == worker.ssh.host_key
+            assert connection["privateKey"] == PRIVATE_KEY
+            assert join.is_secret("connection") and join.is_secret("stdin")
+            # The command lines name the action only (non-root users go through sudo -n).
+            assert join.inputs["create"] == "sudo -n env GPU_TENANCY_ACTION=create bash -s"
+            assert join.inputs["delete"] == "sudo -n env GPU_TENANCY_ACTION=delete bash -s"
+            # On the machine: joined to its own tenant's control plane.
+            assert prod.world.ssh[worker.ssh.host].machine.kubelet_conf == f"https://{endpoint}"
+        assert run.outputs["tenants"].value[tenant.name]["nodes"] == [f"{tenant.name}-{w.name}" for w in tenant.workers]
 
 
-def test_tenant_isolation_admits_the_worker_cidrs(prod):
-    policies = prod.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
-    assert len(policies) == 2
-    for policy in policies:
+def test_no_secret_is_readable_in_any_input_output_or_state(prod):
+    secrets = credential_parts(prod.run.outputs["managementKubeconfig"].value)
+    secrets |= {PRIVATE_KEY, base64.b64encode(PRIVATE_KEY.encode()).decode()}
+    for team in TEAMS:
+        stored = prod.world.adopted.find("Secret", team, admin_kubeconfig_secret_name(team))
+        for encoded in stored["data"].values():
+            secrets |= credential_parts(base64.b64decode(encoded).decode())
+        secrets |= credential_parts(prod.run.outputs["tenantKubeconfigs"].value[team])
+    for node in NODES:
+        token = plain(prod.sim.resource(f"{node}-membership").outputs["token"])
+        secrets |= {token, token.split(".")[1], base64.b64encode(token.encode()).decode()}
+    assert leaks(prod, secrets) == []
+
+
+def test_isolation_admits_the_worker_networks_and_the_api_also_the_operator_networks(run, example):
+    management = example.management
+    for team in TEAMS:
+        policy = run.named(f"{team}-isolation", "kubernetes:networking.k8s.io/v1:NetworkPolicy")
         blocks = [peer["ipBlock"]["cidr"] for rule in policy.inputs["spec"]["ingress"] for peer in rule["from"]
                   if "ipBlock" in peer]
-        assert blocks == ["10.20.0.0/16"]
+        assert blocks == management.worker_cidrs
+        tcp = run.named(f"{team}-tcp")
+        assert tcp.inputs["spec"]["networkProfile"]["loadBalancerSourceRanges"] == sorted(
+            {*management.worker_cidrs, *management.operator_cidrs})
 
 
-def test_quotas_per_team(prod):
-    quotas = {r.name: r.inputs["spec"]["hard"] for r in prod.of_type("kubernetes:core/v1:ResourceQuota")}
-    assert quotas["team-vision-gpu-quota"]["requests.nvidia.com/gpu"] == "8"
-    assert quotas["team-speech-gpu-quota"]["requests.nvidia.com/gpumem"] == "163840"
+def test_each_team_has_a_dedicated_etcd_and_data_store(run, example, vendor_dir):
+    schema = crd_json_schema(vendor_dir / "kamaji" / "kamaji.clastix.io_datastores.yaml")
+    for tenant in example.tenants:
+        store = tenant.data_store
+        etcd = run.named(f"{tenant.name}-etcd", RELEASE)
+        values = etcd.inputs["values"]
+        assert etcd.inputs["namespace"] == tenant.name
+        assert (values["replicas"], values["persistentVolumeClaim"]["size"]) == (store.replicas, store.storage_size)
+        assert values["quotaBackendBytes"] == str(store.quota_mib * 1024 * 1024)
+        datastore = run.named(f"{tenant.name}-datastore")
+        manifest = {k: datastore.inputs[k] for k in ("apiVersion", "kind", "metadata", "spec")}
+        assert schema_errors(manifest, schema) == []
+        assert len(manifest["spec"]["endpoints"]) == store.replicas
+        assert {e.split(".")[2] for e in manifest["spec"]["endpoints"]} == {tenant.name}
+        name = manifest["metadata"]["name"]
+        assert run.named(f"{tenant.name}-tcp").inputs["spec"]["dataStore"] == name
+        assert run.outputs["tenants"].value[tenant.name]["dataStore"] == name
+        assert run.depends_on(run.named(f"{tenant.name}-tcp"), etcd)
+    # Nobody uses the shared etcd, but it still exists for tenants without a store of their own.
+    assert run.named("kamaji-datastore").inputs["metadata"]["name"] == "default"
 
 
-def test_outputs_hide_the_adopted_kubeconfig(prod):
-    assert prod.outputs["managementKubeconfig"].secret
-    assert prod.outputs["kindSubnet"].value is None
-    assert prod.outputs["workerNetworks"].value == ["10.20.0.0/16"]
+def test_workload_namespaces_get_pod_security_quota_and_the_user_binding(run, example):
+    for tenant in example.tenants:
+        for namespace in tenant.namespaces:
+            patch = run.named(f"{tenant.name}-namespace-{namespace}", "kubernetes:core/v1:NamespacePatch")
+            assert patch.inputs["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
+            quota = run.named(f"{tenant.name}-gpu-quota-{namespace}", "kubernetes:core/v1:ResourceQuota")
+            assert quota.inputs["metadata"]["namespace"] == namespace
+            assert quota.inputs["spec"]["hard"] == {
+                "requests.nvidia.com/gpu": str(tenant.quota.gpus),
+                "limits.nvidia.com/gpumem": str(tenant.quota.memory_mib),
+                "limits.nvidia.com/gpucores": str(tenant.quota.cores),
+            }
+            binding = run.named(f"{tenant.name}-user-rolebinding-{namespace}")
+            assert binding.inputs["metadata"]["namespace"] == namespace
+    assert example.tenants[0].namespaces == ["default", "training"]
+    assert not [r for r in run.resources if r.name.startswith("team-speech-") and r.name.endswith("-training")]
+
+
+def test_hami_uses_the_real_device_plugin_on_labelled_gpu_nodes(run):
+    hami = [r for r in run.of_type(RELEASE) if r.inputs["name"] == "hami"]
+    assert sorted(r.name for r in hami) == [f"{team}-hami" for team in sorted(TEAMS)]
+    for release in hami:
+        values = release.inputs["values"]
+        assert values["devicePlugin"]["enabled"] is True and values["mockDevicePlugin"]["enabled"] is False
+    labels = {r.inputs["metadata"]["name"]: r.inputs["metadata"]["labels"] for r in run.resources
+              if r.name.endswith("-gpu-label")}
+    assert labels == {node: {"gpu": "on"} for node in NODES}
+    assert [r.name for r in run.resources if r.name.endswith(("-gpu-register", "-gpu-capacity"))] == []
+
+
+def test_every_team_is_proven_on_the_server_its_smoke_test_fits(run, example):
+    for tenant in example.tenants:
+        node = f"{tenant.name}-{example.smoke_test.worker_in(tenant).name}"
+        pod = run.named(f"{tenant.name}-gpu-smoke-test")
+        assert pod.inputs["spec"]["nodeSelector"] == {"kubernetes.io/hostname": node}
+        evidence = run.outputs["tenants"].value[tenant.name]["smokeTest"]
+        assert (evidence["schedulerName"], evidence["node"]) == ("hami-scheduler", node)
+        # The real device plugin decides the capacity: the program reports none of its own.
+        assert run.outputs["tenants"].value[tenant.name]["gpuCapacity"] is None
+
+
+def test_a_preview_of_the_example_touches_no_server():
+    world = lab_world()
+    run = run_program(example_on_its_machine(world), stack="prod", secret_keys=SECRET_KEYS, world=world,
+                      preview=True)
+    assert run.named("team-vision-gpu-01-join").inputs["connection"]["host"] == "10.20.1.11"
+    assert [host.machine.kubelet_conf for host in world.ssh.values()] == [None] * len(NODES)
+    assert not any(key[0] == "Namespace" and key[2].startswith("team-") for key in world.adopted.objects)
+
+
+def test_the_example_file_keeps_secrets_out():
+    raw = load_stack_file("prod.example")
+    assert "kubeconfig" not in raw["management"]
+    assert all("privateKey" not in w["ssh"] for t in raw["tenants"] for w in t["workers"])

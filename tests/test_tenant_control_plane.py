@@ -1,358 +1,513 @@
-"""The TenantControlPlane component under Pulumi mocks: what it registers, with which
-secrets, providers and dependencies."""
+"""The TenantControlPlane component inside the real program, on the lifecycle simulator: what it registers on
+the management cluster and inside the tenant, which credentials it reads (and which it must not), how its
+options shape replacement and tear-down, and what the simulated Kamaji and tenant API end up holding.
+
+One lab serves most tests: the dev stack with an operator network, and tenant-b on a dedicated etcd with a GPU
+quota over two workload namespaces. Its program is the real `__main__.py`, plus stack outputs that expose the
+component's own attributes (so their secretness is the component's, not `__main__`'s wrapping).
+"""
 
 from __future__ import annotations
 
-import datetime
-import re
+import base64
+import copy
+import json
+import runpy
+from types import SimpleNamespace
 
 import pulumi
-import pulumi_command as command
 import pulumi_kubernetes as k8s
 import pytest
+import yaml
+from pulumi.runtime import rpc
 
 from components import tenant_spec
-from components.tenant_control_plane import TenantCni, TenantCniArgs, TenantControlPlane, TenantControlPlaneArgs
+from components.kamaji import ETCD_CHART_DIR
+from components.tenant_control_plane import TenantControlPlane, TenantControlPlaneArgs
 from config import load_stack_config
-from tests.crd_schema import crd_json_schema, schema_errors
-from tests.fixtures import KIND_SUBNET_V4, TENANT_LB_IP, tenant_ca_pem
-from tools.mockrun import last_run_registrations, run_program
+from tests.crd_schema import schema_errors
+from tests.test_tenant_spec import strict_schema
+from tools import mockrun
+from tools.sim import Lifecycle, World, paths, pki, systems
+from tools.sim.lab import lab_world
+from tools.sim.state import plain
+from tools.sim.world import CLUSTER_ADMINS, SYSTEM_MASTERS
 
-UTC = datetime.timezone.utc
-NOW = datetime.datetime(2026, 8, 20, 9, 30, tzinfo=UTC)
 COMPONENT = "gpu-tenancy:index:TenantControlPlane"
 TCP_TYPE = "kubernetes:kamaji.clastix.io/v1alpha1:TenantControlPlane"
-OUTPUTS = ("kubeconfig", "endpoint", "discovery_hash", "join_token", "namespace")
+SECRET_TYPE = "kubernetes:core/v1:Secret"
+OPERATOR_CIDR = "192.168.77.0/24"
+TENANTS = ("tenant-a", "tenant-b")
+PROBES = ("user_kubeconfig", "admin_kubeconfig", "operator_kubeconfig", "ca_certificate", "discovery_hash",
+          "endpoint")
+CARD_C = {"uuid": "GPU-MOCK-C0", "model": "NVIDIA-A100", "memoryMiB": 8192}
+
+
+def lab_config():
+    config = mockrun.load_stack_file("dev")
+    config["management"] = {"operatorCidrs": [OPERATOR_CIDR]}
+    tenant_b = config["tenants"][1]
+    tenant_b["dataStore"] = {"dedicated": True, "replicas": 3, "storageSize": "4Gi", "quotaMiB": 2048}
+    tenant_b["namespaces"] = ["default", "ml"]
+    tenant_b["quota"] = {"gpus": 2, "memoryMiB": 6000, "cores": 60}
+    return config
+
+
+def program_with_probes():
+    """`__main__.py`, then each TenantControlPlane's attributes as stack outputs `probe.<tenant>.<attribute>`."""
+    made: list[TenantControlPlane] = []
+    original = TenantControlPlane.__init__
+
+    def record(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        made.append(self)
+
+    TenantControlPlane.__init__ = record
+    try:
+        runpy.run_path(str(mockrun.MAIN), run_name="__main__")
+    finally:
+        TenantControlPlane.__init__ = original
+    for component in made:
+        for attribute in PROBES:
+            pulumi.export(f"probe.{component.tenant_name}.{attribute}", getattr(component, attribute))
+
+
+def _registrations(sim):
+    return [mockrun.registration(r) for r in sim.engine.last_operation.registered.values()]
+
+
+@pytest.fixture(scope="module")
+def lab():
+    sim = Lifecycle(lab_config(), world=lab_world(), program=program_with_probes)
+    sim.preview()
+    fresh_preview = _registrations(sim)
+    plan = sim.up(skip_preview=True)
+    outputs = {name: mockrun.StackOutput(plain(value), name in plan.secret_outputs)
+               for name, value in plan.outputs.items()}
+    run = mockrun.ProgramRun(resources=_registrations(sim), outputs=outputs)
+    stack = load_stack_config(lab_config())
+    return SimpleNamespace(sim=sim, plan=plan, run=run, fresh_preview=fresh_preview, versions=stack.versions,
+                           tenants={t.name: t for t in stack.tenants})
+
+
+@pytest.fixture(scope="module")
+def tcp_schema(vendor_dir):
+    return strict_schema(vendor_dir / "kamaji" / "kamaji.clastix.io_tenantcontrolplanes.yaml")
+
+
+@pytest.fixture(scope="module")
+def datastore_schema(vendor_dir):
+    return strict_schema(vendor_dir / "kamaji" / "kamaji.clastix.io_datastores.yaml")
 
 
 @pytest.fixture
-def stack(dev_config):
-    dev_config["tenants"][1]["quota"] = {"gpus": 2, "memoryMiB": 6000, "cores": 60}
-    card = {"uuid": "GPU-MOCK-C0", "model": "NVIDIA-A100", "memoryMiB": 8192}
-    dev_config["tenants"].append({"name": "tenant-c", "workers": [{"name": "w0", "gpus": [card]}]})
-    return load_stack_config(dev_config)
-
-
-def _program(stack, now=NOW, components=None):
-    def program():
-        mgmt = k8s.Provider("management", kubeconfig=pulumi.Output.secret("management-kubeconfig"))
-        kamaji = k8s.helm.v3.Release(
-            "kamaji",
-            k8s.helm.v3.ReleaseArgs(chart="kamaji", namespace="kamaji-system"),
-            opts=pulumi.ResourceOptions(provider=mgmt),
-        )
-        for tenant in stack.tenants:
-            tcp = TenantControlPlane(
-                tenant.name,
-                TenantControlPlaneArgs(
-                    tenant=tenant,
-                    management_provider=mgmt,
-                    worker_networks=pulumi.Output.from_input([KIND_SUBNET_V4]),
-                    datastore_name="default",
-                    versions=stack.versions,
-                    depends_on=[kamaji],
-                    now=now,
-                ),
-            )
-            if components is not None:
-                components[tenant.name] = tcp
-            # Stand-in for a worker join: consumes exactly what WorkerNode consumes.
-            join = command.local.Command(
-                f"{tenant.name}-join-probe",
-                create="true",
-                environment={
-                    "ENDPOINT": tcp.endpoint,
-                    "TOKEN": tcp.join_token,
-                    "HASH": tcp.discovery_hash,
-                },
-            )
-            cni = TenantCni(
-                tenant.name,
-                TenantCniArgs(
-                    tenant=tenant,
-                    tenant_provider=tcp.provider,
-                    endpoint=tcp.endpoint,
-                    versions=stack.versions,
-                    depends_on=[join],
-                ),
-            )
-            if components is not None:
-                components[f"{tenant.name}-cni"] = cni
-            for key in OUTPUTS:
-                pulumi.export(f"{tenant.name}.{key}", getattr(tcp, key))
-
-    return program
-
-
-@pytest.fixture
-def run(stack):
-    tenant_ca_pem()  # the mocks serve this (cached) CA; create it before they run in parallel
-    return run_program({}, program=_program(stack))
+def scratch_config(lab):
+    """Change `lab.sim.config` for a preview; restored afterwards (a preview commits no state)."""
+    saved = copy.deepcopy(lab.sim.config)
+    yield lab.sim.config
+    lab.sim.config = saved
 
 
 def _provider_urn(registration):
     return registration.provider.rsplit("::", 1)[0]
 
 
-def _tenant_resources(run, tenant):
-    return run.descendants(run.named(tenant, COMPONENT))
+def _management_api(lab):
+    return lab.sim.world.kind["gpu-tenancy"].api
+
+
+def _live_tcp(lab, tenant):
+    return plain(lab.sim.resource(f"{tenant}-tcp").outputs)
+
+
+def _world_tenant(lab, tenant):
+    (found,) = [t for t in lab.sim.world.tenants.values() if t.namespace == tenant]
+    return found
+
+
+def _decoded(secret, key):
+    return base64.b64decode(secret["data"][key]).decode()
+
+
+def _inside(lab, tenant):
+    """Everything registered through the tenant's own provider."""
+    provider = lab.run.named(f"{tenant}-tenant").urn
+    return [r for r in lab.run.resources if r.provider and _provider_urn(r) == provider]
 
 
 # --------------------------------------------------------------------------- #
-# Outputs
+# The TenantControlPlane object and what Kamaji makes of it
 # --------------------------------------------------------------------------- #
 
 
-def test_outputs_have_the_promised_values_and_secretness(run, stack):
-    for tenant in stack.tenants:
-        out = {key: run.outputs[f"{tenant.name}.{key}"] for key in OUTPUTS}
-        assert out["namespace"].value == tenant.name and not out["namespace"].secret
-        assert out["endpoint"].value == f"{TENANT_LB_IP}:6443" and not out["endpoint"].secret
-        assert out["kubeconfig"].secret
-        assert f"server: https://{TENANT_LB_IP}:6443" in out["kubeconfig"].value
-        assert out["join_token"].secret
-        assert tenant_spec.TOKEN_PATTERN.match(out["join_token"].value)
-        assert out["discovery_hash"].value == tenant_spec.discovery_hash(tenant_ca_pem())
-        assert re.fullmatch(r"sha256:[0-9a-f]{64}", out["discovery_hash"].value)
+def test_tcp_is_valid_and_waits_for_kamaji_its_fence_and_its_datastore(lab, tcp_schema):
+    webhook = lab.run.named("kamaji-webhook-ready")
+    for tenant in TENANTS:
+        tcp = lab.run.named(f"{tenant}-tcp")
+        assert tcp.type == TCP_TYPE
+        assert _provider_urn(tcp) == _provider_urn(lab.run.named(f"{tenant}-namespace"))
+        assert schema_errors(tcp.inputs, tcp_schema) == []
+        assert "status" not in tcp.inputs
+        assert (tcp.custom_timeouts["create"], tcp.custom_timeouts["update"]) == ("20m", "20m")
+        for before in (f"{tenant}-namespace", f"{tenant}-isolation"):
+            assert lab.run.depends_on(tcp, lab.run.named(before)), before
+        # Kamaji's webhooks (failurePolicy Fail) answer and the DataStore exists (facts §2).
+        assert lab.run.depends_on(tcp, webhook)
+    assert lab.run.depends_on(lab.run.named("tenant-b-tcp"), lab.run.named("tenant-b-datastore"))
 
 
-def test_kubeconfig_and_token_are_secret_in_every_input_that_carries_them(run, stack):
-    checked = 0
-    for tenant in stack.tenants:
-        token = run.outputs[f"{tenant.name}.join_token"].value
-        token_id, token_secret = token.split(".")
-        secrets = [run.outputs[f"{tenant.name}.kubeconfig"].value, token, token_id, token_secret]
-        for resource in run.resources:
-            for key, value in resource.inputs.items():
-                if any(secret in str(value) for secret in secrets):
-                    assert resource.is_secret(key), f"{resource}.{key} carries a secret in plain text"
-                    checked += 1
-    # Provider kubeconfig, token Secret metadata + stringData, and the join stand-in, per tenant.
-    assert checked >= 4 * len(stack.tenants)
+def test_kamaji_runs_each_tenant_with_our_ranges_sources_and_admission_plugins(lab):
+    worker_networks = lab.run.outputs["workerNetworks"].value
+    assert worker_networks
+    for tenant in TENANTS:
+        network = lab.run.named(f"{tenant}-tcp").inputs["spec"]["networkProfile"]
+        expected_sources = sorted({*worker_networks, OPERATOR_CIDR})
+        assert network["loadBalancerSourceRanges"] == expected_sources
+        running = _world_tenant(lab, tenant)
+        config = lab.tenants[tenant]
+        assert running.load_balancer_source_ranges == expected_sources
+        assert (running.pod_cidrs, running.service_cidrs) == ([config.pod_cidr], [config.service_cidr])
+        assert running.node_restriction, "kubelets could modify each other's Node objects"
+        # The NetworkPolicy fences the control-plane pods to the same worker networks.
+        policy = lab.run.named(f"{tenant}-isolation")
+        assert policy.type == "kubernetes:networking.k8s.io/v1:NetworkPolicy"
+        assert policy.inputs["spec"] == tenant_spec.isolation_network_policy(tenant, worker_networks)["spec"]
+        assert policy.inputs["metadata"]["namespace"] == tenant
 
 
-def test_secret_carriers_are_marked_at_the_source(run):
-    provider = run.named("tenant-a-tenant", "pulumi:providers:kubernetes")
-    assert provider.is_secret("kubeconfig")
-    token = run.named("tenant-a-bootstrap-token", "kubernetes:core/v1:Secret")
-    assert token.is_secret("stringData")
-    for part in ("tenant-a-token-id", "tenant-a-token-secret"):
-        assert run.named(part).additional_secret_outputs == ["result"]
-    for read in ("tenant-a-admin-kubeconfig", "tenant-a-ca"):
-        assert {"data", "stringData"} <= set(run.named(read).additional_secret_outputs)
-
-
-# --------------------------------------------------------------------------- #
-# Management cluster objects
-# --------------------------------------------------------------------------- #
-
-
-def test_namespace_and_isolation_policy_on_the_management_cluster(run):
-    mgmt = run.named("management")
-    namespace = run.named("tenant-a-namespace")
-    assert namespace.inputs["metadata"]["name"] == "tenant-a"
-    policy = run.named("tenant-a-isolation")
-    assert policy.type == "kubernetes:networking.k8s.io/v1:NetworkPolicy"
-    expected = tenant_spec.isolation_network_policy("tenant-a", [KIND_SUBNET_V4])
-    assert policy.inputs["spec"] == expected["spec"]
-    assert policy.inputs["metadata"]["namespace"] == "tenant-a"
-    assert {_provider_urn(namespace), _provider_urn(policy)} == {mgmt.urn}
-    assert run.depends_on(policy, namespace)
-
-
-def test_tcp_is_registered_valid_and_ordered_after_kamaji_and_the_fence(run, vendor_dir):
-    tcp = run.named("tenant-a-tcp")
-    assert tcp.type == TCP_TYPE
-    assert _provider_urn(tcp) == run.named("management").urn
-    assert run.depends_on(tcp, run.named("kamaji"))
-    assert run.depends_on(tcp, run.named("tenant-a-isolation"))
-    assert tcp.custom_timeouts["create"] == "20m"
-    assert "status" not in tcp.inputs
-    schema = crd_json_schema(vendor_dir / "kamaji" / "kamaji.clastix.io_tenantcontrolplanes.yaml")
-    assert schema_errors(tcp.inputs, schema) == []
-    assert tcp.inputs["metadata"]["annotations"]["pulumi.com/waitFor"] == tenant_spec.WAIT_FOR_READY
-
-
-def test_credentials_are_read_from_kamajis_secrets_after_the_tcp(run):
-    tcp = run.named("tenant-a-tcp")
-    mgmt = run.named("management")
-    for name, secret_id in (
-        ("tenant-a-admin-kubeconfig", "tenant-a/tenant-a-admin-kubeconfig"),
-        ("tenant-a-ca", "tenant-a/tenant-a-ca"),
-    ):
-        read = run.named(name)
-        assert read.read and read.resource_id == secret_id
-        assert tcp.urn in read.dependencies
-        assert _provider_urn(read) == mgmt.urn
+def test_kube_proxy_is_ours_not_kamajis_addon(lab):
+    for tenant in TENANTS:
+        assert "kubeProxy" not in lab.run.named(f"{tenant}-tcp").inputs["spec"]["addons"]
+        endpoint = lab.run.outputs["tenants"].value[tenant]["endpoint"]
+        config_map = lab.run.named(f"{tenant}-kube-proxy-configmap")
+        assert config_map in _inside(lab, tenant)
+        kubeconfig = yaml.safe_load(config_map.inputs["data"]["kubeconfig.conf"])
+        assert kubeconfig["clusters"][0]["cluster"]["server"] == f"https://{endpoint}"
+        api = lab.sim.world.tenant_api(tenant)
+        assert systems.kube_proxy_works(lab.sim.world, api)
+        daemon_set = api.find("DaemonSet", "kube-system", "kube-proxy")
+        assert "kamaji.clastix.io/project" not in (daemon_set["metadata"].get("labels") or {})
 
 
 # --------------------------------------------------------------------------- #
-# Tenant cluster objects
+# Replacement and tear-down options
 # --------------------------------------------------------------------------- #
 
 
-def test_bootstrap_token_secret_in_the_tenant(run):
-    secret = run.named("tenant-a-bootstrap-token", "kubernetes:core/v1:Secret")
-    tenant_provider = run.named("tenant-a-tenant")
-    assert _provider_urn(secret) == tenant_provider.urn
-    token_id, token_secret = run.outputs["tenant-a.join_token"].value.split(".")
-    assert secret.inputs["type"] == "bootstrap.kubernetes.io/token"
-    assert secret.inputs["metadata"]["name"] == f"bootstrap-token-{token_id}"
-    assert secret.inputs["metadata"]["namespace"] == "kube-system"
-    data = secret.inputs["stringData"]
-    assert (data["token-id"], data["token-secret"]) == (token_id, token_secret)
-    assert data["expiration"] == tenant_spec.token_window(NOW).expiration_rfc3339
-    assert data["auth-extra-groups"] == "system:bootstrappers:kubeadm:default-node-token"
-    for part, length in (("tenant-a-token-id", 6), ("tenant-a-token-secret", 16)):
-        inputs = run.named(part).inputs
-        assert (inputs["length"], inputs["upper"], inputs["special"]) == (length, False, False)
-        assert inputs["keepers"] == {"rotationWindow": tenant_spec.token_window(NOW).label}
+def test_cidr_replace_paths_name_real_inputs_of_the_registered_tcp(lab):
+    for tenant in TENANTS:
+        tcp = lab.run.named(f"{tenant}-tcp")
+        assert tcp.replace_on_changes == list(tenant_spec.CIDR_REPLACE_ON_CHANGES)
+        for path in tcp.replace_on_changes:
+            assert paths.matches_any_input(paths.parse(path), tcp.inputs), path
+        # A fixed name: the old control plane must go before its replacement is created.
+        assert tcp.delete_before_replace
 
 
-def test_joins_wait_for_the_token_secret_and_the_ready_tcp(run):
-    probe = run.named("tenant-a-join-probe")
-    assert run.depends_on(probe, run.named("tenant-a-bootstrap-token", "kubernetes:core/v1:Secret"))
-    assert run.depends_on(probe, run.named("tenant-a-tcp"))
-    assert not run.depends_on(probe, run.named("tenant-a-calico"))
+def test_a_changed_pod_range_replaces_only_that_tenants_control_plane_and_what_lives_in_it(lab, scratch_config):
+    scratch_config["tenants"][0]["podCidr"] = "10.250.0.0/16"
+    plan = lab.sim.preview()
+    step = plan.step("tenant-a-tcp")
+    assert step.op == "replace", plan.render()
+    assert any("podCidrs" in diff for diff in step.diffs), step.diffs
+    changed = {name for names in plan.changed().values() for name in names}
+    assert changed and all(name.startswith("tenant-a-") for name in changed), plan.render()
 
 
-def test_calico_goes_in_after_the_joins(run):
-    # Facts §6 (workers joined -> CNI); on destroy Calico is then removed while its nodes still exist.
-    probe = run.named("tenant-a-join-probe")
-    assert run.depends_on(run.named("tenant-a-calico-crds"), probe)
-    assert run.depends_on(run.named("tenant-a-calico"), probe)
+def test_management_objects_go_with_the_cluster_and_tenant_objects_with_the_tcp(lab):
+    cluster = lab.run.named("gpu-tenancy-kind").urn
+    for tenant in TENANTS:
+        tcp = lab.run.named(f"{tenant}-tcp")
+        management = [f"{tenant}-namespace", f"{tenant}-isolation", f"{tenant}-tcp"]
+        if tenant == "tenant-b":
+            management += ["tenant-b-etcd", "tenant-b-datastore"]
+        for name in management:
+            assert lab.run.named(name).deleted_with == cluster, name
+        inside = _inside(lab, tenant)
+        assert {r.name for r in inside} >= {f"{tenant}-kube-proxy-daemonset", f"{tenant}-user-rolebinding-default",
+                                             f"{tenant}-namespace-default"}
+        for resource in inside:
+            # Reads (`.get`) are never deleted, so they need no deleted_with.
+            assert resource.read or resource.deleted_with == tcp.urn, resource
 
 
-def test_calico_crds_then_operator_on_the_tenant_provider(run, stack):
-    for tenant in stack.tenants:
-        provider = run.named(f"{tenant.name}-tenant").urn
-        crds = run.named(f"{tenant.name}-calico-crds")
-        operator = run.named(f"{tenant.name}-calico")
-        assert {_provider_urn(crds), _provider_urn(operator)} == {provider}
-        assert crds.inputs["chart"] == "crd.projectcalico.org.v1"
-        assert operator.inputs["chart"] == "tigera-operator"
-        for release in (crds, operator):
-            assert release.inputs["version"] == stack.versions.calico == "v3.32.1"
-            assert release.inputs["repositoryOpts"] == {"repo": "https://docs.tigera.io/calico/charts"}
-            assert release.inputs["namespace"] == "tigera-operator"
-        assert run.depends_on(operator, crds)
-        assert operator.inputs["timeout"] >= 15 * 60
-        values = operator.inputs["values"]
-        assert values["installation"]["calicoNetwork"]["ipPools"][0]["cidr"] == tenant.pod_cidr
-        assert values["kubernetesServiceEndpoint"] == {"host": TENANT_LB_IP, "port": "6443"}
-
-
-def test_cni_releases_and_component_attributes(stack):
-    components = {}
-    run_program({}, program=_program(stack, components=components))
-    for tenant in stack.tenants:
-        cni = components[f"{tenant.name}-cni"]
-        assert [type(r) for r in cni.releases] == [k8s.helm.v3.Release, k8s.helm.v3.Release]
-        component = components[tenant.name]
-        assert component.tenant_name == tenant.name
-        assert isinstance(component.tcp, k8s.apiextensions.CustomResource)
-        assert isinstance(component.provider, k8s.Provider)
-
-
-def test_quota_only_where_configured(run):
-    assert not [r for r in run.of_type("kubernetes:core/v1:ResourceQuota") if r.name.startswith("tenant-a")]
-    quota = run.named("tenant-b-gpu-quota")
-    assert _provider_urn(quota) == run.named("tenant-b-tenant").urn
-    assert quota.inputs["metadata"]["namespace"] == "default"
-    assert quota.inputs["spec"]["hard"] == {
-        "requests.nvidia.com/gpu": "2",
-        "requests.nvidia.com/gpumem": "6000",
-        "requests.nvidia.com/gpucores": "60",
-    }
-
-
-# --------------------------------------------------------------------------- #
-# Shape of the graph
-# --------------------------------------------------------------------------- #
-
-
-def test_every_resource_is_a_child_of_its_tenant_component(run, stack):
-    for tenant in stack.tenants:
-        component = run.named(tenant.name, COMPONENT)
-        expected = {
-            "namespace", "isolation", "tcp", "admin-kubeconfig", "ca", "tenant", "token-id", "token-secret",
-            "bootstrap-token",
-        } | ({"gpu-quota"} if tenant.quota else set())
-        assert {child.name for child in run.children(component)} == {f"{tenant.name}-{n}" for n in expected}
-        assert run.descendants(component) == run.children(component)
-        cni = run.named(tenant.name, "gpu-tenancy:index:TenantCni")
-        assert {child.name for child in run.children(cni)} == {f"{tenant.name}-calico-crds", f"{tenant.name}-calico"}
-
-
-def test_three_tenants_never_depend_on_each_other(run, stack):
-    names = [t.name for t in stack.tenants]
-    assert len(names) == 3
-    for mine in names:
-        for other in names:
+def test_tenants_never_depend_on_each_other(lab):
+    for mine in TENANTS:
+        for other in TENANTS:
             if other == mine:
                 continue
-            other_component = run.named(other, COMPONENT)
-            for resource in _tenant_resources(run, mine) + [run.named(f"{mine}-join-probe")]:
-                assert not run.depends_on(resource, other_component), f"{resource} waits for tenant {other}"
+            other_component = lab.run.named(other, COMPONENT)
+            for resource in lab.run.descendants(lab.run.named(mine, COMPONENT)):
+                assert not lab.run.depends_on(resource, other_component), f"{resource} waits for tenant {other}"
 
 
-def test_up_twice_in_one_window_registers_identical_inputs(stack):
-    first = run_program({}, program=_program(stack, now=NOW))
-    later = NOW + datetime.timedelta(days=1)
-    assert tenant_spec.token_window(later) == tenant_spec.token_window(NOW)
-    second = run_program({}, program=_program(stack, now=later))
-    assert {r.urn: r.inputs for r in first.resources} == {r.urn: r.inputs for r in second.resources}
+# --------------------------------------------------------------------------- #
+# Credentials: read by Kamaji's pointer, after the control plane exists, never the CA key
+# --------------------------------------------------------------------------- #
 
 
-def test_a_new_window_rotates_only_the_token(stack):
-    first = run_program({}, program=_program(stack, now=NOW))
-    later = NOW + tenant_spec.TOKEN_ROTATION
-    second = run_program({}, program=_program(stack, now=later))
-    before = {r.urn: r for r in first.resources}
-    changed = {r.name for r in second.resources if r.inputs != before[r.urn].inputs}
-    token_resources = {f"{t.name}-{part}" for t in stack.tenants for part in ("token-id", "token-secret", "bootstrap-token")}
-    assert changed == token_resources
-    for tenant in stack.tenants:
-        keepers = second.named(f"{tenant.name}-token-id").inputs["keepers"]
-        assert keepers != before[second.named(f"{tenant.name}-token-id").urn].inputs["keepers"]
-        expiration = second.named(f"{tenant.name}-bootstrap-token").inputs["stringData"]["expiration"]
-        assert expiration == tenant_spec.token_window(later).expiration_rfc3339
+def test_admin_secret_is_read_by_kamajis_status_pointer_after_the_tcp(lab):
+    steps = [(step.op, step.name) for step in lab.plan.steps]
+    for tenant in TENANTS:
+        tcp = lab.run.named(f"{tenant}-tcp")
+        live = _live_tcp(lab, tenant)
+        pointer = live["status"]["kubeconfig"]["admin"]["secretName"]
+        read = lab.run.named(f"{tenant}-admin-kubeconfig", SECRET_TYPE)
+        assert read.read and read.resource_id == f"{live['metadata']['namespace']}/{pointer}"
+        assert tcp.urn in read.dependencies
+        assert _provider_urn(read) == _provider_urn(tcp)
+        assert {"data", "stringData"} <= set(read.additional_secret_outputs)
+        assert steps.index(("create", tcp.name)) < steps.index(("read", read.name))
 
 
-def test_an_unresolved_tenant_fails_before_any_tenant_object_is_registered(stack):
+def test_a_fresh_preview_reads_no_tenant_secret(lab):
+    reads = [r for r in lab.fresh_preview if r.read]
+    assert {r.name for r in reads} >= {f"{t}-admin-kubeconfig" for t in TENANTS}
+    # An unknown id: the engine skips the read ("The only time we can't run is if the ID we are given is unknown").
+    assert {r.resource_id for r in reads if r.type == SECRET_TYPE} <= {rpc.UNKNOWN, ""}
+
+
+def test_adding_a_tenant_previews_without_reading_its_secret_yet(lab, scratch_config):
+    scratch_config["tenants"].append({"name": "tenant-c", "workers": [{"name": "w0", "gpus": [CARD_C]}]})
+    plan = lab.sim.preview()
+    reads = {r.name: r.resource_id for r in _registrations(lab.sim) if r.read and r.type == SECRET_TYPE}
+    assert reads["tenant-c-admin-kubeconfig"] in (rpc.UNKNOWN, "")
+    for tenant in TENANTS:
+        assert reads[f"{tenant}-admin-kubeconfig"] == f"{tenant}/{tenant}-admin-kubeconfig"
+    assert set(plan.changed()) == {"create"}, plan.render()
+    assert all(name.startswith("tenant-c") for name in plan.names("create")), plan.render()
+
+
+def test_the_admin_secret_name_comes_from_the_status_not_from_a_naming_rule(dev_config, monkeypatch):
+    """Kamaji may name the Secret differently (a prefix, a new version): the pointer is what counts."""
+    make_secret, reconcile = systems._kubeconfig_secret, systems._reconcile_tenant
+
+    def renamed_secret(tenant, tcp_name, namespace):
+        secret = make_secret(tenant, tcp_name, namespace)
+        secret["metadata"]["name"] = f"{tcp_name}-kubeconfigs"
+        return secret
+
+    def pointing_at_it(world, api, tcp):
+        reconcile(world, api, tcp)
+        admin = ((tcp.get("status") or {}).get("kubeconfig") or {}).get("admin")
+        if admin:
+            admin["secretName"] = f"{tcp['metadata']['name']}-kubeconfigs"
+
+    monkeypatch.setattr(systems, "_kubeconfig_secret", renamed_secret)
+    monkeypatch.setattr(systems, "_reconcile_tenant", pointing_at_it)
+    run = mockrun.run_program(dev_config)
+    assert run.named("tenant-a-admin-kubeconfig", SECRET_TYPE).resource_id == "tenant-a/tenant-a-kubeconfigs"
+    assert run.outputs["tenants"].value["tenant-a"]["smokeTest"]["schedulerName"] == "hami-scheduler"
+
+
+def test_no_ca_private_key_is_read_into_the_state(lab):
+    secret_reads = {r.name for r in lab.run.resources if r.read and r.type == SECRET_TYPE}
+    assert secret_reads == {f"{t}-admin-kubeconfig" for t in TENANTS}
+    state = json.dumps([[plain(r.inputs), plain(r.outputs)] for r in lab.sim.engine.state.values()], default=str)
+    for tenant in TENANTS:
+        ca_secret = _live_tcp(lab, tenant)["status"]["certificates"]["ca"]["secretName"]
+        stored = _management_api(lab).find("Secret", tenant, ca_secret)
+        assert stored is not None
+        key = stored["data"]["ca.key"]
+        assert key not in state and base64.b64decode(key).decode() not in state
+
+
+def test_the_program_writes_into_the_tenant_as_super_admin(lab):
+    for tenant in TENANTS:
+        live = _live_tcp(lab, tenant)
+        secret = _management_api(lab).find("Secret", tenant, live["status"]["kubeconfig"]["admin"]["secretName"])
+        provider = lab.run.named(f"{tenant}-tenant", "pulumi:providers:kubernetes")
+        assert provider.is_secret("kubeconfig")
+        kubeconfig = provider.inputs["kubeconfig"]
+        assert kubeconfig == _decoded(secret, tenant_spec.SUPER_ADMIN_KUBECONFIG_KEY)
+        # system:masters: no wait for Kamaji to bind kubeadm:cluster-admins (platform facts §4).
+        assert SYSTEM_MASTERS in pki.identity_of(pki.parse_kubeconfig(kubeconfig).client_certificate).groups
+        # A re-created control plane (new UID) is a new cluster: the provider and all it manages are replaced.
+        assert provider.inputs["clusterIdentifier"] == live["metadata"]["uid"]
+        # The operator gets admin.conf, not the super-admin credential.
+        admin = lab.run.outputs["tenantAdminKubeconfigs"].value[tenant]
+        assert admin == _decoded(secret, tenant_spec.ADMIN_KUBECONFIG_KEY)
+        assert pki.identity_of(pki.parse_kubeconfig(admin).client_certificate).groups == (CLUSTER_ADMINS,)
+
+
+def test_ca_and_discovery_hash_come_from_the_tenants_ca_and_the_workers_joined_with_it(lab):
+    for tenant in TENANTS:
+        ca_pem = lab.sim.world.tenant_api(tenant).ca.pem.decode()
+        assert lab.run.outputs[f"probe.{tenant}.ca_certificate"].value == ca_pem
+        expected = tenant_spec.discovery_hash(ca_pem)
+        assert lab.run.outputs[f"probe.{tenant}.discovery_hash"].value == expected
+        assert lab.run.outputs["tenants"].value[tenant]["discoveryHash"] == expected
+        assert lab.sim.world.machines[f"{tenant}-worker-0"].kubelet_ca_hash == expected
+
+
+def test_credentials_are_secret_outputs_and_the_public_parts_are_not(lab):
+    outputs = lab.run.outputs
+    for tenant in TENANTS:
+        for attribute in ("user_kubeconfig", "admin_kubeconfig", "operator_kubeconfig"):
+            assert outputs[f"probe.{tenant}.{attribute}"].secret, attribute
+        for attribute in ("ca_certificate", "discovery_hash", "endpoint"):
+            assert not outputs[f"probe.{tenant}.{attribute}"].secret, attribute
+    assert outputs["tenantKubeconfigs"].secret and outputs["tenantAdminKubeconfigs"].secret
+    assert not outputs["tenants"].secret
+    readable = json.dumps(outputs["tenants"].value)
+    for tenant in TENANTS:
+        for attribute in ("user_kubeconfig", "admin_kubeconfig", "operator_kubeconfig"):
+            token_or_key = yaml.safe_load(outputs[f"probe.{tenant}.{attribute}"].value)["users"][0]["user"]
+            assert not any(str(value) in readable for value in token_or_key.values())
+
+
+# --------------------------------------------------------------------------- #
+# Data stores
+# --------------------------------------------------------------------------- #
+
+
+def test_shared_and_dedicated_data_stores_follow_the_config(lab, datastore_schema):
+    tenant_a = lab.run.named("tenant-a-tcp")
+    assert tenant_a.inputs["spec"]["dataStore"] == tenant_spec.SHARED_DATASTORE
+    assert not [r for r in lab.run.resources if r.name in ("tenant-a-etcd", "tenant-a-datastore")]
+    store = lab.tenants["tenant-b"].data_store
+    etcd = lab.run.named("tenant-b-etcd", "kubernetes:helm.sh/v3:Release")
+    assert (etcd.inputs["chart"], etcd.inputs["namespace"]) == (ETCD_CHART_DIR, "tenant-b")
+    assert etcd.inputs["values"] == tenant_spec.dedicated_etcd_values(store)
+    assert etcd.inputs["values"]["replicas"] == 3 and etcd.inputs["values"]["persistentVolumeClaim"]["size"] == "4Gi"
+    datastore = lab.run.named("tenant-b-datastore")
+    assert datastore.type == "kubernetes:kamaji.clastix.io/v1alpha1:DataStore"
+    assert schema_errors(datastore.inputs, datastore_schema) == []
+    assert datastore.inputs["spec"] == tenant_spec.dedicated_datastore_spec("tenant-b", 3)
+    assert lab.run.depends_on(datastore, etcd)
+    name = datastore.inputs["metadata"]["name"]
+    assert lab.run.named("tenant-b-tcp").inputs["spec"]["dataStore"] == name
+    assert lab.run.outputs["tenants"].value["tenant-b"]["dataStore"] == name
+    assert lab.run.outputs["tenants"].value["tenant-a"]["dataStore"] == tenant_spec.SHARED_DATASTORE
+    assert _live_tcp(lab, "tenant-b")["status"]["storage"]["dataStoreName"] == name
+
+
+# --------------------------------------------------------------------------- #
+# Inside the tenant: workload namespaces, GPU quota, the restricted credential
+# --------------------------------------------------------------------------- #
+
+
+def test_workload_namespaces_enforce_pod_security_baseline(lab):
+    for tenant in TENANTS:
+        api = lab.sim.world.tenant_api(tenant)
+        for namespace in lab.tenants[tenant].namespaces:
+            patch = lab.run.named(f"{tenant}-namespace-{namespace}")
+            assert patch.type == "kubernetes:core/v1:NamespacePatch"
+            assert patch in _inside(lab, tenant)
+            labels = api.find("Namespace", None, namespace)["metadata"]["labels"]
+            assert labels["pod-security.kubernetes.io/enforce"] == "baseline", (tenant, namespace)
+
+
+def test_gpu_quota_in_every_workload_namespace_with_hamis_resource_names(lab, vendor_dir):
+    hami = yaml.safe_load((vendor_dir / "hami" / "values.yaml").read_text())
+    assert not [r for r in lab.run.of_type("kubernetes:core/v1:ResourceQuota") if r.name.startswith("tenant-a-")]
+    expected = {f"requests.{hami['resourceName']}": "2", f"limits.{hami['resourceMem']}": "6000",
+                f"limits.{hami['resourceCores']}": "60"}
+    api = lab.sim.world.tenant_api("tenant-b")
+    for namespace in ("default", "ml"):
+        quota = lab.run.named(f"tenant-b-gpu-quota-{namespace}", "kubernetes:core/v1:ResourceQuota")
+        assert quota in _inside(lab, "tenant-b")
+        assert quota.inputs["metadata"]["namespace"] == namespace
+        assert quota.inputs["spec"]["hard"] == expected
+        assert lab.run.depends_on(quota, lab.run.named(f"tenant-b-namespace-{namespace}"))
+        assert api.find("ResourceQuota", namespace, tenant_spec.GPU_QUOTA_NAME)["spec"]["hard"] == expected
+
+
+def _binds_tenant_user(obj):
+    return any(s.get("kind") == "ServiceAccount" and s.get("name") == tenant_spec.TENANT_USER
+               for s in obj.get("subjects") or [])
+
+
+def test_tenant_user_may_edit_only_its_workload_namespaces(lab):
+    bindings = [r for r in lab.run.resources if "RoleBinding" in r.type and _binds_tenant_user(r.inputs)]
+    assert not [r for r in bindings if "ClusterRoleBinding" in r.type], "a cluster-scoped grant"
+    assert not [r for r in lab.run.resources if r.type.endswith((":Role", ":ClusterRole"))
+                and tenant_spec.TENANT_USER in r.name]
+    for tenant in TENANTS:
+        namespaces = lab.tenants[tenant].namespaces
+        mine = [r for r in bindings if r in _inside(lab, tenant)]
+        assert sorted(r.inputs["metadata"]["namespace"] for r in mine) == sorted(namespaces)
+        for binding in mine:
+            assert binding.inputs["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                                 "name": "edit"}
+            namespace = binding.inputs["metadata"]["namespace"]
+            assert lab.run.depends_on(binding, lab.run.named(f"{tenant}-namespace-{namespace}"))
+        api = lab.sim.world.tenant_api(tenant)
+        live = [b for kind in ("RoleBinding", "ClusterRoleBinding") for b in api.list(kind) if _binds_tenant_user(b)]
+        assert sorted(b["metadata"].get("namespace") for b in live) == sorted(namespaces)
+
+
+def test_tenant_user_token_is_created_after_its_service_account(lab):
+    # kube-controller-manager's TokensController deletes a service-account-token Secret whose ServiceAccount does
+    # not exist (kubernetes pkg/controller/serviceaccount/tokens_controller.go syncSecret: "Service account does
+    # not exist, deleting token"), and pulumi-kubernetes waits only 5 s for the token (await/awaiters.go
+    # untilCoreV1SecretInitialized). Created in parallel, the credential can vanish under the program.
+    for tenant in TENANTS:
+        token = lab.run.named(f"{tenant}-user-secret-kube-system", SECRET_TYPE)
+        account = lab.run.named(f"{tenant}-user-serviceaccount-kube-system")
+        assert lab.run.depends_on(token, account)
+
+
+def test_user_kubeconfig_is_the_live_token_against_the_tenant_endpoint(lab):
+    for tenant in TENANTS:
+        text = lab.run.outputs["tenantKubeconfigs"].value[tenant]
+        assert text == lab.run.outputs[f"probe.{tenant}.user_kubeconfig"].value
+        document = yaml.safe_load(text)
+        endpoint = lab.run.outputs["tenants"].value[tenant]["endpoint"]
+        assert document["clusters"][0]["cluster"]["server"] == f"https://{endpoint}"
+        assert tenant_spec.ca_certificate(text) == lab.sim.world.tenant_api(tenant).ca.pem.decode()
+        api = lab.sim.world.tenant_api(tenant)
+        stored = api.find("Secret", tenant_spec.TENANT_USER_NAMESPACE, tenant_spec.TENANT_USER_TOKEN)
+        assert stored["metadata"]["annotations"]["kubernetes.io/service-account.name"] == tenant_spec.TENANT_USER
+        assert document["users"][0]["user"] == {"token": _decoded(stored, "token")}
+        assert document["contexts"][0]["context"]["namespace"] == lab.tenants[tenant].namespaces[0]
+
+
+# --------------------------------------------------------------------------- #
+# TenantCni
+# --------------------------------------------------------------------------- #
+
+
+def test_calico_goes_in_after_every_join_on_the_tenant_provider(lab, vendor_dir):
+    calico = vendor_dir / "calico"
+    crds_chart = yaml.safe_load((calico / "crd.projectcalico.org.v1" / "Chart.yaml").read_text())["name"]
+    operator_chart = yaml.safe_load((calico / "Chart.yaml").read_text())["name"]
+    for tenant in TENANTS:
+        config = lab.tenants[tenant]
+        crds, operator = lab.run.named(f"{tenant}-calico-crds"), lab.run.named(f"{tenant}-calico")
+        inside = _inside(lab, tenant)
+        assert crds in inside and operator in inside
+        assert (crds.inputs["chart"], operator.inputs["chart"]) == (crds_chart, operator_chart)
+        for release in (crds, operator):
+            assert release.inputs["version"] == lab.versions.calico
+            assert release.inputs["namespace"] == "tigera-operator"
+        assert lab.run.depends_on(operator, crds)
+        # Facts §6: workers joined -> CNI; on destroy Calico then goes while its nodes still exist.
+        for worker in config.workers:
+            assert lab.run.depends_on(crds, lab.run.named(f"{tenant}-{worker.name}-registered"))
+        values = operator.inputs["values"]
+        assert values["installation"]["calicoNetwork"]["ipPools"][0]["cidr"] == config.pod_cidr
+        host, port = tenant_spec.split_endpoint(lab.run.outputs["tenants"].value[tenant]["endpoint"])
+        assert values["kubernetesServiceEndpoint"] == {"host": host, "port": port}
+
+
+# --------------------------------------------------------------------------- #
+# Failing early
+# --------------------------------------------------------------------------- #
+
+
+def test_an_unresolved_tenant_fails_before_any_tenant_object_is_registered(dev_config):
+    stack = load_stack_config(dev_config)
     raw = stack.tenants[0].model_copy(update={"service_cidr": None})
 
     def program():
-        mgmt = k8s.Provider("management", kubeconfig="management-kubeconfig")
-        TenantControlPlane(
-            raw.name,
-            TenantControlPlaneArgs(
-                tenant=raw, management_provider=mgmt, worker_networks=[KIND_SUBNET_V4], datastore_name="default",
-                versions=stack.versions, depends_on=[],
-            ),
-        )
+        management = k8s.Provider("management", kubeconfig="management-kubeconfig")
+        TenantControlPlane(raw.name, TenantControlPlaneArgs(
+            tenant=raw, management_provider=management, management_kubeconfig="management-kubeconfig",
+            worker_networks=["172.18.0.0/16"], operator_cidrs=[], shared_datastore="default",
+            versions=stack.versions, etcd_chart=ETCD_CHART_DIR))
 
-    with pytest.raises(Exception, match="load_stack_config"):
-        run_program({}, program=program)
-    assert [r.type for r in last_run_registrations()] == ["pulumi:providers:kubernetes", COMPONENT]
-
-
-def test_preview_before_the_tcp_exists_does_not_read_its_secrets(stack, monkeypatch):
-    # Adding a tenant to a running stack: in preview the TCP has no outputs yet. The Secret reads must
-    # then carry an unknown id (the engine skips them) rather than a fixed one (it reads and fails).
-    from pulumi.runtime import rpc
-
-    from tools import mockrun
-
-    original = mockrun.LabMocks.new_resource
-
-    def tcp_not_created_yet(self, args):
-        if args.typ == TCP_TYPE:
-            return "", {}
-        return original(self, args)
-
-    monkeypatch.setattr(mockrun.LabMocks, "new_resource", tcp_not_created_yet)
-    run_program({}, program=_program(stack), preview=True)
-    reads = [r for r in last_run_registrations() if r.read]
-    assert {r.name for r in reads} >= {"tenant-a-admin-kubeconfig", "tenant-a-ca"}
-    assert {r.resource_id for r in reads} == {rpc.UNKNOWN}
+    sim = Lifecycle({}, world=World(), program=program)
+    plan = sim.up(skip_preview=True, expect_error=True)
+    assert "load_stack_config" in (plan.error or ""), plan.render()
+    assert [r.type for r in _registrations(sim)] == ["pulumi:providers:kubernetes", COMPONENT]

@@ -1,25 +1,29 @@
-"""Pure builders of the tenant plane, tested without Pulumi."""
+"""Pure builders of the tenant plane (components.tenant_spec), checked against the vendored upstream files
+(Kamaji's CRDs and chart values, HAMi's chart values) and Kubernetes' own API schema, without Pulumi."""
 
 from __future__ import annotations
 
 import base64
-import datetime
+import functools
 import ipaddress
 import shutil
 import subprocess
+from pathlib import Path
 
 import kubernetes_validate
 import pytest
 import yaml
 
 from components import tenant_spec
-from config import load_stack_config
-from tests.crd_schema import crd_json_schema, schema_errors
-from tests.fixtures import tenant_ca_pem
+from config import Quota, load_stack_config
+from tests.crd_schema import _strict, schema_errors
+from tests.fixtures import KIND_SUBNET_V4, kubeconfig_yaml, tenant_ca_pem
+from tools.sim import paths
+from tools.sim.providers import changed_paths, k8s_path
 
-UTC = datetime.timezone.utc
 KUBERNETES_SCHEMA_VERSION = "1.35.0"
-KIND_SUBNET = "172.18.0.0/16"
+OPERATOR_CIDR = "192.168.77.0/24"
+SOURCE_RANGES = [KIND_SUBNET_V4, OPERATOR_CIDR]
 
 # The tutorial's TenantControlPlane (facts §3 ✗): no spec.kubernetes, wrong key names.
 SEED_TUTORIAL_TCP = yaml.safe_load(
@@ -35,19 +39,56 @@ spec:
 )
 
 
+@functools.cache
+def vendored_crd_schema(path: Path) -> dict:
+    """The raw v1alpha1 OpenAPI schema of a vendored CRD (defaults and enums included), parsed once per run with
+    libyaml: the TenantControlPlane CRD has 9000 lines, which the pure-Python loader takes seconds to read."""
+    crd = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1"]
+    return version["schema"]["openAPIV3Schema"]
+
+
+def strict_schema(path: Path) -> dict:
+    """What `tests.crd_schema.crd_json_schema` builds (closed objects), from the cached parse."""
+    return _strict(vendored_crd_schema(path))
+
+
+def _crd_property(path, *keys):
+    """The raw OpenAPI node of `spec.<keys>` in a vendored CRD."""
+    node = vendored_crd_schema(path)
+    for key in ("spec", *keys):
+        node = node["properties"][key]
+    return node
+
+
 @pytest.fixture(scope="module")
-def tcp_schema(vendor_dir):
-    return crd_json_schema(vendor_dir / "kamaji" / "kamaji.clastix.io_tenantcontrolplanes.yaml")
+def tcp_crd(vendor_dir):
+    return vendor_dir / "kamaji" / "kamaji.clastix.io_tenantcontrolplanes.yaml"
+
+
+@pytest.fixture(scope="module")
+def tcp_schema(tcp_crd):
+    return strict_schema(tcp_crd)
+
+
+@pytest.fixture(scope="module")
+def datastore_crd(vendor_dir):
+    return vendor_dir / "kamaji" / "kamaji.clastix.io_datastores.yaml"
 
 
 @pytest.fixture
 def tenants(dev_config):
     dev_config["tenants"][1]["quota"] = {"gpus": 2, "memoryMiB": 6000}
-    # A third tenant with automatically allocated ranges.
+    dev_config["tenants"][1]["namespaces"] = ["default", "ml"]
+    # A third tenant with automatically allocated ranges and three workers.
     card = {"uuid": "GPU-MOCK-C0", "model": "NVIDIA-A100", "memoryMiB": 8192}
     workers = [{"name": "w0", "gpus": [card]}, {"name": "w1"}, {"name": "w2"}]
     dev_config["tenants"].append({"name": "tenant-c", "workers": workers})
     return load_stack_config(dev_config).tenants
+
+
+def _manifest(tenant, datastore="default", source_ranges=SOURCE_RANGES):
+    return tenant_spec.tenant_control_plane_manifest(tenant, datastore, source_ranges)
 
 
 def _k8s_errors(manifest):
@@ -59,14 +100,14 @@ def _k8s_errors(manifest):
 
 
 # --------------------------------------------------------------------------- #
-# TenantControlPlane
+# TenantControlPlane against Kamaji's CRD
 # --------------------------------------------------------------------------- #
 
 
 def test_tcp_manifest_is_valid_against_the_vendored_crd(tenants, tcp_schema):
     for tenant in tenants:
-        manifest = tenant_spec.tenant_control_plane_manifest(tenant, "default")
-        assert schema_errors(manifest, tcp_schema) == [], tenant.name
+        assert schema_errors(_manifest(tenant), tcp_schema) == [], tenant.name
+    assert schema_errors(_manifest(tenants[1], "tenant-b-etcd"), tcp_schema) == []
 
 
 def test_seed_tutorial_manifest_fails_the_same_check(tcp_schema):
@@ -77,37 +118,69 @@ def test_seed_tutorial_manifest_fails_the_same_check(tcp_schema):
 
 
 def test_schema_check_catches_a_wrong_case_key_and_a_bad_enum(tenants, tcp_schema):
-    manifest = tenant_spec.tenant_control_plane_manifest(tenants[0], "default")
-    manifest["spec"]["networkProfile"]["podCIDR"] = manifest["spec"]["networkProfile"].pop("podCidr")
+    manifest = _manifest(tenants[0])
+    network = manifest["spec"]["networkProfile"]
+    network["podCIDRs"] = network.pop("podCidrs")
     manifest["spec"]["kubernetes"]["kubelet"]["cgroupfs"] = "system-d"
+    manifest["spec"]["kubernetes"]["admissionControllers"].append("NodeRestrictions")
     errors = schema_errors(manifest, tcp_schema)
-    assert any("'podCIDR' was unexpected" in e for e in errors), errors
+    assert any("'podCIDRs' was unexpected" in e for e in errors), errors
     assert any(e.startswith("spec.kubernetes.kubelet.cgroupfs:") for e in errors), errors
+    assert any(e.startswith("spec.kubernetes.admissionControllers.18:") for e in errors), errors
 
 
 def test_tcp_spec_follows_the_platform_facts(tenants):
     tenant = tenants[0]
-    manifest = tenant_spec.tenant_control_plane_manifest(tenant, "default")
+    manifest = _manifest(tenant)
     spec = manifest["spec"]
     assert manifest["metadata"]["name"] == manifest["metadata"]["namespace"] == "tenant-a"
     assert manifest["metadata"]["annotations"] == {
         "pulumi.com/waitFor": "jsonpath={.status.kubernetesResources.version.status}=Ready"
     }
-    assert spec["kubernetes"] == {"version": "v1.35.0", "kubelet": {"cgroupfs": "systemd"}}
+    assert manifest["metadata"]["labels"]["gpu-tenancy/tenant"] == "tenant-a"
+    kubernetes = spec["kubernetes"]
+    assert (kubernetes["version"], kubernetes["kubelet"]) == ("v1.35.0", {"cgroupfs": "systemd"})
     assert spec["controlPlane"] == {"deployment": {"replicas": 1}, "service": {"serviceType": "LoadBalancer"}}
     assert spec["dataStore"] == "default"
-    assert spec["addons"] == {"coreDNS": {}, "kubeProxy": {}, "konnectivity": {"server": {"port": 8132}}}
     network = spec["networkProfile"]
-    assert (network["serviceCidr"], network["podCidr"]) == (tenant.service_cidr, tenant.pod_cidr)
     assert network["port"] == 6443
+    # The list forms only: Kamaji copies the deprecated singular fields into the lists on CREATE only.
+    assert (network["serviceCidrs"], network["podCidrs"]) == ([tenant.service_cidr], [tenant.pod_cidr])
+    assert not {"serviceCidr", "podCidr"} & set(network)
+
+
+def test_addons_are_dns_and_konnectivity_but_not_kamajis_kube_proxy(tenants, tcp_crd):
+    addons = _manifest(tenants[0])["spec"]["addons"]
+    # An absent addon is not installed (facts §3); the program installs kube-proxy itself (components.kube_proxy).
+    assert "kubeProxy" in _crd_property(tcp_crd, "addons")["properties"]
+    assert addons == {"coreDNS": {}, "konnectivity": {"server": {"port": 8132}}}
+
+
+def test_admission_controllers_are_kamajis_default_plus_node_restriction(tenants, tcp_crd):
+    field = _crd_property(tcp_crd, "kubernetes", "admissionControllers")
+    plugins = _manifest(tenants[0])["spec"]["kubernetes"]["admissionControllers"]
+    # The list replaces the CRD default, so all of it must be there, plus what kubeadm adds and Kamaji lacks.
+    assert plugins == [*field["default"], "NodeRestriction"]
+    assert "NodeRestriction" not in field["default"]
+    assert set(plugins) <= set(field["items"]["enum"])
+    assert len(set(plugins)) == len(plugins)
+
+
+def test_load_balancer_source_ranges_are_exactly_the_given_networks(tenants, tcp_crd):
+    assert "loadBalancerSourceRanges" in _crd_property(tcp_crd, "networkProfile")["properties"]
+    network = _manifest(tenants[0], source_ranges=[OPERATOR_CIDR, KIND_SUBNET_V4])["spec"]["networkProfile"]
+    assert network["loadBalancerSourceRanges"] == sorted([OPERATOR_CIDR, KIND_SUBNET_V4])
+    with pytest.raises(ValueError, match="no networks may reach its API server"):
+        tenant_spec.tenant_control_plane_spec(tenants[0], "default", [])
 
 
 def test_dns_service_ip_lies_in_each_tenants_service_range(tenants):
     for tenant in tenants:
-        network = tenant_spec.tenant_control_plane_spec(tenant, "default")["networkProfile"]
+        network = _manifest(tenant)["spec"]["networkProfile"]
         (dns,) = network["dnsServiceIPs"]
-        assert ipaddress.ip_address(dns) in ipaddress.ip_network(network["serviceCidr"])
-    assert tenant_spec.tenant_control_plane_spec(tenants[2], "default")["networkProfile"]["serviceCidr"] != "10.96.0.0/16"
+        (service_cidr,) = network["serviceCidrs"]
+        assert ipaddress.ip_address(dns) in ipaddress.ip_network(service_cidr)
+    assert _manifest(tenants[2])["spec"]["networkProfile"]["serviceCidrs"] != ["10.96.0.0/16"]
 
 
 def test_tcp_name_must_be_a_dns1035_label(tenants):
@@ -118,9 +191,10 @@ def test_tcp_name_must_be_a_dns1035_label(tenants):
 
 
 def test_unresolved_cidrs_are_refused_with_a_pointer_to_the_loader(tenants):
-    raw = tenants[0].model_copy(update={"pod_cidr": None})
-    with pytest.raises(ValueError, match="load_stack_config"):
-        tenant_spec.tenant_control_plane_spec(raw, "default")
+    for field in ("pod_cidr", "service_cidr"):
+        raw = tenants[0].model_copy(update={field: None})
+        with pytest.raises(ValueError, match="load_stack_config"):
+            tenant_spec.tenant_control_plane_spec(raw, "default", SOURCE_RANGES)
 
 
 def test_endpoint_from_status_and_its_parts():
@@ -129,12 +203,136 @@ def test_endpoint_from_status_and_its_parts():
     assert tenant_spec.split_endpoint("172.18.255.200:6443") == ("172.18.255.200", "6443")
     with pytest.raises(ValueError, match="MetalLB"):
         tenant_spec.control_plane_endpoint({"kubernetesResources": {}}, "t")
+    with pytest.raises(ValueError, match="MetalLB"):
+        tenant_spec.control_plane_endpoint(None, "t")
     with pytest.raises(ValueError, match="<host>:<port>"):
         tenant_spec.split_endpoint("172.18.255.200")
 
 
 # --------------------------------------------------------------------------- #
-# NetworkPolicy: a tiny evaluator of the rules, then the API schema
+# replace_on_changes: engine property paths over the TCP's inputs
+# --------------------------------------------------------------------------- #
+
+
+def _diff_paths(old, new):
+    """The paths the engine tests against replace_on_changes: the provider's detailed diff keys, parsed."""
+    return [paths.parse(k8s_path(p)) for p in changed_paths(old, new)]
+
+
+def _replaces(old, new):
+    replace = [paths.parse(p) for p in tenant_spec.CIDR_REPLACE_ON_CHANGES]
+    return any(paths.contains(r, d) for r in replace for d in _diff_paths(old, new))
+
+
+def test_cidr_replace_paths_name_fields_of_the_manifest_and_the_crd(tenants, tcp_crd):
+    manifest = _manifest(tenants[0])
+    assert tenant_spec.CIDR_REPLACE_ON_CHANGES
+    for path in tenant_spec.CIDR_REPLACE_ON_CHANGES:
+        segments = paths.parse(path)
+        assert paths.render(segments) == path, "spelled the way the engine renders it"
+        assert paths.matches_any_input(segments, manifest), path
+        assert segments[0] == "spec"
+        assert _crd_property(tcp_crd, *segments[1:])["type"] == "array"
+
+
+def test_a_changed_range_replaces_and_other_changes_do_not(tenants):
+    tenant = tenants[0]
+    before = _manifest(tenant)
+    for change in ({"pod_cidr": "10.250.0.0/16"}, {"service_cidr": "10.90.0.0/16"}):
+        assert _replaces(before, _manifest(tenant.model_copy(update=change))), change
+    for other in (_manifest(tenant.model_copy(update={"kubernetes_version": "v1.35.5"})),
+                  _manifest(tenant, source_ranges=[KIND_SUBNET_V4]),
+                  _manifest(tenant, datastore="tenant-a-etcd")):
+        assert _diff_paths(before, other)
+        assert not _replaces(before, other)
+
+
+# --------------------------------------------------------------------------- #
+# Credentials Kamaji writes
+# --------------------------------------------------------------------------- #
+
+
+def test_admin_secret_id_follows_kamajis_status_pointer():
+    metadata = {"name": "tenant-a", "namespace": "tenant-a"}
+    status = {"kubeconfig": {"admin": {"secretName": "tenant-a-admin-kubeconfig-v2"}}}
+    assert tenant_spec.admin_secret_id(metadata, status, "tenant-a") == "tenant-a/tenant-a-admin-kubeconfig-v2"
+    # No pointer yet (a create preview strips the status): no id, so the read waits for the control plane.
+    for missing in (None, {}, {"kubeconfig": {}}, {"kubeconfig": {"admin": {}}}):
+        with pytest.raises(ValueError, match="status.kubeconfig.admin.secretName"):
+            tenant_spec.admin_secret_id(metadata, missing, "tenant-a")
+
+
+def test_decode_secret_value_names_the_secret_and_key():
+    data = {"admin.conf": base64.b64encode(b"apiVersion: v1\n").decode()}
+    assert tenant_spec.decode_secret_value(data, "admin.conf", "t-admin-kubeconfig") == "apiVersion: v1\n"
+    with pytest.raises(ValueError, match="'t-admin-kubeconfig' has no key 'super-admin.conf'"):
+        tenant_spec.decode_secret_value(data, "super-admin.conf", "t-admin-kubeconfig")
+    with pytest.raises(ValueError, match="has no key"):
+        tenant_spec.decode_secret_value(None, "admin.conf", "t-admin-kubeconfig")
+    with pytest.raises(ValueError, match="not base64"):
+        tenant_spec.decode_secret_value({"admin.conf": "%%%"}, "admin.conf", "t-admin-kubeconfig")
+
+
+def test_ca_certificate_is_the_current_contexts_cluster_ca():
+    kubeconfig = kubeconfig_yaml("https://172.18.255.200:6443", "ca-of-tenant-a")
+    assert tenant_spec.ca_certificate(kubeconfig).encode() == tenant_ca_pem("ca-of-tenant-a")
+    # Another cluster listed first does not confuse it: the current context decides.
+    document = yaml.safe_load(kubeconfig)
+    other = yaml.safe_load(kubeconfig_yaml("https://10.0.0.1:6443", "another-ca"))
+    document["clusters"] = other["clusters"] + document["clusters"]
+    assert tenant_spec.ca_certificate(yaml.safe_dump(document)).encode() == tenant_ca_pem("ca-of-tenant-a")
+
+
+# kubeadm's own test vector: kubernetes/kubernetes cmd/kubeadm/app/util/pubkeypin/pubkeypin_test.go
+# (`testCertPEM`, `expectedHash`; Apache-2.0). kubeadm --discovery-token-ca-cert-hash must equal it.
+KUBEADM_TEST_CERT = """-----BEGIN CERTIFICATE-----
+MIIDRDCCAiygAwIBAgIJAJgVaCXvC6HkMA0GCSqGSIb3DQEBBQUAMB8xHTAbBgNV
+BAMTFGt1YmVhZG0ta2V5cGlucy10ZXN0MCAXDTE3MDcwNTE3NDMxMFoYDzIxMTcw
+NjExMTc0MzEwWjAfMR0wGwYDVQQDExRrdWJlYWRtLWtleXBpbnMtdGVzdDCCASIw
+DQYJKoZIhvcNAQEBBQADggEPADCCAQoCggEBAK0ba8mHU9UtYlzM1Own2Fk/XGjR
+J4uJQvSeGLtz1hID1IA0dLwruvgLCPadXEOw/f/IWIWcmT+ZmvIHZKa/woq2iHi5
++HLhXs7aG4tjKGLYhag1hLjBI7icqV7ovkjdGAt9pWkxEzhIYClFMXDjKpMSynu+
+YX6nZ9tic1cOkHmx2yiZdMkuriRQnpTOa7bb03OC1VfGl7gHlOAIYaj4539WCOr8
++ACTUMJUFEHcRZ2o8a/v6F9GMK+7SC8SJUI+GuroXqlMAdhEv4lX5Co52enYaClN
++D9FJLRpBv2YfiCQdJRaiTvCBSxEFz6BN+PtP5l2Hs703ZWEkOqCByM6HV8CAwEA
+AaOBgDB+MB0GA1UdDgQWBBRQgUX8MhK2rWBWQiPHWcKzoWDH5DBPBgNVHSMESDBG
+gBRQgUX8MhK2rWBWQiPHWcKzoWDH5KEjpCEwHzEdMBsGA1UEAxMUa3ViZWFkbS1r
+ZXlwaW5zLXRlc3SCCQCYFWgl7wuh5DAMBgNVHRMEBTADAQH/MA0GCSqGSIb3DQEB
+BQUAA4IBAQCaAUif7Pfx3X0F08cxhx8/Hdx4jcJw6MCq6iq6rsXM32ge43t8OHKC
+pJW08dk58a3O1YQSMMvD6GJDAiAfXzfwcwY6j258b1ZlI9Ag0VokvhMl/XfdCsdh
+AWImnL1t4hvU5jLaImUUMlYxMcSfHBGAm7WJIZ2LdEfg6YWfZh+WGbg1W7uxLxk6
+y4h5rWdNnzBHWAGf7zJ0oEDV6W6RSwNXtC0JNnLaeIUm/6xdSddJlQPwUv8YH4jX
+c1vuFqTnJBPcb7W//R/GI2Paicm1cmns9NLnPR35exHxFTy+D1yxmGokpoPMdife
+aH+sfuxT8xeTPb3kjzF9eJTlnEquUDLM
+-----END CERTIFICATE-----
+"""
+KUBEADM_EXPECTED_HASH = "sha256:345959acb2c3b2feb87d281961c893f62a314207ef02599f1cc4a5fb255480b3"
+
+
+def test_discovery_hash_matches_kubeadms_test_vector():
+    assert tenant_spec.discovery_hash(KUBEADM_TEST_CERT) == KUBEADM_EXPECTED_HASH
+    assert tenant_spec.discovery_hash(KUBEADM_TEST_CERT.encode()) == KUBEADM_EXPECTED_HASH
+
+
+def test_discovery_hash_of_a_kubeconfigs_ca_matches_openssl(tmp_path):
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("openssl is not on PATH: no independent implementation to compare with")
+    ca = tenant_spec.ca_certificate(kubeconfig_yaml("https://172.18.255.200:6443", "discovery-hash-test"))
+    (tmp_path / "ca.crt").write_text(ca)
+    pipeline = (
+        f"{openssl} x509 -in ca.crt -pubkey -noout | {openssl} pkey -pubin -outform der | "
+        f"{openssl} dgst -sha256 -hex"
+    )
+    out = subprocess.run(["bash", "-o", "pipefail", "-c", pipeline], cwd=tmp_path, capture_output=True, text=True,
+                         check=True)
+    expected = out.stdout.strip().split()[-1]
+    assert tenant_spec.discovery_hash(ca) == f"sha256:{expected}"
+    assert tenant_spec.discovery_hash(tenant_ca_pem("another-ca")) != f"sha256:{expected}"
+
+
+# --------------------------------------------------------------------------- #
+# NetworkPolicy on the management cluster: a tiny evaluator of the rules, then the API schema
 # --------------------------------------------------------------------------- #
 
 
@@ -172,24 +370,31 @@ def _allowed(policy, direction, ns, ip, pod_labels=None, port=None, protocol="TC
 
 
 POD_IP = "10.244.1.17"  # management cluster pod range: not on the kind network
+WORKER_IP = "172.18.0.5"  # a worker container on the kind network
+
+
+def _policy(*networks):
+    return tenant_spec.isolation_network_policy("tenant-a", list(networks) or [KIND_SUBNET_V4])
 
 
 def test_other_tenants_cannot_reach_the_control_plane_pods():
-    policy = tenant_spec.isolation_network_policy("tenant-a", [KIND_SUBNET])
+    policy = _policy()
+    assert policy["metadata"]["namespace"] == "tenant-a"
     assert policy["spec"]["podSelector"] == {}, "must select every pod of the tenant namespace"
     assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
-    assert not _allowed(policy, "ingress", "tenant-b", POD_IP, port=6443)
-    assert not _allowed(policy, "ingress", "default", POD_IP, port=6443)
-    assert not _allowed(policy, "egress", "tenant-b", POD_IP, port=6443)
+    for port in (6443, 8132, 2379):  # API server, Konnectivity, a dedicated etcd
+        assert not _allowed(policy, "ingress", "tenant-b", POD_IP, port=port)
+        assert not _allowed(policy, "ingress", "default", POD_IP, port=port)
+        assert not _allowed(policy, "egress", "tenant-b", POD_IP, port=port)
 
 
 def test_kamaji_workers_same_namespace_and_dns_still_work():
-    policy = tenant_spec.isolation_network_policy("tenant-a", [KIND_SUBNET])
+    policy = _policy()
     assert _allowed(policy, "ingress", "kamaji-system", POD_IP, port=6443)
-    assert _allowed(policy, "ingress", "tenant-a", POD_IP, port=8132)
-    assert _allowed(policy, "ingress", "elsewhere", "172.18.0.5", port=6443)  # a worker container
-    assert _allowed(policy, "ingress", "elsewhere", "172.18.0.5", port=8132)  # its konnectivity agent
-    assert _allowed(policy, "egress", "kamaji-system", POD_IP, port=2379)  # kamaji-etcd
+    assert _allowed(policy, "ingress", "tenant-a", POD_IP, port=2379)  # the API server to its own etcd
+    assert _allowed(policy, "ingress", "elsewhere", WORKER_IP, port=6443)
+    assert _allowed(policy, "ingress", "elsewhere", WORKER_IP, port=8132)  # its konnectivity agent
+    assert _allowed(policy, "egress", "kamaji-system", POD_IP, port=2379)  # the shared kamaji-etcd
     dns = {"k8s-app": "kube-dns"}
     assert _allowed(policy, "egress", "kube-system", POD_IP, dns, port=53, protocol="UDP")
     assert _allowed(policy, "egress", "kube-system", POD_IP, dns, port=53, protocol="TCP")
@@ -197,17 +402,31 @@ def test_kamaji_workers_same_namespace_and_dns_still_work():
     assert not _allowed(policy, "egress", "kube-system", POD_IP, dns, port=443)
 
 
+def test_outside_traffic_reaches_only_the_api_and_konnectivity_ports():
+    policy = _policy()
+    assert not _allowed(policy, "ingress", "elsewhere", WORKER_IP, port=10257)  # controller manager
+    assert not _allowed(policy, "ingress", "elsewhere", WORKER_IP, port=2379)
+    assert _allowed(policy, "ingress", "kamaji-system", POD_IP, port=10257)
+
+
+def test_every_worker_network_is_admitted_both_ways():
+    policy = _policy(KIND_SUBNET_V4, "10.20.0.0/16")
+    assert _allowed(policy, "ingress", "elsewhere", "10.20.1.11", port=6443)  # an SSH-joined GPU server
+    assert _allowed(policy, "egress", "elsewhere", "10.20.1.11", port=10250)
+    assert not _allowed(policy, "ingress", "elsewhere", "10.30.0.1", port=6443)
+
+
 def test_no_peer_opens_the_policy_to_every_namespace():
-    policy = tenant_spec.isolation_network_policy("tenant-a", [KIND_SUBNET])
+    policy = _policy()
     for rule in policy["spec"]["ingress"] + policy["spec"]["egress"]:
         for peer in rule.get("from", []) + rule.get("to", []):
             assert peer.get("namespaceSelector") != {}, peer
             if "ipBlock" in peer:
-                assert peer["ipBlock"]["cidr"] == KIND_SUBNET
+                assert peer["ipBlock"]["cidr"] == KIND_SUBNET_V4
 
 
 def test_network_policy_is_a_valid_kubernetes_object():
-    policy = tenant_spec.isolation_network_policy("tenant-a", [KIND_SUBNET])
+    policy = _policy()
     assert _k8s_errors(policy) is None
     broken = yaml.safe_load(yaml.safe_dump(policy))
     block = broken["spec"]["ingress"][1]["from"][0]["ipBlock"]
@@ -215,129 +434,80 @@ def test_network_policy_is_a_valid_kubernetes_object():
     assert _k8s_errors(broken) is not None
 
 
-def test_network_policy_refuses_an_ipv6_subnet():
+def test_network_policy_refuses_an_ipv6_subnet_and_no_network():
     with pytest.raises(ValueError, match="IPv4"):
         tenant_spec.isolation_network_policy("tenant-a", ["fc00:f853:ccd:e793::/64"])
+    with pytest.raises(ValueError, match="no worker networks"):
+        tenant_spec.isolation_network_policy("tenant-a", [])
 
 
 # --------------------------------------------------------------------------- #
-# Credentials
+# Data stores: the shared one Kamaji's chart deploys, or a tenant's own kamaji-etcd
 # --------------------------------------------------------------------------- #
 
 
-# kubeadm's own test vector: kubernetes/kubernetes cmd/kubeadm/app/util/pubkeypin/pubkeypin_test.go
-# (`testCertPEM`, `expectedHash`; Apache-2.0). kubeadm --discovery-token-ca-cert-hash must equal it.
-KUBEADM_TEST_CERT = """-----BEGIN CERTIFICATE-----
-MIIDRDCCAiygAwIBAgIJAJgVaCXvC6HkMA0GCSqGSIb3DQEBBQUAMB8xHTAbBgNV
-BAMTFGt1YmVhZG0ta2V5cGlucy10ZXN0MCAXDTE3MDcwNTE3NDMxMFoYDzIxMTcw
-NjExMTc0MzEwWjAfMR0wGwYDVQQDExRrdWJlYWRtLWtleXBpbnMtdGVzdDCCASIw
-DQYJKoZIhvcNAQEBBQADggEPADCCAQoCggEBAK0ba8mHU9UtYlzM1Own2Fk/XGjR
-J4uJQvSeGLtz1hID1IA0dLwruvgLCPadXEOw/f/IWIWcmT+ZmvIHZKa/woq2iHi5
-+HLhXs7aG4tjKGLYhag1hLjBI7icqV7ovkjdGAt9pWkxEzhIYClFMXDjKpMSynu+
-YX6nZ9tic1cOkHmx2yiZdMkuriRQnpTOa7bb03OC1VfGl7gHlOAIYaj4539WCOr8
-+ACTUMJUFEHcRZ2o8a/v6F9GMK+7SC8SJUI+GuroXqlMAdhEv4lX5Co52enYaClN
-+D9FJLRpBv2YfiCQdJRaiTvCBSxEFz6BN+PtP5l2Hs703ZWEkOqCByM6HV8CAwEA
-AaOBgDB+MB0GA1UdDgQWBBRQgUX8MhK2rWBWQiPHWcKzoWDH5DBPBgNVHSMESDBG
-gBRQgUX8MhK2rWBWQiPHWcKzoWDH5KEjpCEwHzEdMBsGA1UEAxMUa3ViZWFkbS1r
-ZXlwaW5zLXRlc3SCCQCYFWgl7wuh5DAMBgNVHRMEBTADAQH/MA0GCSqGSIb3DQEB
-BQUAA4IBAQCaAUif7Pfx3X0F08cxhx8/Hdx4jcJw6MCq6iq6rsXM32ge43t8OHKC
-pJW08dk58a3O1YQSMMvD6GJDAiAfXzfwcwY6j258b1ZlI9Ag0VokvhMl/XfdCsdh
-AWImnL1t4hvU5jLaImUUMlYxMcSfHBGAm7WJIZ2LdEfg6YWfZh+WGbg1W7uxLxk6
-y4h5rWdNnzBHWAGf7zJ0oEDV6W6RSwNXtC0JNnLaeIUm/6xdSddJlQPwUv8YH4jX
-c1vuFqTnJBPcb7W//R/GI2Paicm1cmns9NLnPR35exHxFTy+D1yxmGokpoPMdife
-aH+sfuxT8xeTPb3kjzF9eJTlnEquUDLM
------END CERTIFICATE-----
-"""
-KUBEADM_EXPECTED_HASH = "sha256:345959acb2c3b2feb87d281961c893f62a314207ef02599f1cc4a5fb255480b3"
+def _kamaji_etcd_values(vendor_dir):
+    return yaml.safe_load((vendor_dir / "kamaji" / "values.yaml").read_text())["kamaji-etcd"]
 
 
-def test_discovery_hash_matches_kubeadms_test_vector():
-    assert tenant_spec.discovery_hash(KUBEADM_TEST_CERT) == KUBEADM_EXPECTED_HASH
-    assert tenant_spec.discovery_hash(KUBEADM_TEST_CERT.encode()) == KUBEADM_EXPECTED_HASH
+def test_shared_datastore_names_the_etcd_kamajis_chart_deploys(vendor_dir, datastore_crd):
+    upstream = _kamaji_etcd_values(vendor_dir)
+    chart_values = yaml.safe_load((vendor_dir / "kamaji" / "values.yaml").read_text())
+    assert tenant_spec.SHARED_DATASTORE == upstream["datastore"]["name"] == chart_values["defaultDatastoreName"]
+    assert tenant_spec.SHARED_ETCD_NAME == upstream["fullnameOverride"]
+    assert upstream["certManager"]["enabled"] and not upstream["selfSignedCertificates"]["enabled"]
+    spec = tenant_spec.shared_datastore_spec("kamaji-system", 3)
+    fullname, domain = upstream["fullnameOverride"], upstream["clusterDomain"]
+    assert spec["endpoints"] == [f"{fullname}-{i}.{fullname}.kamaji-system.svc.{domain}:2379" for i in range(3)]
+    tls = spec["tlsConfig"]
+    for part in ("certificateAuthority", "clientCertificate"):
+        refs = [tls[part][key]["secretReference"] for key in ("certificate", "privateKey")]
+        assert {ref["namespace"] for ref in refs} == {"kamaji-system"}
+        assert all(ref["name"].startswith(f"{fullname}-") for ref in refs)
+        # cert-manager writes tls.crt / tls.key.
+        assert [ref["keyPath"] for ref in refs] == ["tls.crt", "tls.key"]
+    manifest = tenant_spec.datastore_manifest(tenant_spec.SHARED_DATASTORE, spec)
+    assert "namespace" not in manifest["metadata"], "DataStore is cluster-scoped"
+    assert schema_errors(manifest, strict_schema(datastore_crd)) == []
 
 
-def test_discovery_hash_matches_openssl(tmp_path):
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip("openssl is not on PATH: no independent implementation to compare with")
-    pem = tenant_ca_pem("discovery-hash-test")
-    (tmp_path / "ca.crt").write_bytes(pem)
-    pipeline = (
-        f"{openssl} x509 -in ca.crt -pubkey -noout | {openssl} pkey -pubin -outform der | "
-        f"{openssl} dgst -sha256 -hex"
-    )
-    out = subprocess.run(["bash", "-o", "pipefail", "-c", pipeline], cwd=tmp_path, capture_output=True, text=True, check=True)
-    expected = out.stdout.strip().split()[-1]
-    assert tenant_spec.discovery_hash(pem) == f"sha256:{expected}"
-    assert tenant_spec.discovery_hash(pem.decode()) == f"sha256:{expected}"
-    assert tenant_spec.discovery_hash(tenant_ca_pem("another-ca")) != f"sha256:{expected}"
+def test_dedicated_datastore_and_etcd_values_come_from_the_tenant_config(dev_config, vendor_dir, datastore_crd):
+    dev_config["tenants"][1]["dataStore"] = {"dedicated": True, "replicas": 3, "storageSize": "4Gi",
+                                             "quotaMiB": 2048}
+    tenant_a, tenant_b = load_stack_config(dev_config).tenants
+    assert not tenant_a.data_store.dedicated
+    store = tenant_b.data_store
+    values = tenant_spec.dedicated_etcd_values(store)
+    assert values["replicas"] == 3
+    assert values["persistentVolumeClaim"]["size"] == "4Gi"
+    # A string: a JSON number would reach the chart's template as a float (2.147483648e+09).
+    assert values["quotaBackendBytes"] == str(2048 * 1024 * 1024)
+    # The program owns the DataStore object, so the chart must not render one too.
+    assert values["datastore"] == {"enabled": False}
+    fullname = values["fullnameOverride"]
+    name = tenant_spec.dedicated_datastore_name("tenant-b")
+    assert name != tenant_spec.SHARED_DATASTORE
+    spec = tenant_spec.dedicated_datastore_spec("tenant-b", store.replicas)
+    domain = _kamaji_etcd_values(vendor_dir)["clusterDomain"]
+    assert spec["endpoints"] == [f"{fullname}-{i}.{fullname}.tenant-b.svc.{domain}:2379" for i in range(3)]
+    refs = [spec["tlsConfig"][part][key]["secretReference"]
+            for part in ("certificateAuthority", "clientCertificate") for key in ("certificate", "privateKey")]
+    assert {ref["namespace"] for ref in refs} == {"tenant-b"}
+    assert all(ref["name"].startswith(f"{fullname}-") for ref in refs)
+    manifest = tenant_spec.datastore_manifest(name, spec, "tenant-b")
+    assert manifest["metadata"]["labels"]["gpu-tenancy/tenant"] == "tenant-b"
+    assert schema_errors(manifest, strict_schema(datastore_crd)) == []
+    one = tenant_spec.dedicated_datastore_spec("tenant-b", 1)
+    assert len(one["endpoints"]) == 1
 
 
-def test_decode_secret_value_names_the_secret_and_key():
-    data = {"admin.conf": base64.b64encode(b"apiVersion: v1\n").decode()}
-    assert tenant_spec.decode_secret_value(data, "admin.conf", "t-admin-kubeconfig") == "apiVersion: v1\n"
-    with pytest.raises(ValueError, match="'t-ca' has no key 'ca.crt'"):
-        tenant_spec.decode_secret_value({}, "ca.crt", "t-ca")
-    with pytest.raises(ValueError, match="not base64"):
-        tenant_spec.decode_secret_value({"ca.crt": "%%%"}, "ca.crt", "t-ca")
-    assert tenant_spec.admin_kubeconfig_secret_name("t") == "t-admin-kubeconfig"
-    assert tenant_spec.ca_secret_name("t") == "t-ca"
-
-
-# --------------------------------------------------------------------------- #
-# Bootstrap token
-# --------------------------------------------------------------------------- #
-
-
-def test_token_secret_shape_is_what_kubeadm_join_needs():
-    manifest = tenant_spec.bootstrap_token_secret("abc123", "0123456789abcdef", "2026-08-27T00:00:00Z")
-    assert manifest["type"] == "bootstrap.kubernetes.io/token"
-    assert manifest["metadata"]["name"] == "bootstrap-token-abc123"
-    assert manifest["metadata"]["namespace"] == "kube-system"
-    data = manifest["stringData"]
-    assert data["token-id"] == "abc123" and data["token-secret"] == "0123456789abcdef"
-    assert data["usage-bootstrap-authentication"] == data["usage-bootstrap-signing"] == "true"
-    assert data["auth-extra-groups"] == "system:bootstrappers:kubeadm:default-node-token"
-    assert datetime.datetime.fromisoformat(data["expiration"].replace("Z", "+00:00")).tzinfo is not None
-    assert _k8s_errors(manifest) is None
-
-
-def test_token_format_is_enforced():
-    for token_id, secret in (("ABC123", "0123456789abcdef"), ("abc12", "0123456789abcdef"), ("abc123", "0123456789abcde!")):
-        with pytest.raises(ValueError, match=r"\[a-z0-9\]\{6\}"):
-            tenant_spec.bootstrap_token_secret(token_id, secret, "2026-08-27T00:00:00Z")
-    assert tenant_spec.TOKEN_PATTERN.match("abc123.0123456789abcdef")
-    assert not tenant_spec.TOKEN_PATTERN.match("abc123.0123456789abcdeF")
-
-
-def test_token_window_is_stable_inside_a_window_and_moves_after_it():
-    start = tenant_spec.token_window(datetime.datetime(2026, 8, 20, 12, tzinfo=UTC)).start
-    first = tenant_spec.token_window(start)
-    last = tenant_spec.token_window(start + tenant_spec.TOKEN_ROTATION - datetime.timedelta(seconds=1))
-    after = tenant_spec.token_window(start + tenant_spec.TOKEN_ROTATION)
-    assert first == last
-    assert after.label != first.label
-    assert after.expiration == first.expiration + tenant_spec.TOKEN_ROTATION
-
-
-def test_a_fresh_token_always_has_at_least_one_rotation_period_left():
-    now = datetime.datetime(2026, 1, 1, tzinfo=UTC)
-    for hours in range(0, 24 * 30, 7):
-        moment = now + datetime.timedelta(hours=hours)
-        window = tenant_spec.token_window(moment)
-        assert window.start <= moment < window.start + tenant_spec.TOKEN_ROTATION
-        assert tenant_spec.TOKEN_ROTATION < window.expiration - moment <= 2 * tenant_spec.TOKEN_ROTATION
-        assert window.expiration_rfc3339.endswith("Z")
-        assert datetime.datetime.fromisoformat(window.expiration_rfc3339.replace("Z", "+00:00")) == window.expiration
-
-
-def test_token_window_needs_an_aware_time():
-    with pytest.raises(ValueError, match="timezone-aware"):
-        tenant_spec.token_window(datetime.datetime(2026, 8, 20))
+def test_datastore_schema_check_catches_a_wrong_driver(datastore_crd):
+    manifest = tenant_spec.datastore_manifest("x", {**tenant_spec.dedicated_datastore_spec("t", 1), "driver": "ETCD"})
+    assert any(e.startswith("spec.driver:") for e in schema_errors(manifest, strict_schema(datastore_crd)))
 
 
 # --------------------------------------------------------------------------- #
-# Calico and quota
+# Calico
 # --------------------------------------------------------------------------- #
 
 
@@ -358,40 +528,90 @@ def test_calico_pool_is_the_tenant_pod_range_over_vxlan(tenants):
 
 def test_calico_control_plane_replicas_fit_the_workers(tenants):
     replicas = [
-        tenant_spec.calico_operator_values(t.pod_cidr, "1.2.3.4:6443", len(t.workers))["installation"]["controlPlaneReplicas"]
+        tenant_spec.calico_operator_values(t.pod_cidr, "1.2.3.4:6443", len(t.workers))["installation"][
+            "controlPlaneReplicas"]
         for t in tenants
     ]
     assert replicas == [1, 1, 2]
 
 
-def test_quota_lists_only_the_keys_that_are_set(tenants):
-    assert tenant_spec.gpu_resource_quota(tenants[0].quota) is None
-    quota = tenant_spec.gpu_resource_quota(tenants[1].quota)
-    assert quota["metadata"]["namespace"] == "default"
-    assert quota["spec"]["hard"] == {"requests.nvidia.com/gpu": "2", "requests.nvidia.com/gpumem": "6000"}
-    assert _k8s_errors(quota) is None
-    full = tenants[1].quota.model_copy(update={"cores": 150})
-    assert tenant_spec.gpu_quota_hard(full)["requests.nvidia.com/gpucores"] == "150"
+# --------------------------------------------------------------------------- #
+# Inside the tenant: GPU quota, workload namespaces, the restricted credential
+# --------------------------------------------------------------------------- #
+
+
+def _hami_quota_keys(vendor_dir):
+    """HAMi's resource names (chart values): the card count is a native extended-resource quota (`requests.`),
+    memory and cores are what HAMi's quota manager counts, under `limits.` (pkg/device/quota.go)."""
+    values = yaml.safe_load((vendor_dir / "hami" / "values.yaml").read_text())
+    return (f"requests.{values['resourceName']}", f"limits.{values['resourceMem']}",
+            f"limits.{values['resourceCores']}")
+
+
+def test_quota_keys_are_hamis_resource_names(vendor_dir):
+    gpus, memory, cores = _hami_quota_keys(vendor_dir)
+    quota = Quota.model_validate({"gpus": 2, "memoryMiB": 6000, "cores": 60})
+    assert tenant_spec.gpu_quota_hard(quota) == {gpus: "2", memory: "6000", cores: "60"}
+
+
+def test_quota_lists_only_the_keys_that_are_set_in_each_namespace(tenants, vendor_dir):
+    gpus, memory, _ = _hami_quota_keys(vendor_dir)
+    assert tenant_spec.gpu_resource_quota(tenants[0].quota, "default") is None
+    for namespace in tenants[1].namespaces:
+        quota = tenant_spec.gpu_resource_quota(tenants[1].quota, namespace)
+        assert quota["metadata"]["namespace"] == namespace
+        assert quota["spec"]["hard"] == {gpus: "2", memory: "6000"}
+        assert _k8s_errors(quota) is None
     assert tenant_spec.gpu_quota_hard(tenants[1].quota.model_copy(update={"gpus": 0, "memory_mib": None})) == {
-        "requests.nvidia.com/gpu": "0"
+        gpus: "0"
     }
+    empty = tenants[1].quota.model_copy(update={"gpus": None, "memory_mib": None, "cores": None})
+    assert tenant_spec.gpu_resource_quota(empty, "default") is None
 
 
-def test_outside_traffic_reaches_only_the_api_and_konnectivity_ports():
-    policy = tenant_spec.isolation_network_policy("tenant-a", [KIND_SUBNET])
-    assert _allowed(policy, "ingress", "elsewhere", "172.18.0.5", port=6443)
-    assert _allowed(policy, "ingress", "elsewhere", "172.18.0.5", port=8132)
-    assert not _allowed(policy, "ingress", "elsewhere", "172.18.0.5", port=10257)  # controller manager
-    assert _allowed(policy, "ingress", "kamaji-system", POD_IP, port=10257)
+def test_workload_namespace_enforces_pod_security_baseline():
+    namespace = tenant_spec.workload_namespace("ml")
+    labels = namespace["metadata"]["labels"]
+    # kubernetes.io/docs/concepts/security/pod-security-admission: levels privileged|baseline|restricted.
+    assert labels["pod-security.kubernetes.io/enforce"] == "baseline"
+    assert labels["pod-security.kubernetes.io/enforce-version"] == "latest"
+    assert namespace["metadata"]["name"] == "ml"
+    assert _k8s_errors(namespace) is None
 
 
-def test_every_worker_network_is_admitted_both_ways():
-    policy = tenant_spec.isolation_network_policy("tenant-a", [KIND_SUBNET, "10.20.0.0/16"])
-    assert _allowed(policy, "ingress", "elsewhere", "10.20.1.11", port=6443)  # an SSH-joined GPU server
-    assert _allowed(policy, "egress", "elsewhere", "10.20.1.11", port=10250)
-    assert not _allowed(policy, "ingress", "elsewhere", "10.30.0.1", port=6443)
+def test_tenant_user_gets_edit_only_in_its_workload_namespaces():
+    objects = tenant_spec.tenant_user_objects(["default", "ml"])
+    for obj in objects:
+        assert _k8s_errors(obj) is None, obj
+        assert obj["metadata"].get("namespace"), f"{obj['kind']} is cluster-scoped"
+    by_kind = {}
+    for obj in objects:
+        by_kind.setdefault(obj["kind"], []).append(obj)
+    assert set(by_kind) == {"ServiceAccount", "Secret", "RoleBinding"}
+    (account,) = by_kind["ServiceAccount"]
+    (token,) = by_kind["Secret"]
+    assert token["type"] == "kubernetes.io/service-account-token"
+    assert token["metadata"]["annotations"] == {"kubernetes.io/service-account.name": account["metadata"]["name"]}
+    assert token["metadata"]["namespace"] == account["metadata"]["namespace"]
+    subject = {"kind": "ServiceAccount", "name": account["metadata"]["name"],
+               "namespace": account["metadata"]["namespace"]}
+    bindings = by_kind["RoleBinding"]
+    # Not in the ServiceAccount's own namespace (kube-system): edit there would read every system Secret.
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["default", "ml"]
+    for binding in bindings:
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"}
+        assert binding["subjects"] == [subject]
 
 
-def test_network_policy_needs_a_worker_network():
-    with pytest.raises(ValueError, match="no worker networks"):
-        tenant_spec.isolation_network_policy("tenant-a", [])
+def test_tenant_user_kubeconfig_carries_the_token_and_trusts_the_tenant_ca():
+    ca = tenant_ca_pem("user-kubeconfig-ca").decode()
+    text = tenant_spec.tenant_user_kubeconfig("172.18.255.200:6443", ca, "the-token", "tenant-a", "ml")
+    document = yaml.safe_load(text)
+    assert tenant_spec.ca_certificate(text) == ca
+    (cluster,) = document["clusters"]
+    (user,) = document["users"]
+    (context,) = document["contexts"]
+    assert cluster["cluster"]["server"] == "https://172.18.255.200:6443"
+    assert user["user"] == {"token": "the-token"}
+    assert context["context"] == {"cluster": cluster["name"], "user": user["name"], "namespace": "ml"}
+    assert document["current-context"] == context["name"]

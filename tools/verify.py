@@ -60,8 +60,8 @@ def _parse_outputs(text: str, source: str) -> Json:
     return outputs
 
 
-def read_stack_outputs(stack: str, run: Run = subprocess.run, cwd: Path = ROOT) -> Json:
-    argv = ["pulumi", "stack", "output", "--json", "--show-secrets", "--stack", stack]
+def read_stack_outputs(stack: str, run: Run = subprocess.run, cwd: Path = ROOT, show_secrets: bool = True) -> Json:
+    argv = ["pulumi", "stack", "output", "--json", *(["--show-secrets"] if show_secrets else []), "--stack", stack]
     try:
         done = run(argv, cwd=cwd, capture_output=True, text=True, check=False)
     except FileNotFoundError:

@@ -705,7 +705,13 @@ class DockerContainerModel:
             if network not in docker.networks:
                 raise ProviderError(f"Unable to create container: network {network} not found")
         labels = {entry["label"]: entry["value"] for entry in inputs.get("labels") or []}
+        volumes = tuple(v["volumeName"] for v in inputs.get("volumes") or [] if v.get("volumeName"))
+        for volume in volumes:
+            # moby daemon/create.go: a named volume a container mounts is created if it does not exist.
+            docker.volumes.setdefault(volume, {})
         docker.containers[name] = scripts_container(name, inputs, networks, labels)
+        docker.containers[name].volumes = volumes
+        docker.containers[name].env = tuple(inputs.get("envs") or ())
         ctx.world.machines.pop(name, None)  # a new container is a new machine
         return f"container-{name}-{ctx.engine.serial()}", {**resource.inputs, "id": UNKNOWN}
 
@@ -754,6 +760,40 @@ class DockerImageModel:
     def delete(self, ctx: Context, old: Resource) -> None:
         if not _truthy(old.inputs.get("keepLocally")):  # resource_docker_image_funcs.go: keep_locally -> no-op
             ctx.world.docker.images.discard(plain(old.inputs)["name"])
+
+    def read(self, ctx: Context, resource: Resource) -> dict[str, Any] | None:
+        return dict(resource.outputs)
+
+
+class DockerVolumeModel:
+    """docker_volume (resource_docker_volume.go): every input forces a new volume; id = name."""
+
+    def diff(self, ctx: Context, old: Resource, new: Resource) -> Diff:
+        changed = changed_paths(old.inputs, new.inputs)
+        if not changed:
+            return Diff(changes=False)
+        keys = sorted({str(p[0]) for p in changed})
+        return Diff(changes=True, changed_keys=keys, detailed=keys, replace_keys=keys)
+
+    def create(self, ctx: Context, resource: Resource) -> tuple[str, dict[str, Any]]:
+        inputs = plain(resource.inputs)
+        name = inputs["name"]
+        if ctx.preview:
+            return "", dict(resource.inputs)
+        # moby volume/service: creating a volume whose name exists (same driver) returns the existing volume.
+        labels = {entry["label"]: entry["value"] for entry in inputs.get("labels") or []}
+        ctx.world.docker.volumes.setdefault(name, labels)
+        return name, {**resource.inputs, "mountpoint": f"/var/lib/docker/volumes/{name}/_data"}
+
+    def update(self, ctx: Context, old: Resource, resource: Resource) -> dict[str, Any]:
+        return dict(resource.inputs)
+
+    def delete(self, ctx: Context, old: Resource) -> None:
+        name = plain(old.inputs)["name"]
+        users = [c.name for c in ctx.world.docker.containers.values() if name in c.volumes]
+        if users:
+            raise ProviderError(f"Error removing volume {name}: volume is in use - {users}")
+        ctx.world.docker.volumes.pop(name, None)
 
     def read(self, ctx: Context, resource: Resource) -> dict[str, Any] | None:
         return dict(resource.outputs)
@@ -872,6 +912,7 @@ MODELS: dict[str, Callable[[], Any]] = {
     "random:index/randomPassword:RandomPassword": RandomModel,
     "docker:index/container:Container": DockerContainerModel,
     "docker:index/remoteImage:RemoteImage": DockerImageModel,
+    "docker:index/volume:Volume": DockerVolumeModel,
     "kubernetes:helm.sh/v3:Release": HelmReleaseModel,
     "pulumi:providers:kubernetes": KubernetesProviderModel,
     "pulumi-python:dynamic:Resource": DynamicModel,

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from tools.sim import systems
-from tools.sim.world import ApiError, Machine, UnreachableError, World
+from tools.sim.world import MIRROR_MARKER, ApiError, Machine, UnreachableError, World
 
 
 class CommandFailedError(Exception):
@@ -76,6 +76,8 @@ def run(world: World, invocation: Invocation, action: str) -> str:
         machine = world.machines.setdefault(machine_name, Machine(name=machine_name))
     body, values = _ssh_branch(invocation.stdin, action)
     env.update(values)
+    if "containerd/certs.d" in body:
+        return _mirrors(machine, env)
     if "kubeadm join" in body:
         return _join(world, machine, env)
     if "kubeadm reset -f" in body:
@@ -152,6 +154,33 @@ def _leave(world: World, machine: Machine, env: dict[str, str]) -> str:
         return f"worker {node} was not joined"
     systems.reset(world, machine)
     return f"worker {node} reset"
+
+
+# --------------------------------------------------------------------------- #
+# Image mirrors (components/scripts/node-mirrors.sh)
+# --------------------------------------------------------------------------- #
+
+
+def _mirrors(machine: Machine, env: dict[str, str]) -> str:
+    """Exactly the listed registries get a hosts.toml of ours; files of ours for others go; foreign ones stay."""
+    from components.registry_mirror import hosts_toml
+
+    wanted = {}
+    for line in env["REGISTRY_MIRRORS"].splitlines():
+        if line.strip():
+            registry, _server, mirror = line.split()
+            wanted[f"/etc/containerd/certs.d/{registry}/hosts.toml"] = hosts_toml(registry, mirror)
+    for path in wanted:
+        current = machine.files.get(path)
+        if current is not None and not current.startswith(MIRROR_MARKER):
+            raise CommandFailedError(f"gpu-tenancy: node {env['NODE_NAME']}: {path} exists and was not written by "
+                                     "gpu-tenancy")
+    for path in [p for p, content in machine.files.items()
+                 if p.startswith("/etc/containerd/certs.d/") and content.startswith(MIRROR_MARKER)]:
+        if path not in wanted:
+            del machine.files[path]
+    machine.files.update(wanted)
+    return f"node {env['NODE_NAME']}: image mirrors for: {' '.join(sorted(wanted))}"
 
 
 def describe(inputs: Mapping[str, Any]) -> str:

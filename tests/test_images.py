@@ -1,0 +1,88 @@
+"""The inventory of images each node pulls (components/images.py) and `make bench`'s pull counts.
+
+Image references are compared with the charts' own values (../shared/vendor) where the charts set them.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import yaml
+
+from bench.image_pulls import pull_counts, table
+from components.images import PAUSE_IMAGE, node_images, platform_images
+from components.registry_mirror import MIRRORED_REGISTRIES, registries_of
+from config import load_stack_config
+from tools.graph import generated_config
+from tools.mockrun import load_stack_file
+
+
+def dev():
+    return load_stack_config(load_stack_file("dev"))
+
+
+def values(vendor_dir, chart):
+    return yaml.safe_load((vendor_dir / chart / "values.yaml").read_text())
+
+
+def test_chart_images_are_the_charts_own(vendor_dir):
+    images = platform_images(dev())
+    calico = values(vendor_dir, "calico")["tigeraOperator"]
+    assert f"{calico['registry']}/{calico['image']}:{calico['version']}" in images
+    hami = values(vendor_dir, "hami")
+    mock = hami["mockDevicePlugin"]["image"]
+    assert f"{mock['registry']}/{mock['repository']}:{mock['tag']}" in images
+    certgen = hami["scheduler"]["patch"]["imageNew"]
+    assert f"{certgen['registry']}/{certgen['repository']}:{certgen['tag']}" in images
+    assert f"docker.io/projecthami/hami:{hami['global']['imageTag']}" in images
+    metallb = values(vendor_dir, "metallb")
+    metallb_version = yaml.safe_load((vendor_dir / "metallb/Chart.yaml").read_text())["appVersion"]
+    for part in ("controller", "speaker"):
+        assert f"{metallb[part]['image']['repository']}:{metallb_version}" in images
+    cert_manager = values(vendor_dir, "cert-manager")
+    prefix = f"{cert_manager['imageRegistry']}/{cert_manager['imageNamespace']}/"
+    assert {i for i in images if i.startswith(prefix)} == {
+        f"{prefix}cert-manager-{n}:v1.21.1" for n in ("controller", "webhook", "cainjector", "startupapicheck")}
+
+
+def test_every_worker_pulls_its_daemonsets_and_the_management_node_the_control_planes():
+    nodes = node_images(dev())
+    management = nodes["gpu-tenancy-control-plane"]
+    # Kamaji's konnectivity-server is v0.<tenant minor>.0 (internal/builders/controlplane/konnectivity_server.go).
+    assert "registry.k8s.io/kas-network-proxy/proxy-server:v0.35.0" in management
+    # The node preloads its own version's kube-apiserver: a v1.35.0 tenant adds no kube-* pull there.
+    assert not [i for i in management if "/kube-apiserver:" in i]
+    for worker in ("tenant-a-worker-0", "tenant-b-worker-0"):
+        assert "registry.k8s.io/kas-network-proxy/proxy-agent:v0.35.0" in nodes[worker]
+        assert PAUSE_IMAGE in nodes[worker]  # the smoke pod, pinned to the only worker
+        assert any(i.startswith("registry.k8s.io/kube-proxy:v1.35.0@sha256:") for i in nodes[worker])
+
+
+def test_a_tenant_on_another_version_pulls_its_control_plane_images_on_the_management_node():
+    raw = copy.deepcopy(load_stack_file("dev"))
+    raw["tenants"][1]["kubernetesVersion"] = "v1.36.1"
+    nodes = node_images(load_stack_config(raw))
+    management = nodes["gpu-tenancy-control-plane"]
+    assert "registry.k8s.io/kube-apiserver:v1.36.1" in management
+    assert "registry.k8s.io/kas-network-proxy/proxy-server:v0.36.0" in management
+    # kindest/node v1.36.1 preloads CoreDNS v1.14.2, the version Kamaji's kubeadm library renders.
+    assert not any("coredns" in i for i in nodes["tenant-b-worker-0"])
+    assert any("coredns" in i for i in nodes["tenant-a-worker-0"])
+
+
+def test_only_mirrored_registries_are_pulled_from():
+    assert registries_of(sorted(platform_images(dev()))) <= set(MIRRORED_REGISTRIES)
+
+
+def test_with_the_mirror_upstream_pulls_do_not_grow_with_tenants():
+    small, large = (pull_counts(load_stack_config(generated_config(n))) for n in (2, 32))
+    assert large.without_mirror > 10 * small.without_mirror // 2
+    assert small.first_up == large.first_up == len(platform_images(generated_config(2)))
+    assert small.again == large.again == 0
+    assert large.first_up_docker_hub < large.without_mirror_docker_hub
+
+
+def test_the_bench_table_has_one_row_per_size():
+    rows = [pull_counts(load_stack_config(generated_config(n))) for n in (2, 8)]
+    text = table(rows)
+    assert text.count("\n") == 3 and "| 2 | 3 |" in text and "| 8 | 9 |" in text

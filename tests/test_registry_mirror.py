@@ -1,0 +1,176 @@
+"""The lab's pull-through image caches (components/registry_mirror.py), on the lifecycle simulator.
+
+Each test is one operation a user runs; the simulated Docker host shows where the caches, their volume and each
+node's containerd configuration end up.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from components.registry_mirror import (
+    CACHE_PATH,
+    MIRRORED_REGISTRIES,
+    REGISTRY_IMAGE,
+    cache_container_name,
+    cache_volume_name,
+    hosts_toml,
+    registries_of,
+    stack_mirrors,
+)
+from tests.lifecycle_support import adopt_lab, kind_lab
+from tools.graph import generated_config
+from tools.mockrun import load_stack_file, run_program
+from tools.sim.world import MIRROR_MARKER
+
+CLUSTER = "gpu-tenancy"
+CERTS_D = "/etc/containerd/certs.d"
+
+
+def mirror_files(machine) -> dict[str, str]:
+    return {path: text for path, text in machine.files.items() if path.startswith(CERTS_D)}
+
+
+def cache_containers(world) -> dict[str, object]:
+    return {name: c for name, c in world.docker.containers.items() if c.labels.get("gpu-tenancy.role") == "image-mirror"}
+
+
+@pytest.fixture(scope="module")
+def running():
+    sim = kind_lab()
+    sim.up()
+    return sim
+
+
+def test_every_node_pulls_through_a_cache_on_the_kind_network(running):
+    world = running.world
+    caches = cache_containers(world)
+    assert set(caches) == {cache_container_name(CLUSTER, registry) for registry in MIRRORED_REGISTRIES}
+    for cache in caches.values():
+        assert cache.network == "kind" and cache.volumes == (cache_volume_name(CLUSTER),)
+    nodes = [f"{CLUSTER}-control-plane"] + [f"{t['name']}-{w['name']}" for t in running.config["tenants"]
+                                             for w in t["workers"]]
+    for node in nodes:
+        files = mirror_files(world.machines[node])
+        assert set(files) == {f"{CERTS_D}/{registry}/hosts.toml" for registry in MIRRORED_REGISTRIES}, node
+        for registry in MIRRORED_REGISTRIES:
+            text = files[f"{CERTS_D}/{registry}/hosts.toml"]
+            mirror = f"http://{cache_container_name(CLUSTER, registry)}:5000"
+            assert f'[host."{mirror}"]' in text and text == hosts_toml(registry, mirror)
+
+
+def test_every_image_the_platform_pulls_comes_from_a_mirrored_registry():
+    from components.images import platform_images
+
+    images = platform_images(load_stack_file("dev"))
+    assert images, "the inventory is empty"
+    assert registries_of(images) <= set(MIRRORED_REGISTRIES)
+
+
+def test_registries_of_normalises_like_containerd():
+    assert registries_of(["calico/node:v3", "nginx", "quay.io/x/y:1", "registry.k8s.io/pause:3.10.1",
+                          "localhost:5000/a", "ghcr.io/o/i@sha256:" + "0" * 64]) == {
+        "docker.io", "quay.io", "registry.k8s.io", "localhost:5000", "ghcr.io"}
+
+
+def test_installs_on_the_management_cluster_wait_for_the_kind_node_to_use_the_caches():
+    run = run_program(load_stack_file("dev"))
+    node_config = run.named("image-mirror-kind-node")
+    for release in run.of_type("kubernetes:helm.sh/v3:Release"):
+        if release.name.startswith("kamaji"):
+            assert run.depends_on(release, node_config), release.name
+    for worker in ("tenant-a-worker-0", "tenant-b-worker-0"):
+        assert run.depends_on(run.named(f"{worker}-join"), run.named(f"{worker}-mirrors"))
+
+
+def test_the_cache_count_does_not_grow_with_tenants():
+    def caches(tenants: int) -> int:
+        run = run_program(generated_config(tenants), preview=True)
+        return len([r for r in run.of_type("docker:index/container:Container") if r.name.startswith("image-mirror")])
+
+    assert caches(2) == caches(32) == len(MIRRORED_REGISTRIES)
+
+
+def test_the_cache_image_is_pinned_and_the_registry_config_is_set_by_environment():
+    run = run_program(load_stack_file("dev"))
+    image = run.named("image-mirror-image")
+    assert image.inputs["name"] == REGISTRY_IMAGE and "@sha256:" in REGISTRY_IMAGE
+    docker_io = run.named("image-mirror-docker-io")
+    env = dict(entry.split("=", 1) for entry in docker_io.inputs["envs"])
+    assert env["REGISTRY_PROXY_REMOTEURL"] == "https://registry-1.docker.io"
+    assert env["REGISTRY_STORAGE_FILESYSTEM_ROOTDIRECTORY"] == f"{CACHE_PATH}/docker.io"
+    assert not any(key.startswith("REGISTRY_PROXY_USERNAME") for key in env)
+    assert not docker_io.inputs.get("ports"), "the caches answer on the kind network only"
+
+
+def test_destroy_keeps_the_cache_volume_and_the_next_up_uses_it_again():
+    sim = kind_lab()
+    sim.up()
+    sim.destroy()
+    assert sim.world.leftovers() == []
+    assert cache_volume_name(CLUSTER) in sim.world.docker.volumes
+    plan = sim.up()
+    assert plan.ok and "image-mirror-cache" in plan.names("create")
+    assert sim.up().changed() == {}
+
+
+def test_switching_the_mirror_off_removes_the_caches_and_every_nodes_files():
+    sim = kind_lab()
+    sim.up()
+    sim.config.setdefault("management", {})["imageMirror"] = False
+    plan = sim.up()
+    assert plan.names("delete") and not (plan.names("create") | plan.names("replace")), plan.render()
+    assert all("mirror" in name for name in plan.names("delete") | plan.names("update"))
+    assert cache_containers(sim.world) == {}
+    for node in ("tenant-a-worker-0", "tenant-b-worker-0"):
+        assert mirror_files(sim.world.machines[node]) == {}
+    assert sim.up().changed() == {}
+
+
+def test_docker_hub_credentials_reach_only_the_docker_io_cache_as_a_secret():
+    config = copy.deepcopy(load_stack_file("dev"))
+    config.setdefault("management", {})["dockerHub"] = {"username": "platform-team", "token": "dckr_pat_s3cr3t"}
+    run = run_program(config, secret_keys=["management"])
+    docker_io = run.named("image-mirror-docker-io")
+    assert docker_io.is_secret("envs")
+    assert "REGISTRY_PROXY_PASSWORD=dckr_pat_s3cr3t" in docker_io.inputs["envs"]
+    for resource in run.resources:
+        if resource.name != "image-mirror-docker-io":
+            assert "dckr_pat_s3cr3t" not in repr(resource.inputs), resource.name
+
+
+def test_adopt_mode_creates_no_cache_and_ssh_workers_use_the_configured_mirrors():
+    sim = adopt_lab()
+    mirrors = {"docker.io": "http://mirror.corp.example:5000", "quay.io": "https://quay-cache.corp.example"}
+    sim.config["management"]["registryMirrors"] = mirrors
+    sim.up()
+    assert cache_containers(sim.world) == {}
+    assert not [r for r in sim.resources() if r.name.startswith("image-mirror")]
+    hosts = [host for host in sim.world.ssh.values()]
+    assert hosts
+    for host in hosts:
+        assert mirror_files(host.machine) == {f"{CERTS_D}/{r}/hosts.toml": hosts_toml(r, m) for r, m in mirrors.items()}
+    sim.destroy()
+    assert sim.world.leftovers() == []
+    assert all(not any(t.startswith(MIRROR_MARKER) for t in h.machine.files.values()) for h in hosts)
+
+
+def test_an_ssh_worker_with_its_own_hosts_toml_fails_the_up_with_the_fix():
+    sim = adopt_lab()
+    sim.config["management"]["registryMirrors"] = {"docker.io": "http://mirror.corp.example:5000"}
+    host = next(iter(sim.world.ssh.values()))
+    host.machine.files[f"{CERTS_D}/docker.io/hosts.toml"] = 'server = "https://registry-1.docker.io"\n'
+    plan = sim.up(expect_error=True)
+    assert not plan.ok and "was not written by gpu-tenancy" in plan.render()
+    assert host.machine.files[f"{CERTS_D}/docker.io/hosts.toml"] == 'server = "https://registry-1.docker.io"\n'
+
+
+def test_stack_mirrors_name_one_cache_per_registry():
+    assert stack_mirrors("lab") == {
+        "docker.io": "http://lab-mirror-docker-io:5000",
+        "quay.io": "http://lab-mirror-quay-io:5000",
+        "registry.k8s.io": "http://lab-mirror-registry-k8s-io:5000",
+        "ghcr.io": "http://lab-mirror-ghcr-io:5000",
+    }

@@ -1,0 +1,365 @@
+"""Validation rules that keep a stack from being unsafe or from failing half-way (config/validate.py).
+
+Host keys for SSH workers, kindest/node images that exist, container names that cannot collide, system
+namespaces, open source ranges, what the adopted cluster's kubeconfig may do, malformed input answered with a
+message, and credentials never repeated in one.
+"""
+
+import copy
+
+import pytest
+import yaml
+
+from config import ConfigError, load_stack_config
+from config.models import KIND_NODE_IMAGES
+from tests.test_config_infrastructure import HOST_KEY, KUBECONFIG, PRIVATE_KEY, SECRET_FRAGMENT, adopted, ssh
+from tools.mockrun import load_stack_file
+
+SECRETS = {"management", "tenants"}
+
+
+def dev():
+    return copy.deepcopy(load_stack_file("dev"))
+
+
+def problems(raw, secret_keys=SECRETS):
+    """{path: [messages]} and the whole message of the ConfigError `raw` must raise."""
+    with pytest.raises(ConfigError) as caught:
+        load_stack_config(raw, secret_keys)
+    found: dict[str, list[str]] = {}
+    for issue in caught.value.issues:
+        found.setdefault(issue.path, []).append(str(issue))
+    return found, str(caught.value)
+
+
+def valid(raw, secret_keys=SECRETS):
+    return load_stack_config(raw, secret_keys)
+
+
+# --------------------------------------------------------------------------- #
+# SSH workers: the server's host key is required
+# --------------------------------------------------------------------------- #
+
+
+@pytest.mark.parametrize("port, keyscan", [(22, "ssh-keyscan -t ed25519 10.20.1.11"),
+                                           (2222, "ssh-keyscan -p 2222 -t ed25519 10.20.1.11")])
+def test_an_ssh_worker_without_host_key_is_refused_with_the_command_to_read_it(port, keyscan):
+    raw = adopted()
+    del raw["tenants"][0]["workers"][0]["ssh"]["hostKey"]
+    raw["tenants"][0]["workers"][0]["ssh"]["port"] = port
+    found, message = problems(raw)
+    assert list(found) == ["tenants[0].workers[0].ssh.hostKey"]
+    assert keyscan in message
+    assert "pulumi config set --path 'gpu-tenancy:tenants[0].workers[0].ssh.hostKey'" in message
+
+
+def test_ed25519_and_ecdsa_host_keys_are_accepted():
+    for key in (HOST_KEY, "ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTY="):
+        raw = adopted()
+        raw["tenants"][0]["workers"][0]["ssh"]["hostKey"] = key
+        assert valid(raw).tenants[0].workers[0].ssh.host_key == key
+
+
+# --------------------------------------------------------------------------- #
+# What can run where
+# --------------------------------------------------------------------------- #
+
+
+def test_nvidia_mode_refuses_gpus_on_container_workers():
+    raw = dev()
+    raw["gpuMode"] = "nvidia"
+    found, message = problems(raw, set())
+    assert set(found) == {"tenants[0].workers[0].gpus", "tenants[1].workers[0].gpus"}
+    assert "HAMi's device plugin cannot start" in message
+
+
+def test_nvidia_options_only_with_nvidia_mode():
+    raw = dev()
+    raw["nvidia"] = {"runtimeClassName": "nvidia"}
+    found, _ = problems(raw, set())
+    assert list(found) == ["nvidia"]
+
+
+def test_container_names_may_not_collide_across_tenants():
+    raw = dev()
+    # tenant-a + worker-0 and tenant-a-worker + 0 are both the container (and Node) tenant-a-worker-0.
+    raw["tenants"][1]["name"] = "tenant-a-worker"
+    raw["tenants"][1]["workers"][0]["name"] = "0"
+    found, message = problems(raw, set())
+    assert list(found) == ["tenants[1].workers[0].name"]
+    assert "'tenant-a-worker-0'" in message and "tenants[0].workers[0]" in message
+
+
+def test_a_container_worker_may_not_take_the_kind_nodes_name():
+    raw = dev()
+    raw["tenants"][0]["name"] = "gpu-tenancy"
+    raw["tenants"][0]["workers"][0]["name"] = "control-plane"
+    found, message = problems(raw, set())
+    assert list(found) == ["tenants[0].workers[0].name"]
+    assert "kind node of management.clusterName 'gpu-tenancy'" in message
+    # Another cluster name, another kind node: no collision.
+    raw["management"] = {"clusterName": "lab"}
+    assert valid(raw, set())
+
+
+def test_ssh_workers_are_no_containers_and_cannot_collide():
+    raw = dev()
+    raw["tenants"][1]["name"] = "tenant-a-worker"
+    raw["tenants"][1]["workers"][0]["name"] = "0"
+    raw["tenants"][1]["workers"][0]["ssh"] = ssh()
+    assert valid(raw, {"tenants"})
+
+
+def test_container_workers_need_a_published_kindest_node_image():
+    raw = dev()
+    raw["tenants"][0]["kubernetesVersion"] = "v1.36.0"
+    found, message = problems(raw, set())
+    assert list(found) == ["tenants[0].kubernetesVersion"]
+    assert f"known: {', '.join(KIND_NODE_IMAGES)}" in message and "tenants[0].nodeImage" in message
+    # An image of one's own (kind build node-image) ...
+    raw["tenants"][0]["nodeImage"] = "registry.example/kindest-node:v1.36.0@sha256:" + "a" * 64
+    assert valid(raw, set()).tenants[0].node_image.startswith("registry.example/")
+    # ... or no container workers at all.
+    del raw["tenants"][0]["nodeImage"]
+    raw["tenants"][0]["workers"][0]["ssh"] = ssh()
+    assert valid(raw, {"tenants"}).tenants[0].kubernetes_version == "v1.36.0"
+
+
+def test_node_image_only_with_container_workers():
+    raw = adopted()
+    raw["tenants"][0]["nodeImage"] = KIND_NODE_IMAGES["v1.35.0"]
+    found, _ = problems(raw)
+    assert list(found) == ["tenants[0].nodeImage"]
+
+
+def test_published_images_are_the_ones_kind_lists(vendor_dir):
+    """KIND_NODE_IMAGES against kind's own record of its pre-built images (vendored kind README)."""
+    text = (vendor_dir / "kind" / "README.txt").read_text()
+    for version, image in KIND_NODE_IMAGES.items():
+        name, _, digest = image.partition("@sha256:")
+        assert name == f"kindest/node:{version}" and len(digest) == 64
+        assert image in text or f"{version}@sha256:{digest[:8]}..." in text, image
+
+
+# --------------------------------------------------------------------------- #
+# Data stores and namespaces
+# --------------------------------------------------------------------------- #
+
+
+def test_data_store_settings_only_for_a_dedicated_store():
+    raw = dev()
+    raw["tenants"][0]["dataStore"] = {"replicas": 3, "storageSize": "5Gi", "quotaMiB": 2048}
+    found, message = problems(raw, set())
+    assert set(found) == {f"tenants[0].dataStore.{key}" for key in ("replicas", "storageSize", "quotaMiB")}
+    assert "dataStore.dedicated: true" in message
+    raw["tenants"][0]["dataStore"]["dedicated"] = True
+    store = valid(raw, set()).tenants[0].data_store
+    assert (store.replicas, store.storage_size, store.quota_mib) == (3, "5Gi", 2048)
+
+
+@pytest.mark.parametrize("namespace", ["kube-system", "kube-public", "kube-node-lease", "kube-anything",
+                                       "tigera-operator", "calico-system", "calico-apiserver"])
+def test_system_namespaces_are_no_workload_namespaces(namespace):
+    raw = dev()
+    raw["tenants"][0]["namespaces"] = ["default", namespace]
+    found, _ = problems(raw, set())
+    assert list(found) == ["tenants[0].namespaces[1]"]
+
+
+def test_workload_namespaces_are_listed_once():
+    raw = dev()
+    raw["tenants"][0]["namespaces"] = ["default", "ml", "default"]
+    found, message = problems(raw, set())
+    assert list(found) == ["tenants[0].namespaces[2]"]
+    assert "listed twice" in message
+    raw["tenants"][0]["namespaces"] = ["default", "ml"]
+    assert valid(raw, set()).tenants[0].namespaces == ["default", "ml"]
+
+
+# --------------------------------------------------------------------------- #
+# Who may reach the tenant API servers
+# --------------------------------------------------------------------------- #
+
+
+@pytest.mark.parametrize("key", ["workerCidrs", "operatorCidrs"])
+def test_any_source_is_refused_unless_allowed(key):
+    raw = adopted()
+    raw["management"][key] = ["0.0.0.0/0"]
+    found, message = problems(raw)
+    assert list(found) == [f"management.{key}[0]"]
+    assert "management.allowAnySource: true" in message
+    raw["management"]["allowAnySource"] = True
+    assert valid(raw).management.allow_any_source
+
+
+@pytest.mark.parametrize("allow", [False, True])
+def test_the_ipv6_any_range_is_refused_even_when_any_source_is_allowed(allow):
+    raw = adopted(allowAnySource=allow)
+    raw["management"]["operatorCidrs"] = ["::/0"]
+    found, _ = problems(raw)
+    assert list(found) == ["management.operatorCidrs[0]"]
+
+
+# --------------------------------------------------------------------------- #
+# The adopted cluster's kubeconfig
+# --------------------------------------------------------------------------- #
+
+
+def _kubeconfig(change) -> str:
+    document = yaml.safe_load(KUBECONFIG)
+    change(document)
+    return yaml.safe_dump(document)
+
+
+def _user(document):
+    return document["users"][0]["user"]
+
+
+def _cluster(document):
+    return document["clusters"][0]["cluster"]
+
+
+EXEC_PLUGIN = {"apiVersion": "client.authentication.k8s.io/v1", "command": "aws", "args": ["eks", "get-token"]}
+
+
+@pytest.mark.parametrize("plugin", [
+    lambda d: _user(d).update({"exec": EXEC_PLUGIN}),
+    lambda d: _user(d).update({"auth-provider": {"name": "oidc", "config": {}}}),
+], ids=["exec", "auth-provider"])
+def test_credential_plugins_are_refused_unless_allowed(plugin):
+    raw = adopted(kubeconfig=_kubeconfig(plugin))
+    found, message = problems(raw)
+    assert list(found) == ["management.kubeconfig"]
+    assert "management.allowExecCredentials: true" in message
+    raw["management"]["allowExecCredentials"] = True
+    assert valid(raw).management.allow_exec_credentials
+
+
+def test_allow_exec_credentials_only_with_an_adopted_cluster():
+    raw = dev()
+    raw["management"] = {"allowExecCredentials": True}
+    found, _ = problems(raw, set())
+    assert list(found) == ["management.allowExecCredentials"]
+
+
+@pytest.mark.parametrize("change, text", [
+    (lambda d: _cluster(d).update({"insecure-skip-tls-verify": True}), "insecure-skip-tls-verify"),
+    (lambda d: _cluster(d).update({"server": "http://10.20.0.10:8080"}), "plain-HTTP"),
+], ids=["insecure-skip-tls-verify", "http-server"])
+def test_an_unverified_or_plain_text_api_connection_is_refused(change, text):
+    found, message = problems(adopted(kubeconfig=_kubeconfig(change)))
+    assert list(found) == ["management.kubeconfig"]
+    assert text in message
+    assert "client-key-data" not in message and _user(yaml.safe_load(KUBECONFIG))["client-key-data"] not in message
+
+
+MALFORMED_KUBECONFIGS = {
+    "not-yaml": "clusters: [\n",
+    "a-list": "- clusters\n- users\n",
+    "clusters-a-string": _kubeconfig(lambda d: d.update(clusters="prod")),
+    "contexts-a-number": _kubeconfig(lambda d: d.update(contexts=5)),
+    "users-missing": _kubeconfig(lambda d: d.pop("users")),
+    "a-mapping-not-text": yaml.safe_load(KUBECONFIG),
+    "cluster-entry-a-string": pytest.param(
+        _kubeconfig(lambda d: d["clusters"][0].update(cluster="prod")),
+        marks=pytest.mark.xfail(strict=True, raises=AttributeError,
+                                reason="config/validate.py _kubeconfig_issues calls .get on a non-mapping entry")),
+    "user-entry-a-string": pytest.param(
+        _kubeconfig(lambda d: d["users"][0].update(user="admin")),
+        marks=pytest.mark.xfail(strict=True, reason="config/validate.py accepts a user entry that is no mapping")),
+}
+
+
+@pytest.mark.parametrize("kubeconfig", list(MALFORMED_KUBECONFIGS.values()), ids=list(MALFORMED_KUBECONFIGS))
+def test_a_malformed_kubeconfig_gets_a_message_not_an_exception(kubeconfig):
+    found, message = problems(adopted(kubeconfig=kubeconfig))
+    assert "management.kubeconfig" in found, message
+    assert "client-key-data" not in message and "BEGIN" not in message
+
+
+MALFORMED_STRUCTURES = {
+    "tenants-a-string": (lambda r: r.update(tenants="tenant-a"), "tenants"),
+    "tenant-null": (lambda r: r["tenants"].__setitem__(0, None), "tenants[0]"),
+    "workers-null": (lambda r: r["tenants"][0].update(workers=None), "tenants[0].workers"),
+    "worker-a-string": (lambda r: r["tenants"][0]["workers"].__setitem__(0, "worker-0"), "tenants[0].workers[0]"),
+    "gpus-a-mapping": (lambda r: r["tenants"][0]["workers"][0].update(gpus={"uuid": "G"}), "tenants[0].workers[0].gpus"),
+    "namespaces-a-string": (lambda r: r["tenants"][0].update(namespaces="default"), "tenants[0].namespaces"),
+    "management-a-list": (lambda r: r.update(management=[]), "management"),
+    "smoke-test-a-number": (lambda r: r.update(smokeTest=5), "smokeTest"),
+    "ssh-a-string": (lambda r: r["tenants"][0]["workers"][0].update(ssh="root@10.0.0.1"), "tenants[0].workers[0].ssh"),
+}
+
+
+@pytest.mark.parametrize("mutate, path", list(MALFORMED_STRUCTURES.values()), ids=list(MALFORMED_STRUCTURES))
+def test_malformed_structure_gets_a_message_naming_the_key(mutate, path):
+    raw = dev()
+    mutate(raw)
+    found, message = problems(raw, set())
+    assert path in found, message
+
+
+def test_security_rules_report_with_field_errors_in_one_round():
+    raw = adopted(kubeconfig=_kubeconfig(lambda d: _user(d).update({"exec": EXEC_PLUGIN})), operatorCidrs=["0.0.0.0/0"])
+    worker = raw["tenants"][0]["workers"][0]
+    del worker["ssh"]["hostKey"]
+    worker["ssh"]["port"] = 0
+    raw["tenants"][0]["namespaces"] = ["default", "kube-system"]
+    found, message = problems(raw)
+    assert set(found) == {"management.kubeconfig", "management.operatorCidrs[0]", "tenants[0].workers[0].ssh.port",
+                          "tenants[0].workers[0].ssh.hostKey", "tenants[0].namespaces[1]"}, message
+    assert "(5 problems)" in message
+
+
+@pytest.mark.xfail(strict=True, reason="config/validate.py does not check that the kubeconfig's current context "
+                   "resolves; KindManagementCluster reports it later, after every other problem is fixed")
+def test_a_kubeconfig_whose_current_context_does_not_resolve_is_reported_with_the_rest():
+    raw = adopted(kubeconfig=_kubeconfig(lambda d: d.update({"current-context": "elsewhere"})),
+                  workerCidrs=["0.0.0.0/0"])
+    found, message = problems(raw)
+    assert {"management.kubeconfig", "management.workerCidrs[0]"} <= set(found), message
+
+
+# --------------------------------------------------------------------------- #
+# Credentials are never repeated in a message
+# --------------------------------------------------------------------------- #
+
+
+def test_a_private_key_pasted_as_host_key_is_not_echoed():
+    raw = adopted()
+    raw["tenants"][0]["workers"][0]["ssh"]["hostKey"] = PRIVATE_KEY
+    found, message = problems(raw)
+    assert "tenants[0].workers[0].ssh.hostKey" in found
+    assert "[secret]" in message
+    assert SECRET_FRAGMENT not in message and "PRIVATE KEY" not in message
+
+
+def test_credential_looking_text_in_any_key_is_redacted():
+    raw = dev()
+    raw["tenants"][0]["workers"][0]["gpus"][0]["model"] = "token: s3cr3t"
+    found, message = problems(raw, set())
+    assert "tenants[0].workers[0].gpus[0].model = '[secret]'" in message
+    assert "s3cr3t" not in message
+
+
+def test_a_kubeconfig_under_a_misspelt_key_is_not_echoed():
+    raw = adopted()
+    raw["management"]["kubeConfig"] = raw["management"].pop("kubeconfig")
+    found, message = problems(raw)
+    assert "did you mean 'kubeconfig'" in message
+    assert "client-key-data" not in message and "BEGIN" not in message
+
+
+def test_a_bad_private_key_is_not_echoed():
+    raw = adopted()
+    raw["tenants"][0]["workers"][0]["ssh"]["privateKey"] = "hunter2-not-a-key"
+    found, message = problems(raw)
+    assert "tenants[0].workers[0].ssh.privateKey" in found
+    assert "hunter2" not in message
+
+
+def test_a_token_kubeconfig_is_accepted_and_never_echoed_with_other_errors():
+    token_kubeconfig = _kubeconfig(lambda d: d["users"][0].update(user={"token": "sha256~s3cr3t-token"}))
+    assert valid(adopted(kubeconfig=token_kubeconfig)).management.adopts_existing_cluster
+    raw = adopted(kubeconfig=token_kubeconfig, workerCidrs=["0.0.0.0/0"], clusterName="lab")
+    _, message = problems(raw)
+    assert "s3cr3t" not in message
