@@ -64,7 +64,7 @@ for tenant in config.tenants:
             tenant=tenant,
             management_provider=management.provider,
             management_kubeconfig=management.kubeconfig,
-            worker_networks=management.worker_networks,
+            worker_networks=management.tenant_worker_networks(tenant.worker_cidrs),
             operator_cidrs=config.management.operator_cidrs,
             shared_datastore=kamaji.datastore_name,
             versions=config.versions,
@@ -138,6 +138,8 @@ for tenant in config.tenants:
         "endpoint": control_plane.endpoint,
         "discoveryHash": control_plane.discovery_hash,
         "dataStore": control_plane.datastore,
+        # Who may open a connection to the tenant's API and Konnectivity server (loadBalancerSourceRanges).
+        "sourceRanges": control_plane.source_ranges,
         "nodes": gpus.node_names,
         "gpuCapacity": gpus.gpu_capacity,
         "smokeTest": gpus.smoke_test,
@@ -151,6 +153,11 @@ pulumi.export("kindSubnet", management.kind_subnet)
 pulumi.export("workerNetworks", management.worker_networks)
 pulumi.export("lbPoolRange", kamaji.lb_pool_range)
 pulumi.export("tenants", tenant_outputs)
+# The lab's pull-through caches (None without them): registry -> cache container, for `make verify`.
+pulumi.export("imageMirror", None if mirror is None else {
+    registry: {"container": cache, "url": mirror.mirrors[registry]}
+    for registry, cache in mirror.containers.items()
+})
 # Secrets in their own outputs, so `tenants` stays readable without --show-secrets.
 # The tenants' users get the restricted credential; the admin one is the operator's.
 pulumi.export("tenantKubeconfigs", pulumi.Output.secret(user_kubeconfigs))

@@ -52,7 +52,8 @@ TENANT_COREDNS = ("registry.k8s.io/coredns/coredns:v1.14.2", 2)
 # HAMi v2.10.0: scheduler extender and webhook (global.imageTag), and its certificate hook Jobs.
 HAMI_WEBHOOK_CERTGEN = "docker.io/liangjw/kube-webhook-certgen:v1.1.1"
 # What kindest/node preloads besides its version's kube-* images (kubeadm's CoreDNS for that version).
-PRELOADED_COREDNS = {"v1.35": "registry.k8s.io/coredns/coredns:v1.13.1", "v1.36": "registry.k8s.io/coredns/coredns:v1.14.2"}
+PRELOADED_COREDNS = {"v1.35": "registry.k8s.io/coredns/coredns:v1.13.1",
+                     "v1.36": "registry.k8s.io/coredns/coredns:v1.14.2"}
 
 
 def _minor(version: str) -> int:

@@ -151,7 +151,8 @@ def worker_networks(kind_subnet: str | None, worker_cidrs: Sequence[str]) -> lis
     if not networks:
         raise ValueError(
             "management.workerCidrs is empty: with management.kubeconfig, list the IPv4 networks your GPU "
-            "servers reach tenant API servers from (tenant control planes accept connections only from there)"
+            "servers reach tenant API servers from, there or in tenants[].workerCidrs (tenant control planes "
+            "accept connections only from those)"
         )
     return networks
 
@@ -188,6 +189,7 @@ class KindManagementCluster(pulumi.ComponentResource):
         self.network_name = KIND_NETWORK
         self.adopted = args.kubeconfig is not None
         self.cluster = None
+        self._worker_cidrs = list(args.worker_cidrs)
         if args.kubeconfig is not None:
             self._adopt(name, args, args.kubeconfig)
         else:
@@ -214,7 +216,9 @@ class KindManagementCluster(pulumi.ComponentResource):
             identifier = pulumi.Output.from_input(kubeconfig).apply(lambda text: current_cluster(text).server)
         self.kubeconfig = pulumi.Output.secret(kubeconfig)
         self.kind_subnet = None
-        self.worker_networks = pulumi.Output.from_input(worker_networks(None, args.worker_cidrs))
+        # Validation makes sure every tenant has some network when this one is empty.
+        self.worker_networks = pulumi.Output.from_input(
+            worker_networks(None, args.worker_cidrs) if args.worker_cidrs else [])
         self.provider = k8s.Provider(
             f"{name}-provider",
             kubeconfig=self.kubeconfig,
@@ -268,3 +272,12 @@ class KindManagementCluster(pulumi.ComponentResource):
                                      opts=pulumi.ResourceOptions(parent=self))
         worker_cidrs = list(args.worker_cidrs)
         self.worker_networks = self.kind_subnet.apply(lambda subnet: worker_networks(subnet, worker_cidrs))
+
+    def tenant_worker_networks(self, tenant_cidrs: Sequence[str]) -> pulumi.Output[list[str]]:
+        """Where one tenant's workers connect from: the kind network (lab) and `management.workerCidrs` (every
+        tenant admits those), plus the tenant's own `workerCidrs` (only it admits those). Raises when that leaves
+        no network at all (an adopted cluster without any workerCidrs)."""
+        cidrs = [*self._worker_cidrs, *tenant_cidrs]
+        if self.kind_subnet is None:
+            return pulumi.Output.from_input(worker_networks(None, cidrs))
+        return self.kind_subnet.apply(lambda subnet: worker_networks(subnet, cidrs))

@@ -174,6 +174,8 @@ class RegistryMirror(pulumi.ComponentResource):
         )
         self.mirrors = stack_mirrors(cluster)
         self.caches = []
+        # Registry -> cache container name, resolved once the container exists.
+        self.containers: dict[str, pulumi.Output[str]] = {}
         for registry in MIRRORED_REGISTRIES:
             env = cache_environment(registry, args.docker_hub)
             self.caches.append(docker.Container(
@@ -200,6 +202,7 @@ class RegistryMirror(pulumi.ComponentResource):
                     delete_before_replace=True,
                 ),
             ))
+            self.containers[registry] = self.caches[-1].name
         node = f"{cluster}-control-plane"
         self.node_ready = [configure_node(
             f"{name}-kind-node",

@@ -112,6 +112,7 @@ class TenantControlPlane(pulumi.ComponentResource):
         source_ranges = pulumi.Output.from_input(args.worker_networks).apply(
             lambda networks: sorted({*networks, *args.operator_cidrs})
         )
+        self.source_ranges = source_ranges
         spec = pulumi.Output.all(self.datastore, source_ranges).apply(
             lambda values: tenant_spec.tenant_control_plane_spec(tenant, values[0], values[1])
         )

@@ -290,6 +290,11 @@ class Tenant(StrictModel):
         default_factory=lambda: ["default"], min_length=1
     )
     data_store: DataStore = Field(default_factory=DataStore)
+    # IPv4 networks only this tenant's workers connect from: its control plane admits these besides
+    # management.workerCidrs (which every tenant admits), management.operatorCidrs and, in the lab, the kind network.
+    # Put each team's servers here, and only shared networks (the management nodes) in management.workerCidrs, and
+    # one team's servers cannot even open a connection to another team's API server.
+    worker_cidrs: list[Annotated[str, AfterValidator(_ipv4_network)]] = Field(default_factory=list)
     # The kindest/node image of this tenant's container workers (default: the image published for
     # kubernetesVersion, pinned by digest).
     node_image: NodeImage | None = None

@@ -363,6 +363,24 @@ def _secret_hint(path: str) -> str:
     )
 
 
+def _current_context_issues(document: dict[str, Any], key: str) -> list[ConfigIssue]:
+    """The current context must name a context whose cluster and user exist (what the program connects with)."""
+    name = document.get("current-context")
+    if not name:
+        return [ConfigIssue(key, "has no current-context: set the context this stack should use (kubectl config "
+                                 "use-context <name> --kubeconfig <file>) and store the file again")]
+    entries = {section: {e.get("name"): e for e in document[section]} for section in ("clusters", "users", "contexts")}
+    context = entries["contexts"].get(name)
+    if context is None:
+        return [ConfigIssue(key, f"current-context '{name}' names no entry of contexts")]
+    issues = []
+    for field, section in (("cluster", "clusters"), ("user", "users")):
+        target = (context.get("context") or {}).get(field)
+        if target not in entries[section]:
+            issues.append(ConfigIssue(key, f"context '{name}' names {field} '{target}', which is not in {section}"))
+    return issues
+
+
 def _kubeconfig_issues(kubeconfig: str, allow_exec: bool) -> list[ConfigIssue]:
     """What an adopted cluster's kubeconfig may not do, never echoing it."""
     import yaml
@@ -379,9 +397,20 @@ def _kubeconfig_issues(kubeconfig: str, allow_exec: bool) -> list[ConfigIssue]:
             issues.append(ConfigIssue(key, f"has no list of {name} (a kubeconfig lists clusters, users and contexts)"))
     if issues:
         return issues
+    for name, field in (("clusters", "cluster"), ("users", "user"), ("contexts", "context")):
+        for entry in sections[name]:
+            if not isinstance(entry.get(field, {}), dict):
+                issues.append(ConfigIssue(key, f"{name} entry '{entry.get('name')}' has a `{field}` that is not a "
+                                               "mapping"))
+    if issues:
+        return issues
+    issues += _current_context_issues(document, key)
     for entry in sections["clusters"]:
         cluster = entry.get("cluster") or {}
-        server = str(cluster.get("server", ""))
+        server = cluster.get("server", "")
+        if not isinstance(server, str) or not server:
+            issues.append(ConfigIssue(key, f"cluster '{entry.get('name')}' has no server URL"))
+            continue
         if cluster.get("insecure-skip-tls-verify"):
             issues.append(ConfigIssue(key, f"cluster '{entry.get('name')}' sets insecure-skip-tls-verify: the API "
                                            "server's identity would not be checked; give its CA "
@@ -403,17 +432,24 @@ def _any_source_issues(config: StackConfig) -> list[ConfigIssue]:
     if config.management.allow_any_source:
         return []
     issues = []
-    for key, cidrs in (("workerCidrs", config.management.worker_cidrs),
-                       ("operatorCidrs", config.management.operator_cidrs)):
+    sources = [("management.workerCidrs", config.management.worker_cidrs),
+               ("management.operatorCidrs", config.management.operator_cidrs)]
+    sources += [(f"tenants[{i}].workerCidrs", t.worker_cidrs) for i, t in enumerate(config.tenants)]
+    for key, cidrs in sources:
         for index, cidr in enumerate(cidrs):
-            if ipaddress.ip_network(cidr).prefixlen == 0:
+            # Anything wider than a /8 (0.0.0.0/0, or 0.0.0.0/1 + 128.0.0.0/1) is "anyone", not a network of yours.
+            if ipaddress.ip_network(cidr).prefixlen < MIN_SOURCE_PREFIX:
                 issues.append(ConfigIssue(
-                    f"management.{key}[{index}]",
-                    "opens every tenant API server to any address; list the networks workers and operators connect "
-                    "from, or set management.allowAnySource: true to accept that on purpose",
+                    f"{key}[{index}]",
+                    f"is wider than a /{MIN_SOURCE_PREFIX} and opens tenant API servers to (nearly) any address; list "
+                    "the networks workers and operators connect from, or set management.allowAnySource: true to "
+                    "accept that on purpose",
                     cidr,
                 ))
     return issues
+
+
+MIN_SOURCE_PREFIX = 8
 
 
 def _infrastructure_issues(config: StackConfig, tenants: Indexed, secret_keys: Collection[str]) -> list[ConfigIssue]:
@@ -431,12 +467,13 @@ def _infrastructure_issues(config: StackConfig, tenants: Indexed, secret_keys: C
                     "only applies to the kind cluster this program creates; remove it when management.kubeconfig "
                     "names an existing cluster",
                 ))
-        if not management.worker_cidrs:
+        if not management.worker_cidrs and not all(t.worker_cidrs for t in config.tenants):
             issues.append(ConfigIssue(
                 "management.workerCidrs",
-                "is required with management.kubeconfig: list the IPv4 networks your GPU servers (and the load "
-                "balancer's source NAT, i.e. the management nodes) reach tenant API servers from, e.g. "
-                "['10.20.0.0/16']; tenant control planes accept connections only from there",
+                "is required with management.kubeconfig unless every tenant sets its own workerCidrs: list the IPv4 "
+                "networks your GPU servers (and the load balancer's source NAT, i.e. the management nodes) reach "
+                "tenant API servers from, e.g. ['10.20.0.0/16']; tenant control planes accept connections only "
+                "from there",
             ))
     elif management.allow_exec_credentials:
         issues.append(ConfigIssue("management.allowExecCredentials", "only applies with management.kubeconfig"))

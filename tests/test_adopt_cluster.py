@@ -150,9 +150,27 @@ def test_a_kubeconfig_without_current_context_fails_before_any_resource():
     assert "client-key-data" not in message
 
 
-def test_adopting_without_worker_cidrs_fails_naming_the_key():
+def test_a_tenant_without_any_worker_network_fails_naming_the_keys():
+    def program():
+        cluster = KindManagementCluster("mgmt", KindManagementClusterArgs(
+            cluster_name="unused", node_image="kindest/node:v1.35.0", kubeconfig=World().adopt_cluster()))
+        cluster.tenant_worker_networks([])
+
     with pytest.raises(ProgramFailedError, match=r"management\.workerCidrs is empty"):
-        run_program({}, program=_program({}, World().adopt_cluster(), worker_cidrs=()), world=World())
+        run_program({}, program=program, world=World())
+
+
+def test_a_tenant_admits_the_shared_networks_and_its_own():
+    def program():
+        cluster = KindManagementCluster("mgmt", KindManagementClusterArgs(
+            cluster_name="unused", node_image="kindest/node:v1.35.0", kubeconfig=World().adopt_cluster(),
+            worker_cidrs=["10.20.0.0/24"]))
+        pulumi.export("own", cluster.tenant_worker_networks(["10.20.1.0/24"]))
+        pulumi.export("shared", cluster.tenant_worker_networks([]))
+
+    run = run_program({}, program=program, world=World())
+    assert run.outputs["own"].value == ["10.20.0.0/24", "10.20.1.0/24"]
+    assert run.outputs["shared"].value == ["10.20.0.0/24"]
 
 
 # --------------------------------------------------------------------------- #

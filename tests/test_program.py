@@ -35,7 +35,7 @@ TCP = "kubernetes:kamaji.clastix.io/v1alpha1:TenantControlPlane"
 TENANTS = ("tenant-a", "tenant-b")
 
 STACK_OUTPUTS = {"plan", "managementKubeconfig", "kindSubnet", "workerNetworks", "lbPoolRange", "tenants",
-                 "tenantKubeconfigs", "tenantAdminKubeconfigs"}
+                 "imageMirror", "tenantKubeconfigs", "tenantAdminKubeconfigs"}
 SECRET_OUTPUTS = {"managementKubeconfig", "tenantKubeconfigs", "tenantAdminKubeconfigs"}
 
 

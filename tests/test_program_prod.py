@@ -119,16 +119,22 @@ def test_no_secret_is_readable_in_any_input_output_or_state(prod):
     assert leaks(prod, secrets) == []
 
 
-def test_isolation_admits_the_worker_networks_and_the_api_also_the_operator_networks(run, example):
+def test_each_team_admits_its_own_servers_the_shared_networks_and_the_operators_not_the_other_team(run, example):
     management = example.management
+    tenants = {tenant.name: tenant for tenant in example.tenants}
     for team in TEAMS:
+        own = [*management.worker_cidrs, *tenants[team].worker_cidrs]
         policy = run.named(f"{team}-isolation", "kubernetes:networking.k8s.io/v1:NetworkPolicy")
         blocks = [peer["ipBlock"]["cidr"] for rule in policy.inputs["spec"]["ingress"] for peer in rule["from"]
                   if "ipBlock" in peer]
-        assert blocks == management.worker_cidrs
-        tcp = run.named(f"{team}-tcp")
-        assert tcp.inputs["spec"]["networkProfile"]["loadBalancerSourceRanges"] == sorted(
-            {*management.worker_cidrs, *management.operator_cidrs})
+        assert blocks == own
+        ranges = run.named(f"{team}-tcp").inputs["spec"]["networkProfile"]["loadBalancerSourceRanges"]
+        assert ranges == sorted({*own, *management.operator_cidrs})
+        assert run.outputs["tenants"].value[team]["sourceRanges"] == ranges
+        for other in TEAMS:
+            for worker in tenants[other].workers:
+                admitted = any(ipaddress.ip_address(worker.ssh.host) in ipaddress.ip_network(r) for r in ranges)
+                assert admitted == (other == team), (team, worker.ssh.host, ranges)
 
 
 def test_each_team_has_a_dedicated_etcd_and_data_store(run, example, vendor_dir):

@@ -192,6 +192,27 @@ def test_any_source_is_refused_unless_allowed(key):
     assert valid(raw).management.allow_any_source
 
 
+def test_nearly_any_source_is_refused_too_also_in_a_tenants_own_networks():
+    raw = adopted()
+    raw["management"]["operatorCidrs"] = ["0.0.0.0/1", "128.0.0.0/1"]
+    raw["tenants"][0]["workerCidrs"] = ["10.0.0.0/7"]
+    found, message = problems(raw)
+    assert set(found) == {"management.operatorCidrs[0]", "management.operatorCidrs[1]", "tenants[0].workerCidrs[0]"}
+    raw["tenants"][0]["workerCidrs"] = ["10.0.0.0/8"]
+    raw["management"]["operatorCidrs"] = ["10.30.0.0/24"]
+    assert valid(raw).tenants[0].worker_cidrs == ["10.0.0.0/8"]
+
+
+def test_every_tenant_needs_some_worker_network_in_adopt_mode():
+    raw = adopted()
+    raw["management"].pop("workerCidrs", None)
+    found, _ = problems(raw)
+    assert "management.workerCidrs" in found
+    for tenant in raw["tenants"]:
+        tenant["workerCidrs"] = ["10.20.7.0/24"]
+    assert valid(raw)
+
+
 @pytest.mark.parametrize("allow", [False, True])
 def test_the_ipv6_any_range_is_refused_even_when_any_source_is_allowed(allow):
     raw = adopted(allowAnySource=allow)
@@ -260,13 +281,8 @@ MALFORMED_KUBECONFIGS = {
     "contexts-a-number": _kubeconfig(lambda d: d.update(contexts=5)),
     "users-missing": _kubeconfig(lambda d: d.pop("users")),
     "a-mapping-not-text": yaml.safe_load(KUBECONFIG),
-    "cluster-entry-a-string": pytest.param(
-        _kubeconfig(lambda d: d["clusters"][0].update(cluster="prod")),
-        marks=pytest.mark.xfail(strict=True, raises=AttributeError,
-                                reason="config/validate.py _kubeconfig_issues calls .get on a non-mapping entry")),
-    "user-entry-a-string": pytest.param(
-        _kubeconfig(lambda d: d["users"][0].update(user="admin")),
-        marks=pytest.mark.xfail(strict=True, reason="config/validate.py accepts a user entry that is no mapping")),
+    "cluster-entry-a-string": _kubeconfig(lambda d: d["clusters"][0].update(cluster="prod")),
+    "user-entry-a-string": _kubeconfig(lambda d: d["users"][0].update(user="admin")),
 }
 
 
@@ -310,8 +326,6 @@ def test_security_rules_report_with_field_errors_in_one_round():
     assert "(5 problems)" in message
 
 
-@pytest.mark.xfail(strict=True, reason="config/validate.py does not check that the kubeconfig's current context "
-                   "resolves; KindManagementCluster reports it later, after every other problem is fixed")
 def test_a_kubeconfig_whose_current_context_does_not_resolve_is_reported_with_the_rest():
     raw = adopted(kubeconfig=_kubeconfig(lambda d: d.update({"current-context": "elsewhere"})),
                   workerCidrs=["0.0.0.0/0"])
