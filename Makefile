@@ -113,7 +113,7 @@ bench: venv
 	$(PY) -m bench.graph_bench
 	$(PY) -m bench.image_pulls
 
-e2e: venv
+e2e: venv charts
 	GPU_TENANCY_E2E=1 $(PY) -m pytest -m e2e tests/e2e -v -rs
 
 kubeconfig: pulumi-cli venv

@@ -154,16 +154,23 @@ def _pod_program(world, annotation: str, replace_on_changes: list[str]):
     return program
 
 
-@pytest.mark.parametrize(
-    ("path", "expected"),
-    [('metadata.annotations["gpu-tenancy.io/join"]', "replace"), ("metadata.annotations.gpu-tenancy.io/join", "update")],
-)
-def test_replace_on_changes_uses_the_engines_grammar(world, path, expected):
+def test_replace_on_changes_uses_the_engines_grammar(world):
+    path = 'metadata.annotations["gpu-tenancy.io/join"]'
     sim = _sim(world, _pod_program(world, "1", [path]))
     sim.up()
     sim.program = _pod_program(world, "2", [path])
     plan = sim.preview()
-    assert plan.step("pod").op == expected, plan.render()
+    assert plan.step("pod").op == "replace", plan.render()
+
+
+@pytest.mark.parametrize("path", ["metadata.annotations.gpu-tenancy.io/join", "spec.containerz", "metadata[",
+                                  "metadata.annotations[0]"])
+def test_a_path_that_names_no_input_fails_the_operation(world, path):
+    # The engine splits the unbracketed key at its dots ("gpu-tenancy", "io/join"): a path that can never match,
+    # which the engine would accept silently and never act on.
+    sim = _sim(world, _pod_program(world, "1", [path]))
+    plan = sim.up(expect_error=True)
+    assert not plan.ok and repr(path) in plan.error, plan.render()
 
 
 def test_a_command_runs_create_again_when_its_inputs_change_and_delete_sees_the_old_inputs(world):

@@ -2,7 +2,9 @@
 
 up the dev stack -> verify -> change one card's memory (only that node's
 simulated GPU resources update) -> up again (no changes) -> destroy (no
-containers, no kind cluster left). State goes to a throwaway local backend.
+containers, no kind cluster left, the image cache volume kept) -> up again
+(every layer comes from the cache: no blob is fetched upstream) -> destroy.
+State goes to a throwaway local backend; the cache volume is removed at the end.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pytest
 import yaml
 from pulumi import automation as auto
 
+from components.registry_mirror import DEBUG_PORT, cache_volume_name
 from tools import verify
 
 pytestmark = pytest.mark.e2e
@@ -32,7 +35,9 @@ def _copy_project(target: Path) -> Path:
     """The project in a scratch directory, so stack files and state never touch the checkout."""
     project = target / "project"
     shutil.copytree(
-        ROOT, project, ignore=shutil.ignore_patterns(".venv", ".git", ".pulumi-state", ".pulumi-passphrase", "__pycache__")
+        # .cache holds the pinned Kamaji chart (`make charts`), which the program installs from there.
+        ROOT, project, ignore=shutil.ignore_patterns(".venv", ".git", ".pulumi-state", ".pulumi-passphrase", "__pycache__",
+                                                    "build")
     )
     stack_config = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())
     stack_config["config"]["gpu-tenancy:management"] = {"clusterName": CLUSTER}
@@ -62,6 +67,22 @@ def _leftovers() -> tuple[list[str], bool]:
     ).stdout.split()
     clusters = subprocess.run(["kind", "get", "clusters"], capture_output=True, text=True, check=True).stdout.split()
     return containers, CLUSTER in clusters
+
+
+def _cache_misses(outputs: dict) -> dict[str, int]:
+    """Blob misses (layers fetched upstream) per cache since it started, from distribution's expvar JSON."""
+    misses = {}
+    for registry, cache in (outputs.get("imageMirror") or {}).items():
+        text = subprocess.run(
+            ["docker", "exec", cache["container"], "wget", "-qO-", f"http://127.0.0.1:{DEBUG_PORT}/debug/vars"],
+            capture_output=True, text=True, check=True,
+        ).stdout
+        misses[registry] = json.loads(text)["registry"]["proxy"]["blobs"]["Misses"]
+    return misses
+
+
+def _volume_exists(name: str) -> bool:
+    return subprocess.run(["docker", "volume", "inspect", name], capture_output=True, check=False).returncode == 0
 
 
 def test_up_verify_update_noop_destroy(tmp_path):
@@ -110,8 +131,17 @@ def test_up_verify_update_noop_destroy(tmp_path):
         # 4. nothing left to do.
         third = stack.up(on_output=print, expect_no_changes=True)
         assert set(third.summary.resource_changes or {}) == {"same"}
+        # 5. destroy leaves nothing behind but the image cache.
+        stack.destroy(on_output=print)
+        assert _leftovers() == ([], False)
+        assert _volume_exists(cache_volume_name(CLUSTER)), "the image cache must survive `make down`"
+
+        # 6. up again: every layer the platform needs is in the cache (fresh caches count from zero).
+        again = stack.up(on_output=print)
+        misses = _cache_misses({key: out.value for key, out in again.outputs.items()})
+        assert misses and all(count == 0 for count in misses.values()), misses
     finally:
-        # 5. destroy leaves nothing behind.
         stack.destroy(on_output=print)
         stack.workspace.remove_stack(STACK)
+        subprocess.run(["docker", "volume", "rm", cache_volume_name(CLUSTER)], capture_output=True, check=False)
     assert _leftovers() == ([], False)

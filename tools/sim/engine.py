@@ -58,7 +58,16 @@ from tools.sim.providers import (
     docker_get_network,
     model_for,
 )
-from tools.sim.state import UNKNOWN, Resource, comparable, contains_unknown, is_secret, normalize, secret
+from tools.sim.state import (
+    UNKNOWN,
+    Resource,
+    comparable,
+    contains_unknown,
+    is_secret,
+    normalize,
+    plain,
+    secret,
+)
 from tools.sim.world import World
 
 PROJECT = "gpu-tenancy"
@@ -236,6 +245,12 @@ class _Operation:
                 self.new_state[new.urn] = new
                 return "", {}
             try:
+                self._lint_paths(new)
+            except ProviderError as error:
+                self.failed = True
+                self.plan.error = f"{new.type} {new.name}: {error}"
+                raise
+            try:
                 id_, outputs = self._register_custom(new)
                 return id_, self._mark_secret_outputs(new, outputs)
             except (ProviderError, PartialFailureError) as error:
@@ -262,6 +277,26 @@ class _Operation:
                 marked[key] = secret(marked[key])
         new.outputs = marked
         return marked
+
+    def _lint_paths(self, new: Resource) -> None:
+        """Not engine behaviour but this project's guard: the engine accepts a replaceOnChanges path that names no
+        input and then simply never acts on it (it only compares paths with a diff's keys, SG diff), which would
+        hide a typo for ever. (An ignoreChanges path may well name a key that is absent today: that is how one
+        ignores what others add later.)"""
+        inputs = plain(new.inputs)
+        for path in new.replace_on_changes:
+            try:
+                parsed = paths.parse(path)
+            except paths.PropertyPathError as error:
+                raise ProviderError(f"replace_on_changes path {path!r} does not parse as a property path: {error}") \
+                    from None
+            # Provider SDKs add wildcard paths of their own whether the input is set or not (pulumi-command's
+            # Command always asks for `triggers[*]`): only a path without wildcards must name an input.
+            if paths.WILDCARD in parsed:
+                continue
+            if not paths.matches_any_input(parsed, inputs, unknown=UNKNOWN):
+                raise ProviderError(f"replace_on_changes path {path!r} names no input of {new.name} (inputs: "
+                                    f"{', '.join(sorted(inputs))})")
 
     def _register_custom(self, new: Resource) -> tuple[str, dict[str, Any]]:
         old = self.engine.state.get(new.urn)

@@ -139,9 +139,12 @@ def leaves(value: Any, prefix: tuple[Segment, ...] = ()) -> Iterator[tuple[tuple
         yield prefix, value
 
 
-def matches_any_input(path: tuple[Segment, ...], inputs: Mapping[str, Any]) -> bool:
-    """Whether `path` (wildcards allowed) names something that exists in `inputs`."""
+def matches_any_input(path: tuple[Segment, ...], inputs: Mapping[str, Any], unknown: Any = MISSING) -> bool:
+    """Whether `path` (wildcards allowed) names something that exists in `inputs`; a value that is `unknown` (not
+    known yet, in a preview) may hold anything."""
     def walk(value: Any, rest: tuple[Segment, ...]) -> bool:
+        if value is unknown and unknown is not MISSING:
+            return True
         if not rest:
             return True
         key, tail = rest[0], rest[1:]
