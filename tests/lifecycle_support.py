@@ -13,12 +13,26 @@ from tools.sim.lab import adopt, lab_world
 
 MANAGEMENT = "management"
 
-__all__ = ["MANAGEMENT", "adopt_lab", "changed_by_owner", "kind_lab", "lab_world", "owner", "tenant_names"]
+__all__ = ["MANAGEMENT", "adopt_lab", "changed_by_owner", "kind_lab", "lab_world", "owner", "running_kind_lab",
+           "tenant_names"]
 
 
 def kind_lab(config: dict[str, Any] | None = None, world: World | None = None, **world_options: Any) -> Lifecycle:
     return Lifecycle(copy.deepcopy(config) if config is not None else load_stack_file("dev"),
                      world=world or lab_world(**world_options))
+
+
+_RUNNING: list[Lifecycle] = []
+
+
+def running_kind_lab() -> Lifecycle:
+    """The dev lab after its first `up` on a typical host. The `up` runs once per test session; every caller
+    gets its own copy of the stack and the machine (Lifecycle.fork)."""
+    if not _RUNNING:
+        sim = kind_lab()
+        sim.up()
+        _RUNNING.append(sim)
+    return _RUNNING[0].fork()
 
 
 def adopt_lab(world: World | None = None) -> Lifecycle:

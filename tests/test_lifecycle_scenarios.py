@@ -6,7 +6,7 @@ and what is left alone. A failing test prints the plan the way `pulumi preview` 
 
 from __future__ import annotations
 
-from tests.lifecycle_support import MANAGEMENT, adopt_lab, changed_by_owner, kind_lab, tenant_names
+from tests.lifecycle_support import MANAGEMENT, adopt_lab, changed_by_owner, kind_lab, running_kind_lab, tenant_names
 
 CARD_C = {"uuid": "GPU-MOCK-C0", "model": "NVIDIA-A100", "memoryMiB": 8192}
 
@@ -14,10 +14,8 @@ CARD_C = {"uuid": "GPU-MOCK-C0", "model": "NVIDIA-A100", "memoryMiB": 8192}
 
 
 def running_lab():
-    """The dev lab after its first `make up`."""
-    sim = kind_lab()
-    sim.up()
-    return sim
+    """The dev lab after its first `make up` (a copy of one shared first `up`)."""
+    return running_kind_lab()
 
 
 def test_fresh_preview_in_kind_mode_plans_only_creates():

@@ -12,14 +12,13 @@ import copy
 import pytest
 
 from config import ConfigError, load_stack_config
-from tests.lifecycle_support import kind_lab
+from tests.lifecycle_support import running_kind_lab
 from tools.mockrun import load_stack_file
 
 
 @pytest.fixture(scope="module")
 def management_namespaces() -> set[str]:
-    sim = kind_lab()
-    sim.up()
+    sim = running_kind_lab()
     api = sim.world.kind["gpu-tenancy"].api
     tenants = {t["name"] for t in sim.config["tenants"]}
     return {ns["metadata"]["name"] for ns in api.list("Namespace")} - tenants

@@ -20,7 +20,7 @@ from components.registry_mirror import (
     registries_of,
     stack_mirrors,
 )
-from tests.lifecycle_support import adopt_lab, kind_lab
+from tests.lifecycle_support import adopt_lab, running_kind_lab
 from tools.graph import generated_config
 from tools.mockrun import load_stack_file, run_program
 from tools.sim.world import MIRROR_MARKER
@@ -39,9 +39,7 @@ def cache_containers(world) -> dict[str, object]:
 
 @pytest.fixture(scope="module")
 def running():
-    sim = kind_lab()
-    sim.up()
-    return sim
+    return running_kind_lab()
 
 
 def test_every_node_pulls_through_a_cache_on_the_kind_network(running):
@@ -106,8 +104,7 @@ def test_the_cache_image_is_pinned_and_the_registry_config_is_set_by_environment
 
 
 def test_destroy_keeps_the_cache_volume_and_the_next_up_uses_it_again():
-    sim = kind_lab()
-    sim.up()
+    sim = running_kind_lab()
     sim.destroy()
     assert sim.world.leftovers() == []
     assert cache_volume_name(CLUSTER) in sim.world.docker.volumes
@@ -117,8 +114,7 @@ def test_destroy_keeps_the_cache_volume_and_the_next_up_uses_it_again():
 
 
 def test_switching_the_mirror_off_removes_the_caches_and_every_nodes_files():
-    sim = kind_lab()
-    sim.up()
+    sim = running_kind_lab()
     sim.config.setdefault("management", {})["imageMirror"] = False
     plan = sim.up()
     assert plan.names("delete") and not (plan.names("create") | plan.names("replace")), plan.render()

@@ -46,6 +46,11 @@ class Lifecycle:
         self.outputs: dict[str, Any] = {}
         self.secret_outputs: set[str] = set()
 
+    def fork(self) -> Lifecycle:
+        """An independent copy of this stack and its machine, as they are between two operations: one
+        expensive `up` can be the starting point of many scenarios."""
+        return copy.deepcopy(self)
+
     # ---- operations ------------------------------------------------------- #
 
     def _run(self, kind: str, *, env: dict[str, str] | None, replace: Iterable[str] = (),

@@ -198,6 +198,20 @@ class Engine:
         self.op: _Operation | None = None
         self.last_operation: _Operation | None = None
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> Engine:
+        """A copy between operations (see Lifecycle.fork): state and world, not the finished operation."""
+        if self.op is not None:
+            raise RuntimeError("cannot copy an engine during an operation")
+        twin = Engine.__new__(Engine)
+        memo[id(self)] = twin
+        twin.world = copy.deepcopy(self.world, memo)
+        twin.state = copy.deepcopy(self.state, memo)
+        twin._serial = self._serial
+        twin.lock = threading.RLock()
+        twin.op = None
+        twin.last_operation = None
+        return twin
+
     def serial(self) -> int:
         self._serial += 1
         return self._serial

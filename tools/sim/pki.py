@@ -13,6 +13,7 @@ import base64
 import datetime
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 import yaml
 from cryptography import x509
@@ -40,6 +41,9 @@ class CertificateAuthority:
     @property
     def pem(self) -> bytes:
         return self.certificate.public_bytes(serialization.Encoding.PEM)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> CertificateAuthority:
+        return self  # immutable (and its key cannot be pickled)
 
     def issue(self, user: str, groups: tuple[str, ...] = ()) -> tuple[bytes, bytes]:
         """(certificate PEM, key PEM) of a client certificate for `user` in `groups`."""

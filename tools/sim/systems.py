@@ -11,6 +11,7 @@ import datetime
 import hashlib
 import ipaddress
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,6 +71,18 @@ class TenantFeatures:
     kube_proxy_max_per_core: int | None = None  # None: no kube-proxy at all
     konnectivity: bool = False
 
+
+
+@dataclass
+class Hook:
+    """A controller, admission plugin or authorizer bound to the objects it works on. A plain object rather than a
+    closure, so that copying a world (Lifecycle.fork) binds the copy's hooks to the copy's objects."""
+
+    function: Callable[..., Any]
+    bound: tuple[Any, ...]
+
+    def __call__(self, *args: Any) -> Any:
+        return self.function(*self.bound, *args)
 
 def _manifest_entry(kind: str, namespace: str, name: str, annotations: dict[str, str] | None = None):
     return (kind, namespace, name, dict(annotations or {}))
@@ -179,8 +192,8 @@ def _kamaji(world: World, api: KubeApi, release: HelmRelease) -> None:
     state = getattr(api, "kamaji", None)
     if state is None:
         api.kamaji = KamajiState(api=api, webhook_ready=not world.kamaji_webhook_lag)  # type: ignore[attr-defined]
-        api.admission.append(lambda *a: _tcp_admission(world, api, *a))
-        api.controllers.append(lambda event, obj: _kamaji_controller(world, api, event, obj))
+        api.admission.append(Hook(_tcp_admission, (world, api)))
+        api.controllers.append(Hook(_kamaji_controller, (world, api)))
     # clastix/kamaji controllers/datastore_controller.go L77-86: every DataStore gets the finalizer.
     for ds in api.list("DataStore"):
         ds["metadata"].setdefault("finalizers", [KAMAJI_DATASTORE_FINALIZER])
@@ -437,10 +450,9 @@ def _start_tenant(world: World, host: KubeApi, namespace: str, name: str, addres
     tenant = Tenant(namespace=namespace, name=name, address=address, api=api, rbac_ready=not world.soot_rbac_lag)
     api.features = TenantFeatures()  # type: ignore[attr-defined]
     api.tenant = tenant  # type: ignore[attr-defined]
-    api.authorizer = lambda identity, verb, kind, ns, obj_name: _tenant_rbac(world, tenant, identity, verb, kind,
-                                                                              ns, obj_name)
-    api.admission.append(lambda identity, op, obj, old: _tenant_admission(world, api, identity, op, obj, old))
-    api.controllers.append(lambda event, obj: _tenant_controller(world, api, event, obj))
+    api.authorizer = Hook(_tenant_rbac, (world, tenant))
+    api.admission.append(Hook(_tenant_admission, (world, api)))
+    api.controllers.append(Hook(_tenant_controller, (world, api)))
     world.tenants[server] = tenant
     world.tenant_hosts[server] = host
     host.put(_kubeconfig_secret(tenant, name, namespace))
