@@ -27,7 +27,7 @@ TENANTS ?=
 TENANT ?=
 ADMIN ?=
 
-.PHONY: help venv lint test preflight upstream charts backend pulumi-cli up down status verify graph bench e2e kubeconfig
+.PHONY: help venv lint test preflight upstream charts backend pulumi-cli up down status verify graph bench docs e2e kubeconfig
 
 help:
 	@echo "make up          preflight, the pinned Kamaji chart, local backend, stack '$(STACK)', pulumi up"
@@ -42,8 +42,9 @@ help:
 	@echo "make charts      download the pinned Kamaji chart (and kamaji-etcd), check every file"
 	@echo "make graph       resources, longest dependency chain and tenant coupling, without a cluster"
 	@echo "make bench       graph and image-pull benchmark for 2, 8 and 32 tenants"
+	@echo "make docs        regenerate docs/dependency-graph.md and the README's generated samples"
 	@echo "make e2e         full lifecycle on this Docker host (up, verify, update, no-op, destroy)"
-	@echo "make venv | backend | pulumi-cli   the steps the targets above use"
+	@echo "make venv, make backend, make pulumi-cli: the steps the targets above use"
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null || { \
@@ -108,6 +109,10 @@ else
 	@mkdir -p $(BUILD)
 	$(PY) -m tools.graph --tenants $(TENANTS) --mermaid $(BUILD)/dependency-graph-$(TENANTS).md
 endif
+
+docs: venv
+	$(PY) -m tools.graph --stack dev --mermaid docs/dependency-graph.md
+	$(PY) -m tools.readme
 
 bench: venv
 	$(PY) -m bench.graph_bench

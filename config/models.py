@@ -403,8 +403,6 @@ class Versions(StrictModel):
     # Project-HAMi/mock-device-plugin image; no tag newer than 1.0.1 exists, so the
     # device config it reads is rendered without the v2.9+ `vnpus` block (facts §8).
     mock_device_plugin: str = "1.0.1"
-    # registry.k8s.io/pause tag of the GPU smoke-test pod (the tag kubeadm 1.35 pins for its sandbox image).
-    pause: str = "3.10.1"
 
 
 class Nvidia(StrictModel):

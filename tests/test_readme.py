@@ -1,0 +1,103 @@
+"""README.md stays true: every `make` target, file and configuration key it names exists, every key of the
+configuration is in its reference, and its sample outputs are what the code produces now."""
+
+from __future__ import annotations
+
+import re
+import typing
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from config.models import StackConfig
+from tools import readme
+
+ROOT = Path(__file__).resolve().parent.parent
+TEXT = (ROOT / "README.md").read_text()
+MAKEFILE = (ROOT / "Makefile").read_text()
+
+
+def config_keys(model: type[BaseModel] = StackConfig, prefix: str = "") -> set[str]:
+    """Every key path of the stack configuration, lists written `[]` (e.g. `tenants[].workers[].ssh.hostKey`)."""
+    keys = set()
+    for name, field in model.model_fields.items():
+        path = f"{prefix}{field.alias or name}"
+        keys.add(path)
+        annotation = field.annotation
+        for candidate in (annotation, *typing.get_args(annotation)):
+            for inner in (candidate, *typing.get_args(candidate)):
+                if isinstance(inner, type) and issubclass(inner, BaseModel):
+                    is_list = typing.get_origin(annotation) is list or typing.get_origin(candidate) is list
+                    keys |= config_keys(inner, f"{path}[]." if is_list else f"{path}.")
+    return keys
+
+
+KEYS = config_keys()
+TOP_LEVEL = {key for key in KEYS if "." not in key and "[" not in key}
+
+
+def make_targets() -> set[str]:
+    return set(re.findall(r"^([a-z][a-z0-9-]*):", MAKEFILE, re.M))
+
+
+def test_generated_blocks_are_current():
+    assert readme.render(TEXT) == TEXT, "README.md has stale generated blocks: run `make docs`"
+    assert set(readme.BLOCK.findall(TEXT)) and {m[1] for m in readme.BLOCK.findall(TEXT)} == set(readme.GENERATORS)
+
+
+def test_every_make_target_named_exists_and_make_help_lists_every_target():
+    named = set(re.findall(r"\bmake ([a-z][a-z0-9-]*)", TEXT))
+    assert named, "the README names no make target"
+    assert named <= make_targets(), named - make_targets()
+    phony = set(re.search(r"^\.PHONY: (.*)$", MAKEFILE, re.M).group(1).split())
+    help_text = MAKEFILE.split("\nhelp:", 1)[1].split("\n\n", 1)[0]
+    listed = set(re.findall(r"make ([a-z][a-z0-9-]*)", help_text))
+    assert phony - {"help"} <= listed, phony - listed
+
+
+def test_every_file_named_exists():
+    candidates = set(re.findall(r"`([A-Za-z0-9_./-]+\.(?:py|sh|yaml|md|json|txt))`", TEXT))
+    candidates |= set(re.findall(r"\]\(([A-Za-z0-9_./-]+)\)", TEXT))
+    ours = {entry.name for entry in ROOT.iterdir()}
+    checked = 0
+    for name in candidates:
+        if name.startswith(("http", "Pulumi.<", "~")) or "<" in name or "*" in name:
+            continue
+        if name.split("/")[0] not in ours and not name.startswith("Pulumi."):
+            continue  # an upstream project's file (cited with its project name) or a bare name like `hosts.toml`
+        assert (ROOT / name).exists(), f"README names {name}, which does not exist"
+        checked += 1
+    assert checked > 10
+
+
+def _normalise(token: str) -> str:
+    return re.sub(r"\[[0-9]+\]", "[]", token)
+
+
+def test_every_config_key_named_exists():
+    tokens = set(re.findall(r"`([a-z][A-Za-z]*(?:\[[0-9]*\])?(?:\.[a-z][A-Za-z]*(?:\[[0-9]*\])?)*)(?=[`:, ])", TEXT))
+    named = {_normalise(t) for t in tokens if t.split(".")[0].split("[")[0] in TOP_LEVEL}
+    assert len(named) > 20
+    unknown = {key for key in named if key not in KEYS}
+    assert not unknown, f"the README names configuration keys that do not exist: {sorted(unknown)}"
+
+
+def test_the_reference_covers_every_config_key():
+    reference = TEXT.split("## Configuration reference", 1)[1].split("\n## ", 1)[0]
+    cells = set(re.findall(r"`([A-Za-z\[\].]+)`", reference))
+    missing = set()
+    for key in KEYS:
+        leaf = key.rsplit(".", 1)[-1]
+        parent = key.rsplit(".", 1)[0].removesuffix("[]") if "." in key else ""
+        # A leaf may be documented in its parent's row ("`dataStore` | `dedicated` (false), ..."), and a section
+        # by the rows of its keys.
+        documented = key in cells or (parent in cells and f"`{leaf}`" in reference) or any(
+            cell.startswith(f"{key}.") for cell in cells)
+        if not documented:
+            missing.add(key)
+    assert not missing, f"keys missing from the configuration reference: {sorted(missing)}"
+
+
+def test_stale_words_are_gone():
+    for stale in ("tests/harness.py", "tenantJoinTokens", "joinTokenExpiration", "kamajiChart", ".pulumi-passphrase`,"):
+        assert stale not in TEXT, stale
