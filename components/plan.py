@@ -8,16 +8,20 @@ from config import StackConfig
 
 
 def plan_summary(config: StackConfig) -> dict[str, Any]:
-    """Tenants with their (possibly allocated) CIDRs, workers and cards."""
+    """Tenants with their (possibly allocated) CIDRs, workers and cards, and the versions `make verify` needs."""
     return {
         "managementCluster": config.management.cluster_name,
         "gpuMode": config.gpu_mode,
         "smokeTest": config.smoke_test.model_dump(by_alias=True),
+        # calico: the tag of quay.io/calico/node every tenant worker holds (verify's network probe runs it).
+        "versions": {"calico": config.versions.calico},
         "tenants": {
             tenant.name: {
                 "kubernetesVersion": tenant.kubernetes_version,
                 "serviceCidr": tenant.service_cidr,
                 "podCidr": tenant.pod_cidr,
+                # Networks only this tenant's workers connect from (besides the shared outputs.workerNetworks).
+                "workerCidrs": list(tenant.worker_cidrs),
                 "workers": {
                     f"{tenant.name}-{worker.name}": [
                         card.model_dump(by_alias=True) for card in worker.gpus

@@ -1,54 +1,83 @@
-"""`make verify` against a fake running platform (tests/fake_platform.py) and a local fake API server."""
+"""`make verify` against a fake running platform (tests/fake_platform.py) and local fake API servers."""
 
 from __future__ import annotations
 
+import base64
+import copy
+import datetime
+import ipaddress
 import json
+import os
+import re
 import socket
+import ssl
 import subprocess
+import tempfile
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 import pytest
 import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
-from config import Versions
+from components.images import PAUSE_IMAGE, worker_images
+from components.plan import plan_summary
+from components.registry_mirror import DEBUG_PORT
+from config import Versions, load_stack_config
 from tests.fake_platform import (
     QUOTA_REJECTION,
     FakeClock,
+    FakeDocker,
     FakeSession,
+    baseline_violations,
     card,
+    expvar_json,
     healthy_platform,
     kubeconfig_yaml,
     node,
 )
-from tools import verify, verify_api
+from tools import verify, verify_api, verify_checks
+from tools.mockrun import load_stack_file, run_program
 from tools.preflight import CheckResult
+from tools.sim import pki
 from tools.verify import (
     OutputsError,
     TenantReport,
+    check_mirror_cache,
+    mirror_counters,
     platform_from_outputs,
     read_outputs_file,
     read_stack_outputs,
     render_report,
     render_summary,
     render_table,
+    verify_mirror,
     verify_platform,
 )
 from tools.verify_api import ApiError
 from tools.verify_checks import (
+    NETWORK_PROBE_DEADLINE,
     PROBE_IMAGE,
     ProbeRequest,
     Waiting,
     allocation,
     cross_tenant_kubeconfig,
     expected_capacity,
+    network_probe_pod,
     probe_gpu_pod,
     probe_pod,
+    probe_verdict,
+    shared_networks,
     verify_tenant,
 )
 
 # --- helpers ----------------------------------------------------------------------------------
+
+NETWORK_ROWS = ("pod → tenant-b API", "pod → tenant-b Konnectivity", "pod → tenant-b data store")
 
 
 @pytest.fixture
@@ -81,15 +110,32 @@ def failed(results):
 
 def run_main(platform, tmp_path, clock, capsys, *args):
     code = verify.main(["--outputs-file", platform.write_outputs(tmp_path), *args],
-                       connect=platform.connect, waiting=waiting_on(clock))
+                       run=platform.docker, connect=platform.connect, waiting=waiting_on(clock))
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 
 
+def gpu_probes(cluster):
+    return [pod for pod in cluster.created if pod["metadata"]["name"].startswith("verify-gpu-")]
+
+
+def network_probes(cluster):
+    return [pod for pod in cluster.created if pod["metadata"]["name"].startswith("verify-net-")]
+
+
 def assert_probe_cleaned_up(cluster):
     created = [(pod["metadata"]["namespace"], pod["metadata"]["name"]) for pod in cluster.created]
+    assert created, "no probe pod was created"
     assert cluster.deleted == created
     assert cluster.pods == {}
+
+
+def _probe(session, clock, **waiting):
+    return probe_gpu_pod(session, ProbeRequest(1, 3000, 30), waiting_on(clock, **waiting))
+
+
+def admin(platform, tenant="tenant-a"):
+    return FakeSession(platform.tenants[tenant], f"{tenant}-admin-token")
 
 
 # --- the happy path ---------------------------------------------------------------------------
@@ -100,13 +146,17 @@ def test_all_green_platform_passes(platform, clock, tmp_path, capsys):
     assert code == 0, out
     assert err == ""
     assert "FAIL" not in out
-    assert out.rstrip().endswith("verify passed: all 22 checks OK in 2 tenant(s)")
+    assert out.rstrip().endswith("verify passed: all 32 checks OK in 2 tenant(s) and the image mirror")
     for name, cluster in platform.tenants.items():
         assert f"{name} (management namespace {name})" in out
-        assert len(cluster.created) == 1
+        assert len(gpu_probes(cluster)) == 1
+        # API, Konnectivity, three etcd names and (tenant-b only) three etcd pod addresses.
+        assert len(network_probes(cluster)) == {"tenant-a": 5, "tenant-b": 8}[name]
         assert_probe_cleaned_up(cluster)
     assert "bound to tenant-a-worker-0, devices GPU-MOCK-A0,NVIDIA,3000,30:;" in out
-    assert "tenant-b's API server refused tenant-a's credentials (HTTP 401)" in out
+    assert "tenant-b's API server refused tenant-a's admin and user credentials (HTTP 401)" in out
+    assert out.index("tenant-b (management") < out.index("image mirror (pull-through caches") < out.index(
+        "verify passed")
 
 
 def test_every_check_of_a_tenant_is_reported(platform, clock):
@@ -122,6 +172,7 @@ def test_every_check_of_a_tenant_is_reported(platform, clock):
         "probe admitted by HAMi webhook",
         "probe got a GPU slice",
         "isolated from tenant-b",
+        *NETWORK_ROWS,
         "NetworkPolicies (management)",
     ]
     assert all(r.ok for r in results.values())
@@ -132,14 +183,14 @@ def test_every_check_of_a_tenant_is_reported(platform, clock):
 
 def test_probe_polls_a_real_condition_not_a_fixed_sleep(platform, clock):
     # The fake allocates on the second read: exactly one pause between two reads.
-    check(platform, clock)
+    _probe(admin(platform), clock)
     assert clock.sleeps == [1.0]
     assert platform.tenants["tenant-a"].pod_reads == 2
 
 
 def test_probe_pod_is_the_plans_fractional_request(platform, clock):
     check(platform, clock)
-    created = platform.tenants["tenant-a"].created[0]
+    created = gpu_probes(platform.tenants["tenant-a"])[0]
     assert created["metadata"]["name"].startswith("verify-gpu-")
     assert created["metadata"]["namespace"] == "default"
 
@@ -151,7 +202,8 @@ def test_probe_manifest():
     assert "name" not in pod["metadata"]
     assert "schedulerName" not in pod["spec"]
     (container,) = pod["spec"]["containers"]
-    assert container["image"] == PROBE_IMAGE == f"registry.k8s.io/pause:{Versions().pause}"
+    # The smoke-test pod's image, which every worker pulled for the in-stack smoke test.
+    assert container["image"] == PROBE_IMAGE == PAUSE_IMAGE
     assert container["securityContext"]["privileged"] is False
     assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
     assert container["resources"] == {
@@ -184,7 +236,7 @@ def test_control_plane_not_ready(platform, clock, tmp_path, capsys):
     assert "kubectl --context kind-gpu-tenancy -n tenant-a describe tcp tenant-a" in result.fix
     code, out, _ = run_main(platform, tmp_path, FakeClock(), capsys)
     assert code == 1
-    assert "verify failed: 1 of 22 checks failed (tenant-a: 1)" in out
+    assert "verify failed: 1 of 32 checks failed (tenant-a: 1)" in out
 
 
 def test_control_plane_without_status_or_missing(platform, clock):
@@ -198,7 +250,9 @@ def test_control_plane_without_status_or_missing(platform, clock):
 def test_management_cluster_down(platform, clock):
     platform.management.down = True
     results = check(platform, clock)
-    assert set(failed(results)) == {"control plane Ready", "NetworkPolicies (management)"}
+    assert set(failed(results)) == {"control plane Ready", "NetworkPolicies (management)", "pod → tenant-b data store"}
+    assert results["pod → tenant-b data store"].detail.startswith(
+        "not tested: cannot read tenant-b's DataStore from the management cluster (no answer: ")
     assert "cannot read TenantControlPlane" in results["control plane Ready"].detail
     assert "docker ps --filter name=gpu-tenancy-control-plane" in results["control plane Ready"].fix
 
@@ -217,8 +271,9 @@ def test_tenant_api_down_skips_the_in_tenant_checks(platform, clock):
     platform.tenants["tenant-a"].down = True
     results = check(platform, clock)
     assert list(results) == ["control plane Ready", "tenant API answers", "isolated from tenant-b",
-                             "NetworkPolicies (management)"]
+                             "network isolation probes", "NetworkPolicies (management)"]
     assert not results["tenant API answers"].ok
+    assert "not run: tenant-a's API server does not answer" in results["network isolation probes"].detail
     assert "https://172.18.255.200:6443 did not answer" in results["tenant API answers"].detail
     assert "metallb-system" in results["tenant API answers"].fix
     assert platform.tenants["tenant-a"].created == []
@@ -356,6 +411,10 @@ def test_probe_rejected_by_the_webhook_names_the_tunnel(platform, clock):
     assert "through the Konnectivity tunnel" in result.detail
     assert "probe got a GPU slice" not in results
     assert cluster.created == [] and cluster.deleted == []
+    # The dead webhook refuses the network probes too: one attempt, then the same refusal for the rest.
+    assert cluster.requests.count("create pods") == 2
+    for row in NETWORK_ROWS:
+        assert not results[row].ok and "No agent available" in results[row].detail
 
 
 def test_probe_refused_for_another_reason(platform, clock):
@@ -375,14 +434,16 @@ def test_probe_not_mutated_by_the_webhook(platform, clock):
     assert result.detail == ("schedulerName is default-scheduler → admission did not go through HAMi's webhook "
                              "(Konnectivity tunnel or hami-webhook down)")
     assert "probe got a GPU slice" not in results
-    assert clock.sleeps == []
     assert_probe_cleaned_up(cluster)
+    clock = FakeClock()
+    assert len(_probe(admin(platform), clock)) == 1
+    assert clock.sleeps == []
 
 
 def test_probe_never_allocated_times_out_bounded(platform, clock):
     cluster = platform.tenants["tenant-a"]
     cluster.allocate_on_read = None
-    result = check(platform, clock, timeout=5, interval=1)["probe got a GPU slice"]
+    (_, result) = _probe(admin(platform), clock, timeout=5, interval=1)
     assert not result.ok
     assert result.detail.startswith(
         "no GPU allocated within 5 s (not bound: Unschedulable: 0/1 nodes are available: 1 NodeUnfitPod.)")
@@ -394,7 +455,8 @@ def test_probe_never_allocated_times_out_bounded(platform, clock):
 
 def test_default_wait_is_sixty_seconds_of_one_second_polls(platform, clock):
     platform.tenants["tenant-a"].allocate_on_read = None
-    assert not check(platform, clock)["probe got a GPU slice"].ok
+    assert not probe_gpu_pod(admin(platform), ProbeRequest(1, 3000, 30),
+                             Waiting(now=clock.now, sleep=clock.sleep))[-1].ok
     assert clock.sleeps == [1.0] * 60
 
 
@@ -411,7 +473,7 @@ def test_probe_bound_without_hami_annotations(platform, clock):
 def test_probe_survives_failed_reads(platform, clock):
     cluster = platform.tenants["tenant-a"]
     cluster.failing_pod_reads = 2
-    assert check(platform, clock)["probe got a GPU slice"].ok
+    assert _probe(admin(platform), clock)[-1].ok
     assert clock.sleeps == [1.0, 1.0, 1.0]
     assert_probe_cleaned_up(cluster)
 
@@ -430,10 +492,6 @@ class _Broken(FakeSession):
 class _Sticky(FakeSession):
     def delete_pod(self, namespace, name):
         raise ApiError(None, "connection reset")
-
-
-def _probe(session, clock):
-    return probe_gpu_pod(session, ProbeRequest(1, 3000, 30), waiting_on(clock))
 
 
 def test_probe_pod_that_disappears(platform, clock):
@@ -468,7 +526,7 @@ def test_allocation_states():
     assert allocation(done) == (True, "bound to n, devices D")
 
 
-# --- isolation --------------------------------------------------------------------------------
+# --- isolation: credentials -------------------------------------------------------------------
 
 
 def test_isolation_breach(platform, clock):
@@ -476,17 +534,24 @@ def test_isolation_breach(platform, clock):
     results = check(platform, clock)
     assert set(failed(results)) == {"isolated from tenant-b"}
     result = results["isolated from tenant-b"]
-    assert "tenant-a's credentials listed 1 node(s) of tenant-b → the tenants share a CA or credentials" in (
+    assert "tenant-a's admin credentials listed 1 node(s) of tenant-b → the tenants share a CA or credentials" in (
         result.detail)
     assert check(platform, clock, tenant="tenant-b")["isolated from tenant-a"].ok
 
 
-def test_isolation_uses_own_user_with_the_other_cluster_entry(platform, clock):
+def test_isolation_breach_with_the_tenant_users_credential(platform, clock):
+    platform.tenants["tenant-b"].tokens.add("tenant-a-user-token")
+    result = check(platform, clock)["isolated from tenant-b"]
+    assert not result.ok
+    assert "tenant-a's user credentials listed 1 node(s) of tenant-b" in result.detail
+
+
+def test_isolation_uses_own_users_with_the_other_cluster_entry(platform, clock):
     check(platform, clock)
     crossed = [k for k in platform.connect.kubeconfigs if k["current-context"] == "cross-tenant"]
-    assert len(crossed) == 1
-    assert crossed[0]["clusters"][0]["cluster"]["server"] == "https://172.18.255.201:6443"
-    assert crossed[0]["users"][0]["user"] == {"token": "tenant-a-admin-token"}
+    assert [k["clusters"][0]["cluster"]["server"] for k in crossed] == ["https://172.18.255.201:6443"] * 2
+    assert [k["users"][0]["user"] for k in crossed] == [{"token": "tenant-a-admin-token"},
+                                                        {"token": "tenant-a-user-token"}]
 
 
 def test_isolation_accepts_403_but_not_other_answers(platform, clock):
@@ -496,7 +561,8 @@ def test_isolation_accepts_403_but_not_other_answers(platform, clock):
     platform.tenants["tenant-b"].refusal = (500, "etcdserver: request timed out")
     result = check(platform, clock)["isolated from tenant-b"]
     assert not result.ok
-    assert "answered tenant-a's credentials with HTTP 500: etcdserver: request timed out, not 401/403" in result.detail
+    assert ("answered tenant-a's admin credentials with HTTP 500: etcdserver: request timed out and user credentials "
+            "with HTTP 500: etcdserver: request timed out, not 401/403") in result.detail
 
 
 def test_cross_tenant_kubeconfig():
@@ -512,10 +578,307 @@ def test_cross_tenant_kubeconfig():
         cross_tenant_kubeconfig(broken, other)
 
 
-def test_single_tenant_has_no_isolation_row():
-    results = check(healthy_platform(tenants=["solo"]), FakeClock(), tenant="solo")
-    assert not any(name.startswith("isolated") for name in results)
+def test_single_tenant_has_no_isolation_rows():
+    platform = healthy_platform(tenants=["solo"])
+    results = check(platform, FakeClock(), tenant="solo")
+    assert not any(name.startswith(("isolated", "pod →", "network")) for name in results)
     assert all(r.ok for r in results.values())
+    assert network_probes(platform.tenants["solo"]) == []
+
+
+# --- isolation: the network, from a pod in the tenant -----------------------------------------
+
+# A prod-shaped pair: each team's servers in its own workerCidrs, the management nodes shared, operators admitted
+# by both (as in Pulumi.prod.example.yaml). Sharing the operator network does not make A's pods B's clients.
+PROD_RANGES = {"tenant-a": ["10.20.0.0/24", "10.20.1.0/24", "10.30.0.0/24"],
+               "tenant-b": ["10.20.0.0/24", "10.20.2.0/24", "10.30.0.0/24"]}
+
+
+def separate_networks(platform):
+    """Per-tenant worker networks (no kind network, as on an adopted cluster): the tenants share no worker network."""
+    platform.outputs.update(kindSubnet=None, workerNetworks=["10.20.0.0/24"])
+    for index, name in enumerate(("tenant-a", "tenant-b")):
+        platform.outputs["plan"]["tenants"][name]["workerCidrs"] = [f"10.20.{index + 1}.0/24"]
+        platform.outputs["tenants"][name]["sourceRanges"] = PROD_RANGES[name]
+    return platform
+
+
+def reach(platform, outcome, ports=(6443, 8132), source="tenant-a", target="tenant-b"):
+    host = platform.outputs["tenants"][target]["endpoint"].split(":")[0]
+    platform.tenants[source].reach.update({(host, port): outcome for port in ports})
+
+
+@pytest.mark.parametrize("layout", ["shared", "separate"])
+@pytest.mark.parametrize("outcome, ok_when_shared, ok_when_separate", [
+    ("connected", True, False),
+    ("refused", True, True),
+    ("filtered", True, True),
+    ("hang", True, True),  # still running past the deadline: the kubelet did not act, nothing answered
+])
+def test_network_probe_verdicts(platform, clock, layout, outcome, ok_when_shared, ok_when_separate):
+    if layout == "separate":
+        separate_networks(platform)
+    reach(platform, outcome)
+    results = check(platform, clock)
+    expected = ok_when_shared if layout == "shared" else ok_when_separate
+    for row in NETWORK_ROWS[:2]:
+        assert results[row].ok is expected, results[row]
+    assert results["pod → tenant-b data store"].ok
+    assert_probe_cleaned_up(platform.tenants["tenant-a"])
+
+
+def test_connected_by_design_says_so_plainly(platform, clock):
+    result = check(platform, clock)["pod → tenant-b API"]
+    assert result.ok
+    assert result.detail == (
+        "connected to 172.18.255.201:6443: reachable by design: both admit 172.18.0.0/16; separate them with "
+        "tenants[].workerCidrs; tenant-b still refuses tenant-a's credentials, see 'isolated from tenant-b'")
+
+
+def test_shared_management_worker_cidrs_are_shared_by_design(platform, clock):
+    # No per-tenant workerCidrs: every tenant's servers are in management.workerCidrs, which every tenant admits.
+    platform.outputs.update(kindSubnet=None, workerNetworks=["10.20.0.0/16"])
+    for name in ("tenant-a", "tenant-b"):
+        platform.outputs["tenants"][name]["sourceRanges"] = ["10.20.0.0/16", "10.30.0.0/24"]
+    result = check(platform, clock)["pod → tenant-b Konnectivity"]
+    assert result.ok and "reachable by design: both admit 10.20.0.0/16;" in result.detail
+
+
+def test_connection_between_separated_tenants_fails_with_the_fix(clock):
+    platform = separate_networks(healthy_platform())
+    reach(platform, "connected")
+    results = check(platform, clock)
+    assert set(failed(results)) == {"pod → tenant-b API", "pod → tenant-b Konnectivity"}
+    result = results["pod → tenant-b Konnectivity"]
+    assert result.detail == (
+        "tenant-a's pod connected to tenant-b's Konnectivity server at 172.18.255.201:8132 → tenant-b admits only "
+        "10.20.0.0/24, 10.20.2.0/24, 10.30.0.0/24, none of tenant-a's worker networks (10.20.1.0/24)")
+    assert "kubectl -n tenant-b get svc tenant-b -o jsonpath='{.spec.loadBalancerSourceRanges}'" in result.fix
+    assert "kube-proxy must enforce them" in result.fix
+    # The operators' network is in both lists; it is not where tenant-a's pods come from.
+    assert shared_networks(["10.20.1.0/24"], PROD_RANGES["tenant-b"]) == ()
+    assert shared_networks(PROD_RANGES["tenant-a"], PROD_RANGES["tenant-b"]) != ()
+
+
+def test_separated_and_filtered_is_ok_and_says_why(clock):
+    platform = separate_networks(healthy_platform())
+    reach(platform, "filtered")
+    result = check(platform, clock)["pod → tenant-b API"]
+    assert result.ok
+    assert result.detail == (f"172.18.255.201:6443 filtered (no answer within {NETWORK_PROBE_DEADLINE} s): "
+                             "tenant-b admits only 10.20.0.0/24, 10.20.2.0/24, 10.30.0.0/24")
+
+
+def test_refused_carries_bashs_message(platform, clock):
+    reach(platform, "refused")
+    result = check(platform, clock)["pod → tenant-b API"]
+    assert result.ok
+    assert result.detail.startswith("172.18.255.201:6443 refused (bash: connect: Connection refused): although both "
+                                    "admit 172.18.0.0/16")
+
+
+def test_connection_without_source_ranges_in_the_outputs_cannot_be_judged(platform, clock):
+    del platform.outputs["tenants"]["tenant-b"]["sourceRanges"]
+    result = check(platform, clock)["pod → tenant-b API"]
+    assert not result.ok and "no tenants.tenant-b.sourceRanges" in result.detail and "make up" in result.fix
+
+
+@pytest.mark.parametrize("outcome, ok", [("unresolvable", True), ("filtered", True), ("refused", True),
+                                         ("connected", False)])
+def test_data_store_must_never_be_reachable(platform, clock, outcome, ok):
+    for index in range(3):
+        platform.tenants["tenant-b"].reach[(f"kamaji-etcd-{index}.kamaji-etcd.kamaji-system.svc.cluster.local",
+                                            2379)] = outcome
+    result = check(platform, clock, tenant="tenant-b")["pod → tenant-a data store"]
+    assert result.ok is ok, result
+    if not ok:
+        assert "tenant-b's pod connected to kamaji-etcd-0.kamaji-etcd.kamaji-system.svc.cluster.local:2379" in (
+            result.detail)
+        assert "data store default is reachable from tenant workloads" in result.detail
+
+
+def test_data_store_endpoints_and_pod_addresses_are_probed(platform, clock):
+    results = check(platform, clock, tenant="tenant-b")
+    assert results["pod → tenant-a data store"].detail == (
+        "data store default: kamaji-etcd-0.kamaji-etcd.kamaji-system.svc.cluster.local:2379, "
+        "kamaji-etcd-1.kamaji-etcd.kamaji-system.svc.cluster.local:2379, "
+        "kamaji-etcd-2.kamaji-etcd.kamaji-system.svc.cluster.local:2379 unresolvable; "
+        f"10.244.0.10:2379, 10.244.0.11:2379, 10.244.0.12:2379 filtered (no answer within {NETWORK_PROBE_DEADLINE} s)")
+    targets = {(env["HOST"], env["PORT"]) for env in (
+        {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+        for pod in network_probes(platform.tenants["tenant-b"]))}
+    assert ("10.244.0.10", "2379") in targets and ("172.18.255.200", "8132") in targets
+    # The etcd pods' addresses lie inside tenant-a's own pod network (10.244.0.0/16): probing them from tenant-a
+    # would only reach tenant-a's own pods.
+    detail = check(platform, FakeClock())["pod → tenant-b data store"].detail
+    assert detail.endswith("10.244.0.10, 10.244.0.11, 10.244.0.12 not probed (inside tenant-a's own 10.244.0.0/16)")
+
+
+def test_data_store_comes_from_the_control_planes_status(platform, clock):
+    platform.management.datastores["tenant-b-etcd"] = {"spec": {"endpoints": ["etcd-b.example:2379"]}}
+    tcp = platform.management.tenant_control_planes[("tenant-b", "tenant-b")]
+    tcp["status"]["storage"]["dataStoreName"] = "tenant-b-etcd"
+    assert check(platform, clock)["pod → tenant-b data store"].detail == (
+        "data store tenant-b-etcd: etcd-b.example:2379 unresolvable")
+    del platform.management.datastores["tenant-b-etcd"]
+    result = check(platform, clock)["pod → tenant-b data store"]
+    assert not result.ok and result.detail == "not tested: DataStore tenant-b-etcd not found on the management cluster"
+
+
+@pytest.mark.parametrize("outcome, message", [
+    ("pending", "did not start within 60 s (ErrImagePull: failed to pull and unpack image quay.io/calico/node:"),
+    ("unstarted-deadline", "the deadline passed before the container started (ContainerCreating)"),
+])
+def test_a_probe_that_never_ran_is_not_a_verdict(platform, clock, outcome, message):
+    reach(platform, outcome, ports=(6443,))
+    results = check(platform, clock)
+    result = results["pod → tenant-b API"]
+    assert not result.ok
+    assert result.detail.startswith("not tested: 172.18.255.201:6443: ") and message in result.detail
+    assert "quay.io/calico/node" in result.fix
+    assert results["pod → tenant-b Konnectivity"].ok
+    assert_probe_cleaned_up(platform.tenants["tenant-a"])
+
+
+def test_probes_run_together_and_wait_a_bounded_time(platform, clock):
+    reach(platform, "hang")
+    check(platform, clock)
+    # The GPU probe's one pause, then one poll round per second for all network probes: Pending, Running from
+    # the next read on, called filtered once deadline + grace (15 s) have passed.
+    assert clock.sleeps == [1.0] + [1.0] * 16
+    platform = healthy_platform()
+    reach(platform, "pending", ports=(6443,))
+    clock = FakeClock()
+    check(platform, clock, timeout=5)
+    assert clock.sleeps == [1.0] + [1.0] * 5
+
+
+def test_probe_runs_as_the_tenant_user_in_its_namespace(platform, clock):
+    cluster = platform.tenants["tenant-a"]
+    user = yaml.safe_load(platform.outputs["tenantKubeconfigs"]["tenant-a"])
+    user["contexts"][0]["context"]["namespace"] = "training"
+    platform.outputs["tenantKubeconfigs"]["tenant-a"] = yaml.safe_dump(user)
+    cluster.user_tokens["tenant-a-user-token"] = "training"
+    cluster.baseline_namespaces.add("training")
+    results = check(platform, clock)
+    assert all(results[row].ok for row in NETWORK_ROWS)
+    assert {pod["metadata"]["namespace"] for pod in network_probes(cluster)} == {"training"}
+    assert_probe_cleaned_up(cluster)
+    # The user may not create pods elsewhere: the probe says so instead of guessing.
+    cluster.user_tokens["tenant-a-user-token"] = "default"
+    result = check(platform, clock)["pod → tenant-b API"]
+    assert not result.ok and 'cannot create resource "pods"' in result.detail and 'namespace "training"' in result.detail
+
+
+def test_probe_pod_passes_pod_security_baseline_and_asks_for_no_gpu(platform):
+    _, target = platform_from_outputs(platform.outputs)
+    pod = network_probe_pod(target.network_probe_image, "172.18.255.201", 6443, "default", "tenant-b API server")
+    assert baseline_violations(pod) == []
+    spec = pod["spec"]
+    assert not spec.get("hostNetwork") and not spec.get("hostPID") and not spec.get("hostIPC")
+    (container,) = spec["containers"]
+    assert container["securityContext"]["privileged"] is False
+    assert not any("nvidia.com" in resource for kind in container["resources"].values() for resource in kind)
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["restartPolicy"] == "Never"
+    assert 5 <= spec["activeDeadlineSeconds"] <= 15
+    assert container["command"] == ["bash", "-c", "exec 3<>/dev/tcp/$HOST/$PORT"]
+    assert container["env"] == [{"name": "HOST", "value": "172.18.255.201"}, {"name": "PORT", "value": "6443"}]
+    # calico-node's image at the plan's Calico version: what Calico's DaemonSet already put on every worker.
+    assert container["image"] == f"quay.io/calico/node:{Versions().calico}"
+    assert container["image"] in worker_images(Versions(), "v1.35.0", "mock")
+    # The checker is not vacuous: what baseline forbids, it reports.
+    bad = copy.deepcopy(pod)
+    bad["spec"]["hostNetwork"] = True
+    bad["spec"]["containers"][0]["securityContext"].update(privileged=True, capabilities={"add": ["NET_ADMIN"]})
+    assert baseline_violations(bad) == ["hostNetwork=true", "container probe privileged=true",
+                                        "container probe adds capabilities ['NET_ADMIN']"]
+
+
+def test_a_privileged_probe_would_be_refused_by_pod_security(platform, clock, monkeypatch):
+    def host_network(*args):
+        pod = network_probe_pod(*args)
+        pod["spec"]["hostNetwork"] = True
+        return pod
+
+    monkeypatch.setattr(verify_checks, "network_probe_pod", host_network)
+    result = check(platform, clock)["pod → tenant-b API"]
+    assert not result.ok and 'violates PodSecurity "baseline:latest": hostNetwork=true' in result.detail
+    assert network_probes(platform.tenants["tenant-a"]) == []
+
+
+class _CrashingReads(FakeSession):
+    def read_pod(self, namespace, name):
+        raise RuntimeError("bug while polling")
+
+
+class _StickyProbes(FakeSession):
+    def delete_pod(self, namespace, name):
+        if name.startswith("verify-net-"):
+            raise ApiError(None, "connection reset")
+        super().delete_pod(namespace, name)
+
+
+@pytest.mark.parametrize("session, raises", [(_CrashingReads, True), (_StickyProbes, False)])
+def test_probe_pods_are_deleted_or_reported_in_every_path(platform, clock, session, raises):
+    cluster = platform.tenants["tenant-a"]
+    management_kubeconfig, target = platform_from_outputs(platform.outputs)
+
+    def connect(kubeconfig):
+        api = platform.connect(kubeconfig)
+        return session(api.cluster, api.token) if api.cluster is cluster else api
+
+    if raises:
+        with pytest.raises(RuntimeError):
+            verify_checks.check_network_isolation(target, target.tenants["tenant-a"],
+                                                  platform.connect(management_kubeconfig), connect, waiting_on(clock))
+        assert_probe_cleaned_up(cluster)
+        return
+    results = verify_checks.check_network_isolation(target, target.tenants["tenant-a"],
+                                                    platform.connect(management_kubeconfig), connect,
+                                                    waiting_on(clock))
+    leftovers = [r for r in results if r.name.startswith("probe pod ")]
+    assert [r.ok for r in leftovers] == [False] * len(network_probes(cluster)) == [False] * 5
+    assert leftovers[0].fix == f"in the tenant: kubectl -n default delete pod {network_probes(cluster)[0]['metadata']['name']}"
+
+
+@pytest.mark.parametrize("pod, verdict", [
+    ({"status": {"phase": "Pending"}}, None),
+    ({"status": {"phase": "Running", "containerStatuses": [{"state": {"running": {"startedAt": "t"}}}]}}, None),
+    ({"status": {"phase": "Succeeded"}}, ("connected", "connected")),
+    ({"status": {"phase": "Failed", "containerStatuses": [{"state": {"terminated": {
+        "exitCode": 1, "startedAt": "t", "message": "bash: connect: No route to host\nbash: ..."}}}]}},
+     ("refused", "bash: connect: No route to host")),
+    ({"status": {"phase": "Failed", "containerStatuses": [{"state": {"terminated": {
+        "exitCode": 1, "startedAt": "t", "message": "bash: etcd: host unknown"}}}]}},
+     ("unresolvable", "bash: etcd: host unknown")),
+    ({"status": {"phase": "Failed", "reason": "DeadlineExceeded", "containerStatuses": [{"state": {"terminated": {
+        "exitCode": 137, "startedAt": "t"}}}]}}, ("filtered", f"no answer within {NETWORK_PROBE_DEADLINE} s")),
+    ({"status": {"phase": "Failed", "reason": "Evicted", "message": "low on memory"}},
+     ("not run", "the pod failed (Evicted: low on memory)")),
+])
+def test_probe_verdicts(pod, verdict):
+    assert probe_verdict(pod) == verdict
+
+
+def test_bash_really_exits_as_the_classifier_expects(tmp_path):
+    """The probe's command on this machine: 0 when something listens, 1 with bash's message otherwise."""
+    def run(host, port):
+        return subprocess.run(["bash", "-c", "exec 3<>/dev/tcp/$HOST/$PORT"], env={"HOST": host, "PORT": str(port)},
+                               capture_output=True, text=True, timeout=10)
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        assert run("127.0.0.1", listener.getsockname()[1]).returncode == 0
+        closed = listener.getsockname()[1]
+    refused = run("127.0.0.1", closed)
+    unresolved = run("name.invalid", 2379)
+    for done, outcome in ((refused, "refused"), (unresolved, "unresolvable")):
+        pod = {"status": {"phase": "Failed", "containerStatuses": [{"state": {"terminated": {
+            "exitCode": done.returncode, "startedAt": "t", "message": done.stderr}}}]}}
+        assert done.returncode == 1
+        assert probe_verdict(pod)[0] == outcome, done.stderr
 
 
 # --- stack outputs ----------------------------------------------------------------------------
@@ -526,19 +889,35 @@ def test_outputs_missing_a_tenant(platform, clock, tmp_path, capsys):
     code, out, _ = run_main(platform, tmp_path, clock, capsys)
     assert code == 1
     assert "tenant-b is planned but missing from the output tenants → this tenant cannot be checked" in out
-    assert "isolated from tenant-b" not in out
-    assert out.rstrip().endswith("verify failed: 1 of 11 checks failed (tenant-b: 1)")
+    assert "isolated from tenant-b" not in out and "pod → tenant-b" not in out
+    assert out.rstrip().endswith("verify failed: 1 of 15 checks failed (tenant-b: 1)")
 
 
 def test_outputs_missing_a_tenant_kubeconfig_or_plan_entry(platform):
     del platform.outputs["tenantKubeconfigs"]["tenant-a"]
+    del platform.outputs["tenantAdminKubeconfigs"]["tenant-a"]
     platform.outputs["tenants"]["tenant-c"] = dict(platform.outputs["tenants"]["tenant-b"])
     _, target = platform_from_outputs(platform.outputs)
     assert list(target.tenants) == ["tenant-b"]
     assert target.incomplete == {
-        "tenant-a": "tenant-a is planned but missing from the output tenantKubeconfigs",
+        "tenant-a": "tenant-a is planned but missing from the output tenantAdminKubeconfigs and tenantKubeconfigs",
         "tenant-c": "tenant-c is in the output `tenants` but not in the plan (outputs of an older run?)",
     }
+
+
+def test_admin_checks_use_the_admin_kubeconfig_and_probes_the_users(platform, clock):
+    """tenantKubeconfigs holds the tenants' restricted credential, which may not list nodes: the in-tenant checks
+    need tenantAdminKubeconfigs."""
+    check(platform, clock)
+    cluster = platform.tenants["tenant-a"]
+    assert {session.token for session in cluster.sessions} == {"tenant-a-admin-token", "tenant-a-user-token"}
+    # tenant-b only sees tenant-a's two credentials knocking (and refuses both).
+    assert {s.token for s in platform.tenants["tenant-b"].sessions} == {"tenant-a-admin-token", "tenant-a-user-token"}
+    users = [session for session in cluster.sessions if session.token == "tenant-a-user-token"]
+    assert len(users) == 1
+    with pytest.raises(ApiError, match='User "system:serviceaccount:kube-system:tenant-user" cannot list'):
+        users[0].list_nodes()
+    assert {pod["metadata"]["namespace"] for pod in cluster.created} == {"default"}
 
 
 @pytest.mark.parametrize("mutate, message", [
@@ -546,6 +925,8 @@ def test_outputs_missing_a_tenant_kubeconfig_or_plan_entry(platform):
     (lambda o: o.update(managementKubeconfig="[secret]"), "save the outputs with `pulumi stack output --json --show-secrets`"),
     (lambda o: o.update(managementKubeconfig="- a\n- list"), "managementKubeconfig is not a kubeconfig"),
     (lambda o: o.update(tenantKubeconfigs="[secret]"), "tenantKubeconfigs is hidden"),
+    (lambda o: o.update(tenantAdminKubeconfigs="[secret]"), "tenantAdminKubeconfigs is hidden"),
+    (lambda o: o.pop("tenantAdminKubeconfigs"), "the stack outputs lack tenantAdminKubeconfigs: run `make up`"),
     (lambda o: o.update(tenants=["tenant-a"]), "the output tenants is not a map"),
     (lambda o: o["plan"].pop("smokeTest"), "plan.smokeTest needs gpus, memoryMiB and cores"),
     (lambda o: (o["plan"]["tenants"].clear(), o["tenants"].clear()), "the plan has no tenants"),
@@ -562,6 +943,43 @@ def test_hidden_tenant_kubeconfig_is_a_failed_tenant(platform):
     platform.outputs["tenantKubeconfigs"]["tenant-b"] = "[secret]"
     _, target = platform_from_outputs(platform.outputs)
     assert "tenantKubeconfigs.tenant-b is hidden" in target.incomplete["tenant-b"]
+
+
+@pytest.fixture(scope="module")
+def dev_outputs():
+    """The stack outputs the real program exports for Pulumi.dev.yaml (one simulated run)."""
+    run = run_program(load_stack_file("dev"))
+    return {name: output.value for name, output in run.outputs.items()}
+
+
+def test_the_programs_outputs_describe_what_verify_needs(dev_outputs):
+    management_kubeconfig, target = platform_from_outputs(json.loads(json.dumps(dev_outputs)))
+    assert management_kubeconfig["current-context"]
+    assert target.incomplete == {}
+    assert dev_outputs["plan"]["versions"]["calico"] == Versions().calico
+    assert target.network_probe_image == f"quay.io/calico/node:{dev_outputs['plan']['versions']['calico']}"
+    for name, tenant in target.tenants.items():
+        assert tenant.endpoint == dev_outputs["tenants"][name]["endpoint"]
+        assert tenant.source_ranges == (dev_outputs["kindSubnet"],)
+        assert tenant.worker_networks == (dev_outputs["kindSubnet"],)
+        assert tenant.data_store == dev_outputs["tenants"][name]["dataStore"]
+        assert verify_checks.context_namespace(tenant.user_kubeconfig) == "default"
+        assert "token" in verify_checks.current_entries(tenant.user_kubeconfig)[1]["user"]
+        assert tenant.kubeconfig != tenant.user_kubeconfig
+    assert set(dev_outputs["imageMirror"]) == {"docker.io", "quay.io", "registry.k8s.io", "ghcr.io"}
+
+
+def test_plan_names_calico_and_each_tenants_own_worker_networks(dev_config):
+    dev_config["tenants"][1]["workerCidrs"] = ["10.20.2.0/24"]
+    plan = plan_summary(load_stack_config(dev_config))
+    assert plan["versions"] == {"calico": Versions().calico}
+    assert [tenant["workerCidrs"] for tenant in plan["tenants"].values()] == [[], ["10.20.2.0/24"]]
+    outputs = healthy_platform().outputs
+    outputs["plan"] = plan
+    _, target = platform_from_outputs(outputs)
+    # Its own servers, and the kind network its container workers sit on.
+    assert target.tenants["tenant-b"].worker_networks == ("172.18.0.0/16", "10.20.2.0/24")
+    assert target.tenants["tenant-a"].worker_networks == ("172.18.0.0/16",)
 
 
 def test_unusable_management_kubeconfig_exit_2(platform, clock, tmp_path, capsys):
@@ -588,10 +1006,15 @@ class FakeRun:
 
 
 def test_reads_the_stack_outputs_with_pulumi(platform, clock, capsys):
-    run = FakeRun(stdout=json.dumps(platform.outputs))
+    pulumi = FakeRun(stdout=json.dumps(platform.outputs))
+
+    def run(argv, **kwargs):
+        return (platform.docker if argv[0] == "docker" else pulumi)(argv, **kwargs)
+
     code = verify.main(["--stack", "lab"], run=run, connect=platform.connect, waiting=waiting_on(clock))
     assert code == 0
-    ((argv, kwargs),) = run.calls
+    ((argv, kwargs),) = pulumi.calls
+    assert len(platform.docker.calls) == 4
     assert argv == ["pulumi", "stack", "output", "--json", "--show-secrets", "--stack", "lab"]
     assert kwargs["cwd"] == verify.ROOT
     assert (verify.ROOT / "Pulumi.yaml").is_file()
@@ -635,6 +1058,72 @@ def test_outputs_file_missing(tmp_path):
         read_outputs_file(tmp_path / "nope.json")
 
 
+# --- the image mirror -------------------------------------------------------------------------
+
+
+def test_mirror_counters_from_distributions_expvar():
+    assert mirror_counters(expvar_json(blobs=(212, 204, 8, 61_865_984, 1), manifests=(96, 71, 25, 98_304, 2))) == {
+        "blobs": (212, 204, 8, 61_865_984), "manifests": (96, 71, 25, 98_304)}
+    for text, message in (("<html>404</html>", "did not answer JSON"), ('{"cmdline": []}', "no registry.proxy"),
+                          ('{"registry": {"proxy": {"blobs": {"Hits": "many"}}}}', "unreadable proxy counters")):
+        with pytest.raises(ValueError, match=message):
+            mirror_counters(text)
+
+
+def test_mirror_table_reads_each_cache_inside_its_container(platform):
+    report = verify_mirror(platform.outputs["imageMirror"], platform.docker)
+    assert [r.name for r in report.results] == ["cache docker.io", "cache quay.io", "cache registry.k8s.io",
+                                                "cache ghcr.io"]
+    assert all(r.ok for r in report.results)
+    assert report.results[0].detail == (
+        "gpu-tenancy-mirror-docker-io: blobs 204 hits / 8 misses of 212 requests, 59.0 MiB from upstream; "
+        "manifests 71 hits / 25 misses of 96 requests, 96.0 KiB from upstream (in-memory counters, since the "
+        "container last started)")
+    argv, kwargs = platform.docker.calls[0]
+    assert argv == ["docker", "exec", "gpu-tenancy-mirror-docker-io", "wget", "-qO-",
+                    f"http://127.0.0.1:{DEBUG_PORT}/debug/vars"]
+    assert kwargs["timeout"] and kwargs["capture_output"] and kwargs["text"]
+
+
+def test_stopped_or_missing_cache_fails_with_the_fix(platform, clock, tmp_path, capsys):
+    platform.docker.containers["gpu-tenancy-mirror-quay-io"] = None
+    del platform.docker.containers["gpu-tenancy-mirror-ghcr-io"]
+    code, out, _ = run_main(platform, tmp_path, clock, capsys)
+    assert code == 1
+    assert out.rstrip().endswith("verify failed: 2 of 32 checks failed (image mirror: 2)")
+    report = verify_mirror(platform.outputs["imageMirror"], platform.docker)
+    stopped = {r.name: r for r in report.results}["cache quay.io"]
+    assert not stopped.ok
+    assert "gpu-tenancy-mirror-quay-io is not running or its debug server does not answer" in stopped.detail
+    assert "is not running)" in stopped.detail
+    assert stopped.fix.startswith("docker start gpu-tenancy-mirror-quay-io (or `make up`)")
+    assert "No such container: gpu-tenancy-mirror-ghcr-io" in {r.name: r for r in report.results}["cache ghcr.io"].detail
+
+
+def test_mirror_without_docker_or_answer():
+    def missing(argv, **kwargs):
+        raise FileNotFoundError(2, "No such file or directory", "docker")
+
+    def slow(argv, **kwargs):
+        raise subprocess.TimeoutExpired(argv, kwargs["timeout"])
+
+    assert "`docker` CLI is not on PATH" in check_mirror_cache("quay.io", {"container": "c"}, missing).detail
+    assert not check_mirror_cache("quay.io", {"container": "c"}, slow).ok
+    answered = check_mirror_cache("quay.io", {"container": "c"}, FakeDocker({"c": '{"registry": {}}'}))
+    assert not answered.ok and "answered without counters: no registry.proxy counters" in answered.detail
+
+
+@pytest.mark.parametrize("mirror", [None, {}, "absent"])
+def test_no_mirror_no_table(platform, clock, tmp_path, capsys, mirror):
+    if mirror == "absent":
+        del platform.outputs["imageMirror"]
+    else:
+        platform.outputs["imageMirror"] = mirror
+    code, out, _ = run_main(platform, tmp_path, clock, capsys)
+    assert code == 0 and "image mirror" not in out and platform.docker.calls == []
+    assert out.rstrip().endswith("verify passed: all 28 checks OK in 2 tenant(s)")
+
+
 # --- rendering --------------------------------------------------------------------------------
 
 
@@ -672,6 +1161,7 @@ def test_report_is_what_the_cli_prints(tmp_path, capsys):
     clock = FakeClock()
     reports = list(verify_platform(target, rendered.connect(management_kubeconfig), rendered.connect,
                                    waiting_on(clock)))
+    reports.append(verify_mirror(rendered.outputs["imageMirror"], rendered.docker))
     assert code == 0
     assert out == render_report(reports) + "\n"
 
@@ -728,8 +1218,10 @@ def test_real_api_reads_the_right_paths_as_json(api_server):
         ("GET", "/apis/networking.k8s.io/v1/namespaces/tenant-a/networkpolicies"): (
             200, {"kind": "NetworkPolicyList", "items": [{"metadata": {"name": "p"}}]}),
         ("GET", "/api/v1/namespaces/default/pods/verify-gpu-abcde"): (200, {"kind": "Pod"}),
+        ("GET", "/apis/kamaji.clastix.io/v1alpha1/datastores/default"): (200, {"kind": "DataStore"}),
     })
     api = _real_api(api_server)
+    assert api.get_datastore("default") == {"kind": "DataStore"}
     assert api.get_tenant_control_plane("tenant-a", "tenant-a") == tcp
     assert api.list_nodes() == [node("n0")]
     assert api.read_daemon_set("kube-system", "konnectivity-agent") == {"kind": "DaemonSet"}
@@ -782,3 +1274,160 @@ def test_real_api_without_an_answer():
 def test_real_connect_rejects_a_broken_kubeconfig():
     with pytest.raises(ValueError, match="unusable kubeconfig"):
         verify_api.connect({"apiVersion": "v1", "kind": "Config", "current-context": "missing"})
+
+
+# --- client certificates and keys stay in memory ------------------------------------------------
+
+
+def _server_certificate(ca: pki.CertificateAuthority) -> tuple[bytes, bytes]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
+        .issuer_name(ca.certificate.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                       critical=False)
+        .sign(ca.key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption())
+    return certificate.public_bytes(serialization.Encoding.PEM), key_pem
+
+
+@pytest.fixture(scope="module")
+def tls_api(tmp_path_factory):
+    """An API server over HTTPS that, like kube-apiserver, only talks to clients with a certificate of its CA."""
+    ca = pki.new_ca("tenant-a")
+    directory = tmp_path_factory.mktemp("tls-apiserver")
+    cert, key = _server_certificate(ca)
+    (directory / "server.crt").write_bytes(cert)
+    (directory / "server.key").write_bytes(key)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(directory / "server.crt", directory / "server.key")
+    context.verify_mode = ssl.CERT_REQUIRED
+    context.load_verify_locations(cadata=ca.pem.decode())
+    users: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 -- http.server dispatches on this name
+            subject = dict(pair for rdn in self.request.getpeercert()["subject"] for pair in rdn)
+            users.append(subject["commonName"])
+            data = json.dumps({"kind": "NodeList", "items": [node("n0")]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+
+        def finish_request(self, request, client_address):
+            super().finish_request(context.wrap_socket(request, server_side=True), client_address)
+
+        def handle_error(self, request, client_address):
+            pass
+
+    server = Server(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    server.ca, server.users = ca, users
+    server.url = f"https://127.0.0.1:{server.server_address[1]}"
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def _cert_kubeconfig(server):
+    return yaml.safe_load(pki.kubeconfig(server.url, server.ca, "kubernetes-admin", ("kubeadm:cluster-admins",),
+                                         "tenant-a"))
+
+
+def _memory_files():
+    return sorted(os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+                  if os.path.exists(f"/proc/self/fd/{fd}") and os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:"))
+
+
+@pytest.fixture
+def no_proxy(monkeypatch):
+    for name in ("https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="memfd_create is Linux-only")
+def test_client_keys_stay_in_memory(tls_api, tmp_path, monkeypatch, no_proxy):
+    watched = tmp_path / "tmp"
+    watched.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(watched))
+
+    def no_disk(*args, **kwargs):
+        raise AssertionError("a kubeconfig secret went through a temporary file")
+
+    for name in ("mkstemp", "mkdtemp", "NamedTemporaryFile", "TemporaryDirectory"):
+        monkeypatch.setattr(tempfile, name, no_disk)
+    kubeconfig = _cert_kubeconfig(tls_api)
+    original = copy.deepcopy(kubeconfig)
+    before = _memory_files()
+    api = verify_api.connect(kubeconfig)
+    configuration = api._client.configuration
+    paths = (configuration.ssl_ca_cert, configuration.cert_file, configuration.key_file)
+    assert [re.fullmatch(r"/proc/self/fd/\d+", path) is not None for path in paths] == [True] * 3
+    user = original["users"][0]["user"]
+    with open(configuration.cert_file, "rb") as file:
+        assert file.read() == base64.b64decode(user["client-certificate-data"])
+    assert api.list_nodes() == [node("n0")]  # TLS really read the certificate, the key and the CA
+    assert tls_api.users[-1] == "kubernetes-admin"
+    assert kubeconfig == original, "the caller's kubeconfig was changed"
+    assert list(watched.iterdir()) == []
+    assert len(_memory_files()) == len(before) + 3
+    api.close()
+    api.close()  # safe to repeat
+    assert _memory_files() == before
+
+
+def test_without_memfd_keys_live_in_a_private_dir_until_close(tls_api, tmp_path, monkeypatch, no_proxy):
+    monkeypatch.delattr(os, "memfd_create", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+    def no_loader_files(*args, **kwargs):
+        raise AssertionError("the kubernetes loader wrote a temporary file")
+
+    monkeypatch.setattr(tempfile, "mkstemp", no_loader_files)
+    api = verify_api.connect(_cert_kubeconfig(tls_api))
+    directories = list(tmp_path.iterdir())
+    assert len(directories) == 3  # the CA, the certificate and the key, each in a private directory
+    assert {oct(directory.stat().st_mode & 0o777) for directory in directories} == {oct(0o700)}
+    assert api.list_nodes() == [node("n0")]
+    api.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_refused_kubeconfig_leaves_no_memory_file(tls_api):
+    kubeconfig = _cert_kubeconfig(tls_api)
+    kubeconfig["current-context"] = "missing"
+    before = _memory_files()
+    with pytest.raises(ValueError, match="unusable kubeconfig"):
+        verify_api.connect(kubeconfig)
+    assert _memory_files() == before
+    kubeconfig = _cert_kubeconfig(tls_api)
+    kubeconfig["users"][0]["user"]["client-key-data"] = "not base64!"
+    with pytest.raises(ValueError, match="client-key-data of 'kubernetes-admin' is not base64"):
+        verify_api.connect(kubeconfig)
+    assert _memory_files() == before
+
+
+def test_verify_closes_every_client_it_opened(platform, clock, tmp_path, capsys):
+    code, _, _ = run_main(platform, tmp_path, clock, capsys)
+    assert code == 0
+    sessions = platform.connect.sessions()
+    # management, per tenant: admin, user, and its two credentials against the other tenant.
+    assert len(sessions) == 1 + 2 * 4
+    assert all(session.closed for session in sessions)

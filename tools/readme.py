@@ -19,11 +19,23 @@ BLOCK = re.compile(r"(<!-- generated:(?P<name>[a-z-]+) -->\n)(?P<body>.*?)(<!-- 
 
 
 def _status() -> str:
-    from tools.mockrun import load_stack_file, run_program
+    """`make status` after a simulated `make up` of the dev stack. Its tenants are added one `up` at a time: MetalLB
+    hands out addresses in the order control planes ask, which in one `up` is whichever is first (in the simulator
+    as on a real cluster), and the sample must not change from one run to the next."""
+    from tools.mockrun import load_stack_file
+    from tools.sim import Lifecycle
+    from tools.sim.lab import lab_world
+    from tools.sim.state import plain
     from tools.status import render
 
-    run = run_program(load_stack_file("dev"))
-    outputs = {name: ("[secret]" if output.secret else output.value) for name, output in run.outputs.items()}
+    config = load_stack_file("dev")
+    tenants = config["tenants"]
+    sim = Lifecycle({**config, "tenants": tenants[:1]}, world=lab_world())
+    for count in range(1, len(tenants) + 1):
+        sim.config["tenants"] = tenants[:count]
+        sim.up()
+    outputs = {name: ("[secret]" if name in sim.secret_outputs else plain(value))
+               for name, value in sim.outputs.items()}
     return f"```text\n$ make status\n{render(outputs)}```\n"
 
 

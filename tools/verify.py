@@ -2,10 +2,11 @@
 
 Reads the stack outputs (`pulumi stack output --json --show-secrets`, or a saved
 copy with --outputs-file), talks to the management cluster and to every tenant
-with the official `kubernetes` client (kubeconfigs stay in memory), and prints
-one table per tenant. Exit code: 0 when every check holds, 1 when any fails,
-2 when the outputs cannot be read. The subprocess runner, the API connector and
-the probe's clock are injectable, so everything is unit-tested without a cluster.
+with the official `kubernetes` client (kubeconfigs, certificates and keys stay in
+memory), and prints one table per tenant, then one for the lab's image mirror.
+Exit code: 0 when every check holds, 1 when any fails, 2 when the outputs cannot
+be read. The subprocess runner, the API connector and the probes' clock are
+injectable, so everything is unit-tested without a cluster.
 """
 
 from __future__ import annotations
@@ -24,23 +25,28 @@ import yaml
 from tools import verify_api
 from tools.preflight import CheckResult
 from tools.verify_api import Connect, Json
-from tools.verify_checks import Platform, ProbeRequest, TenantTarget, Waiting, verify_tenant
+from tools.verify_checks import Platform, ProbeRequest, TenantTarget, Waiting, calico_node_image, verify_tenant
 
 ROOT = Path(__file__).resolve().parent.parent
-REQUIRED_OUTPUTS = ("managementKubeconfig", "tenantKubeconfigs", "tenants", "plan")
+REQUIRED_OUTPUTS = ("managementKubeconfig", "tenantKubeconfigs", "tenantAdminKubeconfigs", "tenants", "plan")
 # What `pulumi stack output --show-secrets` was not asked for prints instead of a secret.
 HIDDEN_SECRET = "[secret]"
+# The pull-through caches' debug server (distribution's expvar JSON; components/registry_mirror.py DEBUG_PORT).
+MIRROR_DEBUG_URL = "http://127.0.0.1:5001/debug/vars"
+MIRROR_TIMEOUT = 15
+MIRROR_TITLE = "image mirror"
 
 Run = Callable[..., "subprocess.CompletedProcess[str]"]
 
 
 @dataclass(frozen=True)
 class TenantReport:
-    """One table of the output: a tenant's check results."""
+    """One table of the output: a tenant's check results (or, with is_tenant False, the image mirror's)."""
 
     tenant: str
     title: str
     results: list[CheckResult]
+    is_tenant: bool = True
 
 
 class OutputsError(Exception):
@@ -99,12 +105,28 @@ def _kubeconfig(text: Any, what: str) -> Json:
     return kubeconfig
 
 
+def _string_list(value: Any) -> tuple[str, ...] | None:
+    if not isinstance(value, list):
+        return None
+    return tuple(str(item) for item in value)
+
+
+def _worker_networks(outputs: Json, planned: Json) -> tuple[str, ...]:
+    """Where a tenant's workers connect from: its own workerCidrs (and the kind network its container workers sit
+    on, in the lab), else the shared outputs.workerNetworks; () when the outputs do not say."""
+    own = _string_list(planned.get("workerCidrs")) or ()
+    kind = outputs.get("kindSubnet")
+    if own:
+        return tuple(dict.fromkeys([*([str(kind)] if kind else []), *own]))
+    return _string_list(outputs.get("workerNetworks")) or ()
+
+
 def platform_from_outputs(outputs: Json) -> tuple[Json, Platform]:
     """The management kubeconfig and what to check; a tenant the outputs only half describe is `incomplete`."""
     missing = [key for key in REQUIRED_OUTPUTS if key not in outputs]
     if missing:
         raise OutputsError(f"the stack outputs lack {', '.join(missing)}: run `make up` to finish the stack")
-    for key in ("plan", "tenants", "tenantKubeconfigs"):
+    for key in ("plan", "tenants", "tenantKubeconfigs", "tenantAdminKubeconfigs"):
         if outputs[key] == HIDDEN_SECRET:
             raise OutputsError(f"{key} is hidden: save the outputs with `pulumi stack output --json --show-secrets`")
         if not isinstance(outputs[key], dict):
@@ -116,37 +138,49 @@ def platform_from_outputs(outputs: Json) -> tuple[Json, Platform]:
     except (KeyError, TypeError, ValueError):
         raise OutputsError("plan.smokeTest needs gpus, memoryMiB and cores") from None
     planned = plan.get("tenants") or {}
-    described, kubeconfigs = outputs["tenants"], outputs["tenantKubeconfigs"]
+    described = outputs["tenants"]
+    tables = {key: outputs[key] for key in ("tenantAdminKubeconfigs", "tenantKubeconfigs")}
     tenants: dict[str, TenantTarget] = {}
     incomplete: dict[str, str] = {}
     for name in [*planned, *(t for t in described if t not in planned)]:
         if name not in planned:
             incomplete[name] = f"{name} is in the output `tenants` but not in the plan (outputs of an older run?)"
-        elif name not in described or name not in kubeconfigs:
-            lacking = [key for key, table in (("tenants", described), ("tenantKubeconfigs", kubeconfigs))
-                       if name not in table]
+            continue
+        lacking = [key for key, table in (("tenants", described), *tables.items()) if name not in table]
+        if lacking:
             incomplete[name] = f"{name} is planned but missing from the output {' and '.join(lacking)}"
-        else:
-            try:
-                kubeconfig = _kubeconfig(kubeconfigs[name], f"tenantKubeconfigs.{name}")
-            except OutputsError as error:
-                incomplete[name] = str(error)
-                continue
-            tenants[name] = TenantTarget(
-                name=name,
-                namespace=described[name].get("namespace") or name,
-                control_plane=described[name].get("controlPlane") or name,
-                kubeconfig=kubeconfig,
-                workers=(planned[name] or {}).get("workers") or {},
-            )
+            continue
+        try:
+            admin = _kubeconfig(tables["tenantAdminKubeconfigs"][name], f"tenantAdminKubeconfigs.{name}")
+            user = _kubeconfig(tables["tenantKubeconfigs"][name], f"tenantKubeconfigs.{name}")
+        except OutputsError as error:
+            incomplete[name] = str(error)
+            continue
+        description = described[name] or {}
+        tenants[name] = TenantTarget(
+            name=name,
+            namespace=description.get("namespace") or name,
+            control_plane=description.get("controlPlane") or name,
+            kubeconfig=admin,
+            workers=(planned[name] or {}).get("workers") or {},
+            user_kubeconfig=user,
+            endpoint=description.get("endpoint"),
+            source_ranges=_string_list(description.get("sourceRanges")),
+            worker_networks=_worker_networks(outputs, planned[name] or {}),
+            data_store=description.get("dataStore"),
+            own_networks=tuple(str(planned[name][key]) for key in ("podCidr", "serviceCidr")
+                               if (planned[name] or {}).get(key)),
+        )
     if not tenants and not incomplete:
         raise OutputsError("the plan has no tenants: nothing to verify")
+    calico = (plan.get("versions") or {}).get("calico")
     platform = Platform(
         management_cluster=plan.get("managementCluster") or "gpu-tenancy",
         gpu_mode=plan.get("gpuMode") or "mock",
         probe=probe,
         tenants=tenants,
         incomplete=incomplete,
+        **({"network_probe_image": calico_node_image(str(calico))} if calico else {}),
     )
     return _kubeconfig(outputs["managementKubeconfig"], "managementKubeconfig"), platform
 
@@ -169,6 +203,87 @@ def verify_platform(platform: Platform, management: verify_api.KubeApi, connect:
                                verify_tenant(platform, tenant, management, connect, waiting))
 
 
+# --- the image mirror -------------------------------------------------------------------------
+
+
+def _counts(metrics: Any) -> tuple[int, int, int, int]:
+    """(Requests, Hits, Misses, BytesPulled) of one expvar Metrics struct (registry/proxy/proxymetrics.go)."""
+    if not isinstance(metrics, dict):
+        raise ValueError("no proxy counters")
+    try:
+        requests, hits, misses, pulled = (int(metrics.get(key) or 0)
+                                          for key in ("Requests", "Hits", "Misses", "BytesPulled"))
+    except (TypeError, ValueError):
+        raise ValueError(f"unreadable proxy counters {metrics!r}") from None
+    return requests, hits, misses, pulled
+
+
+def _size(count: int) -> str:
+    size = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{count} B"
+
+
+def mirror_counters(expvar: str) -> dict[str, tuple[int, int, int, int]]:
+    """{"blobs": ..., "manifests": ...} from distribution's /debug/vars JSON; ValueError when it has none."""
+    try:
+        document = json.loads(expvar)
+    except ValueError:
+        raise ValueError("the debug server did not answer JSON") from None
+    registry = document.get("registry") if isinstance(document, dict) else None
+    proxy = registry.get("proxy") if isinstance(registry, dict) else None
+    if not isinstance(proxy, dict):
+        raise ValueError("no registry.proxy counters (is it running in proxy mode?)")
+    return {kind: _counts(proxy.get(kind)) for kind in ("blobs", "manifests")}
+
+
+def check_mirror_cache(registry: str, cache: Any, run: Run) -> CheckResult:
+    """Hits and misses of one pull-through cache, read inside its container (the debug port is not published)."""
+    container = str((cache or {}).get("container") or "") if isinstance(cache, dict) else ""
+    name = f"cache {registry}"
+    if not container:
+        return CheckResult(name, False, "the output imageMirror names no container for it",
+                           "run `make up` to refresh the stack outputs")
+    fix = f"docker start {container} (or `make up`); docker logs {container}"
+    argv = ["docker", "exec", container, "wget", "-qO-", MIRROR_DEBUG_URL]
+    try:
+        done = run(argv, capture_output=True, text=True, check=False, timeout=MIRROR_TIMEOUT)
+    except FileNotFoundError:
+        return CheckResult(name, False, "the `docker` CLI is not on PATH: cannot read the cache's counters",
+                           "run verify on the Docker host of the lab")
+    except subprocess.TimeoutExpired:
+        return CheckResult(name, False, f"{container} did not answer within {MIRROR_TIMEOUT} s", fix)
+    if done.returncode != 0:
+        why = " ".join((done.stderr or "").split())[-300:] or f"exit code {done.returncode}"
+        return CheckResult(name, False, f"{container} is not running or its debug server does not answer ({why}) "
+                                        "→ nodes pull from the internet again", fix)
+    try:
+        counters = mirror_counters(done.stdout)
+    except ValueError as error:
+        return CheckResult(name, False, f"{container} answered without counters: {error}", fix)
+    parts = []
+    for kind, (requests, hits, misses, pulled) in counters.items():
+        parts.append(f"{kind} {hits} hits / {misses} misses of {requests} requests, {_size(pulled)} from upstream")
+    return CheckResult(name, True, f"{container}: {'; '.join(parts)} (in-memory counters, since the container "
+                                   "last started)")
+
+
+def verify_mirror(image_mirror: Any, run: Run) -> TenantReport | None:
+    """The image mirror's table, or None when the stack runs no mirror (output absent or null)."""
+    if not image_mirror:
+        return None
+    if not isinstance(image_mirror, dict):
+        results = [CheckResult("image mirror outputs", False, "the output imageMirror is not a map",
+                               "run `make up` to refresh the stack outputs")]
+    else:
+        results = [check_mirror_cache(registry, cache, run) for registry, cache in image_mirror.items()]
+    return TenantReport(MIRROR_TITLE, f"{MIRROR_TITLE} (pull-through caches on the kind network)", results,
+                        is_tenant=False)
+
+
 # --- rendering --------------------------------------------------------------------------------
 
 
@@ -188,7 +303,9 @@ def render_summary(reports: Sequence[TenantReport]) -> str:
     failed = {report.tenant: sum(not r.ok for r in report.results) for report in reports}
     failures = sum(failed.values())
     if not failures:
-        return f"verify passed: all {total} checks OK in {len(reports)} tenant(s)"
+        tenants = sum(report.is_tenant for report in reports)
+        extra = "".join(f" and the {report.tenant}" for report in reports if not report.is_tenant)
+        return f"verify passed: all {total} checks OK in {tenants} tenant(s){extra}"
     where = ", ".join(f"{tenant}: {count}" for tenant, count in failed.items() if count)
     return f"verify failed: {failures} of {total} checks failed ({where})"
 
@@ -205,7 +322,8 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--stack", default="dev", help="Pulumi stack to read the outputs of (default: dev)")
     parser.add_argument("--outputs-file", help="read saved `pulumi stack output --json --show-secrets` instead")
     parser.add_argument("--probe-timeout", type=float, default=60.0,
-                        help="seconds to wait for the probe pod to get a GPU (default: 60)")
+                        help="seconds to wait for the GPU probe to get a GPU, and for the network probes to "
+                             "start (default: 60)")
     return parser.parse_args(argv)
 
 
@@ -218,22 +336,39 @@ def main(
 ) -> int:
     args = _arguments(argv)
     waiting = waiting or Waiting(timeout=args.probe_timeout)
+    opened: list[verify_api.KubeApi] = []
+
+    def connect_tracked(kubeconfig: Json) -> verify_api.KubeApi:
+        api = connect(kubeconfig)
+        opened.append(api)
+        return api
+
     try:
-        outputs = read_outputs_file(args.outputs_file) if args.outputs_file else read_stack_outputs(args.stack, run)
-        management_kubeconfig, platform = platform_from_outputs(outputs)
         try:
-            management = connect(management_kubeconfig)
-        except ValueError as error:
-            raise OutputsError(f"managementKubeconfig: {error}") from None
-    except OutputsError as error:
-        print(f"verify: {error}", file=sys.stderr)
-        return 2
-    reports: list[TenantReport] = []
-    for report in verify_platform(platform, management, connect, waiting):
-        reports.append(report)
-        print(render_table(report) + "\n", flush=True)
-    print(render_summary(reports))
-    return 0 if all(r.ok for report in reports for r in report.results) else 1
+            outputs = (read_outputs_file(args.outputs_file) if args.outputs_file
+                       else read_stack_outputs(args.stack, run))
+            management_kubeconfig, platform = platform_from_outputs(outputs)
+            try:
+                management = connect_tracked(management_kubeconfig)
+            except ValueError as error:
+                raise OutputsError(f"managementKubeconfig: {error}") from None
+        except OutputsError as error:
+            print(f"verify: {error}", file=sys.stderr)
+            return 2
+        reports: list[TenantReport] = []
+        for report in verify_platform(platform, management, connect_tracked, waiting):
+            reports.append(report)
+            print(render_table(report) + "\n", flush=True)
+        mirror = verify_mirror(outputs.get("imageMirror"), run)
+        if mirror is not None:
+            reports.append(mirror)
+            print(render_table(mirror) + "\n", flush=True)
+        print(render_summary(reports))
+        return 0 if all(r.ok for report in reports for r in report.results) else 1
+    finally:
+        # The clients' certificates and keys live in memory files: release them all.
+        for api in opened:
+            api.close()
 
 
 if __name__ == "__main__":

@@ -1,18 +1,22 @@
 """The checks behind `make verify`: plain functions over `KubeApi`, returning one result per check.
 
 Each result names the broken link and a likely fix. Objects are the API's JSON
-(dicts); the only side effect is the probe pod, which is always deleted again.
+(dicts); the only side effects are the probe pods (the GPU probe, and the network
+probes that try to reach other tenants), which are always deleted again.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes.utils import parse_quantity
 
+from components.images import PAUSE_IMAGE
+from components.tenant_spec import KONNECTIVITY_PORT
 from config import Versions
 from tools.preflight import CheckResult
 from tools.verify_api import ApiError, Connect, Json, KubeApi
@@ -34,11 +38,32 @@ GPU, GPU_MEMORY, GPU_CORES = "nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/
 
 PROBE_NAMESPACE = "default"
 PROBE_PREFIX = "verify-gpu-"
-# The smoke-test pod's image, so every worker already has it; the mock plugin's Allocate injects nothing.
-PROBE_IMAGE = f"registry.k8s.io/pause:{Versions().pause}"
+# The smoke-test pod's image (pinned by digest), so every worker already has it; the mock plugin's Allocate
+# injects nothing.
+PROBE_IMAGE = PAUSE_IMAGE
 PROBE_LABELS = {"app.kubernetes.io/name": "gpu-tenancy-verify", "app.kubernetes.io/part-of": "gpu-tenancy"}
 # pause's own non-root user: the probe passes the `restricted` Pod Security level.
 PROBE_UID = 65535
+
+# The network probe: a pod in one tenant that opens a TCP connection to another tenant's endpoints. Its image is
+# calico-node's, which every tenant worker already holds (Calico's DaemonSet), and which has bash for /dev/tcp.
+NETWORK_PROBE_PREFIX = "verify-net-"
+NETWORK_PROBE_COMPONENT = "network-probe"
+NETWORK_PROBE_SCRIPT = "exec 3<>/dev/tcp/$HOST/$PORT"
+# activeDeadlineSeconds: the kubelet stops a connect that no one answers (a dropped SYN) after this long.
+NETWORK_PROBE_DEADLINE = 10
+# A probe still running this long after its deadline counts as unanswered (the kubelet has not acted yet).
+NETWORK_PROBE_GRACE = 5
+# nobody: the probe needs no privilege at all (it passes `restricted`, hence the tenants' `baseline`).
+NETWORK_PROBE_UID = 65534
+TARGET_ANNOTATION = "gpu-tenancy.io/probe-target"
+# What bash prints when the name does not resolve (lib/sh/netopen.c: "host unknown" or gai_strerror's text).
+UNRESOLVED_MESSAGES = ("host unknown", "name or service not known", "name does not resolve",
+                       "temporary failure in name resolution", "no address associated")
+
+
+def calico_node_image(calico_version: str) -> str:
+    return f"quay.io/calico/node:{calico_version}"
 
 
 @dataclass(frozen=True)
@@ -57,9 +82,22 @@ class TenantTarget:
     name: str
     namespace: str
     control_plane: str
+    # The tenant's admin kubeconfig (tenantAdminKubeconfigs): nodes, kube-system, the GPU probe.
     kubeconfig: Json
     # node name -> planned cards, as in the plan output (uuid, memoryMiB, cores, slots, ...)
     workers: Mapping[str, list[Json]]
+    # The restricted credential the tenant's users get (tenantKubeconfigs): the network probes run as it.
+    user_kubeconfig: Json | None = None
+    # host:port of the tenant's API server (outputs tenants.<name>.endpoint).
+    endpoint: str | None = None
+    # Who may connect to its API and Konnectivity server (loadBalancerSourceRanges); None: not in the outputs.
+    source_ranges: tuple[str, ...] | None = None
+    # Where its workers connect from: the shared outputs.workerNetworks plus its own plan workerCidrs.
+    worker_networks: tuple[str, ...] = ()
+    # The DataStore the outputs name (the TenantControlPlane's status wins when it answers).
+    data_store: str | None = None
+    # Its pod and service networks (plan): an address inside them is the tenant's own, not another cluster's.
+    own_networks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -70,6 +108,7 @@ class Platform:
     tenants: Mapping[str, TenantTarget]
     # tenant -> what the stack outputs lack for it
     incomplete: Mapping[str, str] = field(default_factory=dict)
+    network_probe_image: str = calico_node_image(Versions().calico)
 
 
 @dataclass(frozen=True)
@@ -122,6 +161,14 @@ def current_entries(kubeconfig: Json) -> tuple[Json, Json]:
 def api_server(kubeconfig: Json) -> str:
     cluster, _ = current_entries(kubeconfig)
     return str(_dig(cluster, "cluster", "server") or "?")
+
+
+def context_namespace(kubeconfig: Json) -> str:
+    """The namespace of the kubeconfig's current context (kubectl's default: `default`)."""
+    contexts = kubeconfig.get("contexts") or []
+    name = kubeconfig.get("current-context") or (contexts[0].get("name") if len(contexts) == 1 else None)
+    context = _entry(contexts, name, "context").get("context") or {}
+    return str(context.get("namespace") or PROBE_NAMESPACE)
 
 
 def cross_tenant_kubeconfig(own: Json, other: Json) -> Json:
@@ -476,33 +523,468 @@ def probe_gpu_pod(api: KubeApi, request: ProbeRequest, waiting: Waiting) -> list
     return results
 
 
-# --- isolation --------------------------------------------------------------------------------
+# --- isolation: credentials -------------------------------------------------------------------
+
+
+def _cross_tenant_answer(tenant: TenantTarget, other: TenantTarget, credential: Json, connect: Connect
+                         ) -> tuple[str, str]:
+    """("refused" | "accepted" | "no answer" | "other", what happened) for one of the tenant's credentials."""
+    api = connect(cross_tenant_kubeconfig(credential, other.kubeconfig))
+    try:
+        nodes = api.list_nodes()
+    except ApiError as error:
+        if error.status in (401, 403):
+            return "refused", f"HTTP {error.status}"
+        return ("no answer" if error.status is None else "other"), str(error)
+    finally:
+        api.close()  # one request per client: release its memory files now, not at the end of a long run
+    return "accepted", f"listed {len(nodes)} node(s)"
 
 
 def check_isolation(tenant: TenantTarget, other: TenantTarget, connect: Connect) -> CheckResult:
+    """The other tenant's API server refuses every credential this tenant has (admin and user)."""
     name = f"isolated from {other.name}"
+    credentials = {"admin": tenant.kubeconfig}
+    if tenant.user_kubeconfig is not None:
+        credentials["user"] = tenant.user_kubeconfig
     try:
-        crossed = cross_tenant_kubeconfig(tenant.kubeconfig, other.kubeconfig)
         server = api_server(other.kubeconfig)
-        nodes = connect(crossed).list_nodes()
+        answers = {kind: _cross_tenant_answer(tenant, other, credential, connect)
+                   for kind, credential in credentials.items()}
     except ValueError as error:
         return CheckResult(name, False, f"cannot build the cross-tenant kubeconfig ({error})",
                            "run `make up` to refresh the stack outputs")
-    except ApiError as error:
-        if error.status in (401, 403):
-            return CheckResult(name, True, f"{other.name}'s API server refused {tenant.name}'s credentials "
-                                           f"(HTTP {error.status})")
-        if error.status is None:
-            return CheckResult(name, False, f"{server} did not answer ({error}): isolation could not be tested",
-                               f"see {other.name}'s table")
-        return CheckResult(name, False, f"{server} answered {tenant.name}'s credentials with {error}, not 401/403",
+    accepted = [f"{kind} credentials {what}" for kind, (verdict, what) in answers.items() if verdict == "accepted"]
+    if accepted:
+        return CheckResult(
+            name, False, f"{tenant.name}'s {' and '.join(accepted)} of {other.name} → the tenants share a CA or "
+            "credentials",
+            f"each TenantControlPlane must have its own CA (Secret <tcp>-ca); compare the {tenant.name} and "
+            f"{other.name} kubeconfigs in the stack outputs",
+        )
+    silent = [what for verdict, what in answers.values() if verdict == "no answer"]
+    if silent:
+        return CheckResult(name, False, f"{server} did not answer ({silent[0]}): isolation could not be tested",
+                           f"see {other.name}'s table")
+    odd = [f"{kind} credentials with {what}" for kind, (verdict, what) in answers.items() if verdict == "other"]
+    if odd:
+        return CheckResult(name, False, f"{server} answered {tenant.name}'s {' and '.join(odd)}, not 401/403",
                            f"in {other.name}: kubectl auth can-i --list as {tenant.name}'s user")
-    return CheckResult(
-        name, False, f"{tenant.name}'s credentials listed {len(nodes)} node(s) of {other.name} → the tenants "
-        "share a CA or credentials",
-        f"each TenantControlPlane must have its own CA (Secret <tcp>-ca); compare the {tenant.name} and "
-        f"{other.name} kubeconfigs in the stack outputs",
-    )
+    codes = sorted({what for _, what in answers.values()})
+    return CheckResult(name, True, f"{other.name}'s API server refused {tenant.name}'s "
+                                   f"{' and '.join(credentials)} credentials ({', '.join(codes)})")
+
+
+# --- isolation: the network, from a pod in the tenant -----------------------------------------
+
+
+def network_probe_pod(image: str, host: str, port: int, namespace: str, target: str) -> Json:
+    """A pod that opens one TCP connection to host:port and exits: 0 connected, 1 refused or unresolvable;
+    a connect no one answers runs into activeDeadlineSeconds. Nothing privileged, no token, no GPU."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": NETWORK_PROBE_PREFIX,
+            "namespace": namespace,
+            "labels": {**PROBE_LABELS, "app.kubernetes.io/component": NETWORK_PROBE_COMPONENT},
+            "annotations": {TARGET_ANNOTATION: f"{target} ({host}:{port})"},
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "activeDeadlineSeconds": NETWORK_PROBE_DEADLINE,
+            "terminationGracePeriodSeconds": 0,
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "securityContext": {"runAsNonRoot": True, "runAsUser": NETWORK_PROBE_UID,
+                                "runAsGroup": NETWORK_PROBE_UID, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "probe",
+                "image": image,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["bash", "-c", NETWORK_PROBE_SCRIPT],
+                "env": [{"name": "HOST", "value": host}, {"name": "PORT", "value": str(port)}],
+                # bash's error ("Connection refused", "Name or service not known") as the termination message.
+                "terminationMessagePolicy": "FallbackToLogsOnError",
+                "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
+                              "limits": {"cpu": "100m", "memory": "64Mi"}},
+                "securityContext": {"privileged": False, "allowPrivilegeEscalation": False,
+                                    "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}},
+            }],
+        },
+    }
+
+
+def _container_state(pod: Json) -> Json:
+    statuses = _dig(pod, "status", "containerStatuses") or []
+    return (statuses[0].get("state") or {}) if statuses and isinstance(statuses[0], Mapping) else {}
+
+
+def _started(state: Json) -> bool:
+    return bool(state.get("running") or _dig(state, "terminated", "startedAt"))
+
+
+def _first_line(message: Any) -> str:
+    lines = [line.strip() for line in str(message or "").splitlines() if line.strip()]
+    return lines[0] if lines else ""
+
+
+def probe_verdict(pod: Json) -> tuple[str, str] | None:
+    """How far a network probe pod got: ("connected" | "refused" | "unresolvable" | "filtered" | "not run",
+    detail), or None while it is still pending or running."""
+    status = pod.get("status") or {}
+    phase = status.get("phase")
+    state = _container_state(pod)
+    terminated = state.get("terminated") or {}
+    if status.get("reason") == "DeadlineExceeded":
+        if _started(state):
+            return "filtered", f"no answer within {NETWORK_PROBE_DEADLINE} s"
+        waiting = state.get("waiting") or {}
+        reason = ": ".join(part for part in (waiting.get("reason"), waiting.get("message")) if part)
+        return "not run", f"the deadline passed before the container started ({reason or 'no container status'})"
+    if phase == "Succeeded" or (terminated and terminated.get("exitCode") == 0):
+        return "connected", "connected"
+    if terminated:
+        message = _first_line(terminated.get("message"))
+        if any(text in message.lower() for text in UNRESOLVED_MESSAGES):
+            return "unresolvable", message
+        return "refused", message or f"exit code {terminated.get('exitCode')}"
+    if phase == "Failed":
+        reason = ": ".join(part for part in (status.get("reason"), status.get("message")) if part)
+        return "not run", f"the pod failed ({reason or 'no reason given'})"
+    return None
+
+
+def _pending_reason(pod: Json | None) -> str:
+    if pod is None:
+        return "not read"
+    waiting = _container_state(pod).get("waiting") or {}
+    if waiting:
+        return ": ".join(part for part in (waiting.get("reason"), waiting.get("message")) if part)
+    scheduled = _condition(pod, "PodScheduled") or {}
+    if scheduled.get("status") == "False":
+        return f"{scheduled.get('reason') or 'Unschedulable'}: {scheduled.get('message') or ''}".rstrip(": ")
+    return str(_dig(pod, "status", "phase") or "Pending")
+
+
+@dataclass
+class _Probe:
+    host: str
+    port: int
+    pod: str | None = None
+    verdict: tuple[str, str] | None = None
+    last: Json | None = None
+    read_error: str | None = None
+    running_since: float | None = None
+
+    @property
+    def where(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+@dataclass
+class _Reach:
+    """One row: what the tenant's pod must (not) reach of another tenant."""
+
+    row: str
+    other: TenantTarget
+    what: str
+    probes: list[_Probe]
+    # Networks both sides admit (a connection is by design), () when none, None when the outputs do not say.
+    shared: tuple[str, ...] | None = ()
+    # Why it could not be probed at all.
+    error: tuple[str, str] | None = None
+    # Where the probing tenant's workers connect from.
+    workers: tuple[str, ...] = ()
+    # What was deliberately not probed: (address, why).
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+
+def split_host_port(endpoint: str) -> tuple[str, int]:
+    """`host:port` or `[v6]:port` -> (host, port); ValueError otherwise."""
+    host, sep, port = str(endpoint).rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"{endpoint!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+def shared_networks(own_workers: Sequence[str], other_admits: Sequence[str]) -> tuple[str, ...]:
+    """The networks this tenant's workers connect from that the other tenant's control plane admits."""
+    shared = []
+    for own in own_workers:
+        try:
+            network = ipaddress.ip_network(own, strict=False)
+        except ValueError:
+            continue
+        for admitted in other_admits:
+            try:
+                overlaps = network.overlaps(ipaddress.ip_network(admitted, strict=False))
+            except (ValueError, TypeError):
+                continue
+            if overlaps:
+                shared.append(own if own == admitted else f"{own} (within {admitted})")
+                break
+    return tuple(dict.fromkeys(shared))
+
+
+def _data_store_endpoints(management: KubeApi, other: TenantTarget) -> tuple[str, list[str], Json | None]:
+    """(DataStore name, its spec.endpoints, the TenantControlPlane); ValueError says why they are unknown."""
+    try:
+        tcp = management.get_tenant_control_plane(other.namespace, other.control_plane)
+        name = (_dig(tcp, "status", "storage", "dataStoreName") or _dig(tcp, "spec", "dataStore")
+                or other.data_store)
+        if not name:
+            raise ValueError(f"TenantControlPlane {other.namespace}/{other.control_plane} names no DataStore yet")
+        store = management.get_datastore(name)
+    except ApiError as error:
+        raise ValueError(f"cannot read {other.name}'s DataStore from the management cluster ({error})") from None
+    if store is None:
+        raise ValueError(f"DataStore {name} not found on the management cluster")
+    endpoints = [str(endpoint) for endpoint in _dig(store, "spec", "endpoints") or []]
+    if not endpoints:
+        raise ValueError(f"DataStore {name} lists no endpoints")
+    return name, endpoints, tcp
+
+
+def _pod_address(management: KubeApi, host: str) -> str | None:
+    """The pod IP behind a StatefulSet DNS name `<pod>.<service>.<namespace>.svc...`, read on the management
+    cluster: a tenant pod cannot resolve the name, so the address is probed as well (is it routed?)."""
+    labels = host.split(".")
+    if len(labels) < 4 or labels[3] != "svc":
+        return None
+    try:
+        pod = management.read_pod(labels[2], labels[0])
+    except ApiError:
+        return None
+    return _dig(pod, "status", "podIP") or None
+
+
+def _inside(address: str, networks: Iterable[str]) -> str | None:
+    """The first of `networks` that holds `address`, if any."""
+    for network in networks:
+        try:
+            if ipaddress.ip_address(address) in ipaddress.ip_network(network, strict=False):
+                return network
+        except ValueError:
+            continue
+    return None
+
+
+def _reach_targets(tenant: TenantTarget, platform: Platform, management: KubeApi) -> list[_Reach]:
+    targets: list[_Reach] = []
+    for other in platform.tenants.values():
+        if other.name == tenant.name:
+            continue
+        workers = tenant.worker_networks or tenant.source_ranges or ()
+        shared = None if other.source_ranges is None else shared_networks(workers, other.source_ranges)
+        tcp: Json | None = None
+        try:
+            store, endpoints, tcp = _data_store_endpoints(management, other)
+        except ValueError as error:
+            store_reach = _Reach(f"pod → {other.name} data store", other, "data store", [],
+                                 error=(str(error), "see the control plane rows; kubectl get datastores on the "
+                                                    "management cluster"))
+        else:
+            probes, bad, skipped = [], [], []
+            for endpoint in endpoints:
+                try:
+                    host, port = split_host_port(endpoint)
+                except ValueError:
+                    bad.append(endpoint)
+                    continue
+                probes.append(_Probe(host, port))
+                address = _pod_address(management, host)
+                own = _inside(address, tenant.own_networks) if address else None
+                if own:
+                    # The same address inside the tenant is one of its own pods or services, not the data store.
+                    skipped.append((address, f"inside {tenant.name}'s own {own}"))
+                elif address:
+                    probes.append(_Probe(address, port))
+            store_reach = _Reach(f"pod → {other.name} data store", other, f"data store {store}", probes,
+                                 skipped=skipped)
+            if bad and not probes:
+                store_reach.error = (f"DataStore {store} endpoints {', '.join(bad)} are not host:port",
+                                     "kubectl get datastore " + store + " -o yaml on the management cluster")
+        konnectivity_port = _dig(tcp, "spec", "addons", "konnectivity", "server", "port") or KONNECTIVITY_PORT
+        try:
+            host, api_port = split_host_port(other.endpoint or "")
+        except ValueError:
+            missing = (f"the stack outputs give no usable endpoint for {other.name} ({other.endpoint!r})",
+                       "run `make up` to refresh the stack outputs")
+            targets += [_Reach(f"pod → {other.name} API", other, "API server", [], shared, missing, workers),
+                        _Reach(f"pod → {other.name} Konnectivity", other, "Konnectivity server", [], shared,
+                               missing, workers)]
+        else:
+            targets += [_Reach(f"pod → {other.name} API", other, "API server", [_Probe(host, api_port)], shared,
+                               workers=workers),
+                        _Reach(f"pod → {other.name} Konnectivity", other, "Konnectivity server",
+                               [_Probe(host, int(konnectivity_port))], shared, workers=workers)]
+        targets.append(store_reach)
+    return targets
+
+
+def _poll(api: KubeApi, namespace: str, probe: _Probe, waiting: Waiting) -> None:
+    """Read one probe pod and record its verdict once it has one."""
+    try:
+        pod = api.read_pod(namespace, probe.pod or "")
+    except ApiError as error:  # one failed read is not a verdict
+        probe.read_error = str(error)
+        return
+    if pod is None:
+        probe.verdict = ("not run", f"{probe.pod} disappeared before it finished")
+        return
+    probe.last, probe.read_error = pod, None
+    probe.verdict = probe_verdict(pod)
+    if probe.verdict is None and _container_state(pod).get("running"):
+        if probe.running_since is None:
+            probe.running_since = waiting.now()
+        waited = NETWORK_PROBE_DEADLINE + NETWORK_PROBE_GRACE
+        if waiting.now() - probe.running_since >= waited:
+            probe.verdict = ("filtered", f"no answer: still connecting {waited} s after it started")
+
+
+def _unfinished(probe: _Probe, waiting: Waiting) -> str:
+    if probe.running_since is not None:
+        return (f"{probe.pod} was still connecting when the wait ended ({waiting.timeout:g} s): too short to tell "
+                "a dropped connection from a slow one")
+    why = f"last read failed: {probe.read_error}" if probe.read_error else _pending_reason(probe.last)
+    return f"{probe.pod} did not start within {waiting.timeout:g} s ({why})"
+
+
+def _run_probes(api: KubeApi, namespace: str, image: str, targets: list[_Reach], waiting: Waiting,
+                tenant: str) -> list[CheckResult]:
+    """Create every probe pod, poll them together until each has a verdict, delete them all."""
+    probes = [(reach, probe) for reach in targets if reach.error is None for probe in reach.probes]
+    problems: list[CheckResult] = []
+    try:
+        refusal: str | None = None
+        for reach, probe in probes:
+            if refusal is not None:  # the same pod in the same namespace: the next one would be refused too
+                probe.verdict = ("not run", refusal)
+                continue
+            try:
+                created = api.create_pod(namespace, network_probe_pod(
+                    image, probe.host, probe.port, namespace, f"{reach.other.name} {reach.what}"))
+            except ApiError as error:
+                refusal = f"could not create the probe pod in {namespace} ({error})"
+                probe.verdict = ("not run", refusal)
+                continue
+            probe.pod = _name(created)
+        deadline = waiting.now() + waiting.timeout
+        while True:
+            for probe in [probe for _, probe in probes if probe.pod and probe.verdict is None]:
+                _poll(api, namespace, probe, waiting)
+            if all(probe.verdict is not None for _, probe in probes):
+                break
+            if waiting.now() >= deadline:
+                for _, probe in probes:
+                    if probe.verdict is None:
+                        probe.verdict = ("not run", _unfinished(probe, waiting))
+                break
+            waiting.sleep(waiting.interval)
+    finally:
+        for _, probe in probes:
+            if probe.pod:
+                try:
+                    api.delete_pod(namespace, probe.pod)
+                except ApiError as error:
+                    problems.append(CheckResult(
+                        f"probe pod {probe.pod} deleted", False, f"could not delete {probe.pod} ({error})",
+                        f"in the tenant: kubectl -n {namespace} delete pod {probe.pod}"))
+    return [_reach_result(reach, tenant, namespace, image) for reach in targets] + problems
+
+
+def _outcomes(verdicts: list[tuple[_Probe, tuple[str, str]]]) -> list[str]:
+    """"<where>, <where> <outcome> (<why>)" per outcome, in the order they first occur (names say it all when
+    they do not resolve)."""
+    groups: dict[str, tuple[list[str], str]] = {}
+    for probe, (outcome, detail) in verdicts:
+        if outcome in ("not run", "connected"):
+            continue
+        wheres, why = groups.setdefault(outcome, ([], "" if outcome == "unresolvable" else detail))
+        wheres.append(probe.where)
+    return [f"{', '.join(wheres)} {outcome}" + (f" ({why})" if why else "")
+            for outcome, (wheres, why) in groups.items()]
+
+
+def _not_run_fix(namespace: str, image: str) -> str:
+    return (f"in the tenant: kubectl -n {namespace} get events; the probe needs {image} (calico-node's image, "
+            "on every worker) and a user allowed to create pods there")
+
+
+def _reach_result(reach: _Reach, tenant: str, namespace: str, image: str) -> CheckResult:
+    other = reach.other
+    if reach.error is not None:
+        return CheckResult(reach.row, False, f"not tested: {reach.error[0]}", reach.error[1])
+    verdicts = [(probe, probe.verdict or ("not run", "no verdict")) for probe in reach.probes]
+    connected = [probe.where for probe, (outcome, _) in verdicts if outcome == "connected"]
+    not_run = [f"{probe.where}: {detail}" for probe, (outcome, detail) in verdicts if outcome == "not run"]
+    skipped: dict[str, list[str]] = {}
+    for address, why in reach.skipped:
+        skipped.setdefault(why, []).append(address)
+    outcomes = "; ".join([*_outcomes(verdicts),
+                          *(f"{', '.join(addresses)} not probed ({why})" for why, addresses in skipped.items())])
+    if reach.what.startswith("data store"):
+        if connected:
+            return CheckResult(
+                reach.row, False, f"{tenant}'s pod connected to {', '.join(connected)} → {other.name}'s "
+                f"{reach.what} is reachable from tenant workloads",
+                "the DataStore must not be exposed beyond the management cluster: on the management cluster "
+                "kubectl get svc -A -o wide | grep -E 'LoadBalancer|NodePort' and check the routes to its pod "
+                "network",
+            )
+        if not_run:
+            return CheckResult(reach.row, False, f"not tested: {'; '.join(not_run)}", _not_run_fix(namespace, image))
+        return CheckResult(reach.row, True, f"{reach.what}: {outcomes}")
+    if not_run:
+        return CheckResult(reach.row, False, f"not tested: {'; '.join(not_run)}", _not_run_fix(namespace, image))
+    ranges = ", ".join(other.source_ranges or ()) or "nothing"
+    workers = ", ".join(reach.workers) or "unknown"
+    if connected:
+        if reach.shared:
+            return CheckResult(
+                reach.row, True, f"connected to {connected[0]}: reachable by design: both admit "
+                f"{', '.join(reach.shared)}; separate them with tenants[].workerCidrs; {other.name} still refuses "
+                f"{tenant}'s credentials, see 'isolated from {other.name}'",
+            )
+        if reach.shared is None:
+            return CheckResult(
+                reach.row, False, f"connected to {connected[0]}, and the stack outputs do not say whether "
+                f"{other.name} admits {tenant}'s workers (no tenants.{other.name}.sourceRanges)",
+                "run `make up` to refresh the stack outputs, then verify again",
+            )
+        return CheckResult(
+            reach.row, False, f"{tenant}'s pod connected to {other.name}'s {reach.what} at {connected[0]} → "
+            f"{other.name} admits only {ranges}, none of {tenant}'s worker networks ({workers})",
+            f"on the management cluster: kubectl -n {other.namespace} get svc {other.control_plane} -o "
+            "jsonpath='{.spec.loadBalancerSourceRanges}' must list exactly those networks, and kube-proxy must "
+            "enforce them (kubectl -n kube-system logs ds/kube-proxy; the client address must reach it un-NATed)",
+        )
+    context = (f"although both admit {', '.join(reach.shared)} (is {other.name} up? see its table)" if reach.shared
+               else f"{other.name} admits only {ranges}")
+    return CheckResult(reach.row, True, f"{outcomes}: {context}")
+
+
+def check_network_isolation(platform: Platform, tenant: TenantTarget, management: KubeApi, connect: Connect,
+                            waiting: Waiting) -> list[CheckResult]:
+    """From a pod in this tenant (as its restricted user), try every other tenant's API, Konnectivity and data
+    store endpoints; a connection the source ranges do not explain is a failure."""
+    targets = _reach_targets(tenant, platform, management)
+    if not targets:
+        return []
+    if tenant.user_kubeconfig is None:
+        return [CheckResult(reach.row, False, f"not tested: the stack outputs have no tenantKubeconfigs.{tenant.name}",
+                            "run `make up` to refresh the stack outputs") for reach in targets]
+    try:
+        namespace = context_namespace(tenant.user_kubeconfig)
+        api = connect(tenant.user_kubeconfig)
+    except ValueError as error:
+        return [CheckResult(reach.row, False, f"not tested: the tenant user kubeconfig is unusable ({error})",
+                            "run `make up` to refresh the stack outputs") for reach in targets]
+    try:
+        return _run_probes(api, namespace, platform.network_probe_image, targets, waiting, tenant.name)
+    finally:
+        api.close()
 
 
 # --- one tenant -------------------------------------------------------------------------------
@@ -521,7 +1003,31 @@ def verify_tenant(
                     for node, cards in tenant.workers.items() if node in present]
         results += [check_konnectivity_agent(api), check_hami_scheduler(api), check_hami_webhook(api)]
         results += probe_gpu_pod(api, platform.probe, waiting)
-    results += [check_isolation(tenant, other, connect)
-                for other_name, other in platform.tenants.items() if other_name != tenant.name]
+        api.close()
+    others = [other for other_name, other in platform.tenants.items() if other_name != tenant.name]
+    results += [check_isolation(tenant, other, connect) for other in others]
+    if others and api is None:
+        results.append(CheckResult("network isolation probes", False,
+                                   f"not run: {tenant.name}'s API server does not answer (see 'tenant API answers')",
+                                   "fix the tenant API first, then verify again"))
+    elif others:
+        network = check_network_isolation(platform, tenant, management, connect, waiting)
+        # Each other tenant's rows next to its credential row.
+        results = _grouped(results, network, [other.name for other in others])
     results.append(check_network_policies(management, tenant))
     return results
+
+
+def _grouped(results: list[CheckResult], network: list[CheckResult], others: list[str]) -> list[CheckResult]:
+    """Insert each other tenant's network rows after its `isolated from` row; leftovers (deletion failures) last."""
+    grouped: list[CheckResult] = []
+    placed: set[int] = set()
+    for result in results:
+        grouped.append(result)
+        for other in others:
+            if result.name == f"isolated from {other}":
+                for index, row in enumerate(network):
+                    if row.name.startswith(f"pod → {other} "):
+                        grouped.append(row)
+                        placed.add(index)
+    return grouped + [row for index, row in enumerate(network) if index not in placed]
