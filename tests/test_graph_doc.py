@@ -24,3 +24,20 @@ def test_graph_cli_prints_chain_and_no_coupling(capsys, tmp_path):
     assert re.search(r"longest dependency chain: \d+ resources\n\s+1\. gpu-tenancy-kind ", out)
     assert "cross-tenant dependencies: none" in out
     assert target.read_text().startswith("flowchart BT\n")
+
+
+def test_a_config_mistake_is_a_message_and_exit_2_not_a_traceback(capsys, tmp_path, monkeypatch):
+    import tools.graph as graph
+
+    monkeypatch.setattr(graph, "load_stack_file", lambda name: {"tenantz": []})
+    assert graph.main(["--stack", "broken"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("make graph: invalid 'gpu-tenancy' stack configuration")
+    assert "did you mean 'tenants'" in err and "Traceback" not in err
+
+
+def test_a_missing_stack_file_says_how_to_create_it(capsys):
+    from tools.graph import main
+
+    assert main(["--stack", "no-such-stack"]) == 2
+    assert "Pulumi.no-such-stack.yaml does not exist" in capsys.readouterr().err

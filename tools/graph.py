@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from components.naming import COMPONENT_PREFIX, node_name
-from config import StackConfig, load_stack_config
+from config import ConfigError, StackConfig, load_stack_config
 from tools.graph_analysis import GraphNode, GraphReport, analyse, mermaid
 from tools.mockrun import ProgramRun, load_stack_file, run_program
 
@@ -126,11 +126,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mermaid", type=Path, help="write the dependency graph as a Mermaid file")
     args = parser.parse_args(argv)
 
-    if args.tenants is not None:
-        raw, label = generated_config(args.tenants), f"{args.tenants} generated tenants"
-    else:
-        raw, label = load_stack_file(args.stack), f"stack {args.stack}"
-    result = evaluate(raw)
+    try:
+        if args.tenants is not None:
+            raw, label = generated_config(args.tenants), f"{args.tenants} generated tenants"
+        else:
+            raw, label = load_stack_file(args.stack), f"stack {args.stack}"
+        result = evaluate(raw)
+    except FileNotFoundError as error:
+        print(f"make graph: {error.filename} does not exist: create it (cp Pulumi.dev.yaml {error.filename}) or "
+              "pass STACK=<name> of an existing stack file", file=sys.stderr)
+        return 2
+    except ConfigError as error:
+        # The user's mistake, not ours: the message, no traceback (as `pulumi up` prints a RunError).
+        print(f"make graph: {error}", file=sys.stderr)
+        return 2
     print(render(result, label))
     if args.mermaid:
         args.mermaid.write_text(mermaid_document(result, label, markdown=args.mermaid.suffix == ".md"))
