@@ -15,6 +15,7 @@ the cluster is created or deleted by this component; later layers delete only th
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import json
 import re
@@ -40,9 +41,15 @@ STACK_LABEL = "gpu-tenancy.io/stack"
 
 
 def stack_marker(project: str, stack: str) -> str:
-    """The value of STACK_LABEL for a stack: a Kubernetes label value (63 characters of [A-Za-z0-9._-])."""
-    value = re.sub(r"[^A-Za-z0-9._-]", "-", f"{project}.{stack}").strip("-._")
-    return value[:63].rstrip("-._") or "gpu-tenancy"
+    """The value of STACK_LABEL for a stack: a Kubernetes label value (63 characters of [A-Za-z0-9._-]). A name
+    that does not fit keeps its start and gets a hash of the whole name, so two long stack names that differ only
+    at the end never share a marker (and so never reuse or delete each other's cluster)."""
+    full = f"{project}.{stack}"
+    value = re.sub(r"[^A-Za-z0-9._-]", "-", full).strip("-._")
+    if len(value) > 63 or value != full:
+        digest = hashlib.sha256(full.encode()).hexdigest()[:10]
+        value = f"{value[:52].rstrip('-._')}-{digest}"
+    return value or "gpu-tenancy"
 
 
 def kind_config(cluster_name: str, node_image: str, marker: str) -> dict[str, Any]:

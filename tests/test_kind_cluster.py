@@ -470,3 +470,9 @@ def test_another_stacks_cluster_of_the_same_name_is_neither_reused_nor_deleted()
     plan = dev.up(expect_error=True)
     assert not plan.ok and "did not create it" in plan.error, plan.render()
     assert NAME in world.kind and f"kind cluster {NAME} deleted" not in world.events
+
+
+@pytest.mark.parametrize(("one", "other"), [("x" * 60 + "a", "x" * 60 + "b"), ("team/prod", "team-prod"),
+                                             ("a b", "a_b")])
+def test_stacks_whose_names_only_differ_where_the_label_cannot_show_it_get_different_markers(one, other):
+    assert stack_marker(PROJECT, one) != stack_marker(PROJECT, other)
