@@ -83,18 +83,23 @@ backend: pulumi-cli venv
 			echo "  mkdir -p '$(PASSPHRASE_DIR)' && mv .pulumi-passphrase '$$PULUMI_CONFIG_PASSPHRASE_FILE'" >&2; \
 			exit 1; \
 		fi; \
-		$(PY) -m tools.passphrase "$$PULUMI_CONFIG_PASSPHRASE_FILE"; \
+		$(PY) -m tools.passphrase "$$PULUMI_CONFIG_PASSPHRASE_FILE" --stack $(STACK) --state-dir $(STATE_DIR) || exit 1; \
 	fi
 	pulumi stack select $(STACK) --create
 
-up: preflight charts backend
-	pulumi up --stack $(STACK) $(PULUMI_FLAGS)
+# pulumi-kubernetes writes each provider's kubeconfig to a temporary file and never removes it (provider/pkg/
+# provider/provider.go writeKubeconfigToFile): Pulumi runs with a private TMPDIR (mktemp -d: mode 700) that is
+# removed when it ends.
+PRIVATE_TMP := tmp="$$(mktemp -d)" && trap 'rm -rf "$$tmp"' EXIT && TMPDIR="$$tmp"
+
+up: charts preflight backend
+	$(PRIVATE_TMP) pulumi up --stack $(STACK) $(PULUMI_FLAGS)
 	@$(PY) -m tools.status --stack $(STACK) || true
 
 # A cluster that no longer answers cannot stop a tear-down: its objects are dropped from the state
 # (pulumi-kubernetes reads PULUMI_K8S_DELETE_UNREACHABLE; an adopted cluster's provider refuses it explicitly).
 down: pulumi-cli venv backend
-	PULUMI_K8S_DELETE_UNREACHABLE=true pulumi destroy --stack $(STACK) $(PULUMI_FLAGS)
+	$(PRIVATE_TMP) PULUMI_K8S_DELETE_UNREACHABLE=true pulumi destroy --stack $(STACK) $(PULUMI_FLAGS)
 
 status: pulumi-cli venv
 	$(PY) -m tools.status --stack $(STACK)

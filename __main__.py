@@ -71,6 +71,7 @@ for tenant in config.tenants:
             etcd_chart=ETCD_CHART_DIR,
             depends_on=kamaji.ready,
             deleted_with=management.cluster,
+            images_ready=mirror.node_ready if mirror is not None else [],
         ),
     )
     access = TenantAccess(

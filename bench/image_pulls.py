@@ -38,15 +38,18 @@ def _docker_hub(images) -> int:
     return sum(1 for image in images if registries_of([image]) == {"docker.io"})
 
 
-def pull_counts(config) -> PullCounts:
+def pull_counts(config, cached: set[str] | None = None) -> PullCounts:
+    """`cached`: what the cache volume holds before the `up` after `make down` (default: everything the first `up`
+    pulled, as the caches never expire content: REGISTRY_PROXY_TTL=0s in components/registry_mirror.py)."""
     nodes = node_images(config)
     every_pull = [image for images in nodes.values() for image in images]
     distinct = set(every_pull)
+    kept = distinct if cached is None else cached
     return PullCounts(
         tenants=len(config.tenants), nodes=len(nodes),
         without_mirror=len(every_pull), without_mirror_docker_hub=_docker_hub(every_pull),
         first_up=len(distinct), first_up_docker_hub=_docker_hub(distinct),
-        again=0, tag_checks=sum(1 for image in distinct if "@sha256:" not in image),
+        again=len(distinct - kept), tag_checks=sum(1 for image in distinct if "@sha256:" not in image),
     )
 
 

@@ -56,8 +56,19 @@ PRELOADED_COREDNS = {"v1.35": "registry.k8s.io/coredns/coredns:v1.13.1",
                      "v1.36": "registry.k8s.io/coredns/coredns:v1.14.2"}
 
 
+def _major(version: str) -> int:
+    return int(version.lstrip("v").split(".")[0])
+
+
 def _minor(version: str) -> int:
     return int(version.lstrip("v").split(".")[1])
+
+
+def image_tag(reference: str) -> str:
+    """The tag of an image reference (`registry:5000/repo:tag@sha256:...` -> `tag`)."""
+    name = reference.split("@", 1)[0]
+    last = name.rsplit("/", 1)[-1]
+    return last.split(":", 1)[1] if ":" in last else "latest"
 
 
 def _kubernetes_image(component: str, version: str) -> str:
@@ -70,7 +81,7 @@ def management_node_images(versions, management_version: str, tenants) -> list[s
     images = [f"quay.io/jetstack/cert-manager-{name}:{versions.cert_manager}" for name in CERT_MANAGER_IMAGES]
     images += [f"quay.io/metallb/{name}:v{versions.metallb}" for name in ("controller", "speaker")]
     images += [f"docker.io/clastix/kamaji:{versions.kamaji_image}", *KAMAJI_ETCD_IMAGES,
-               KAMAJI_ETCD_KUBECTL.format(minor=f"{management_version.split('.')[0]}.{_minor(management_version)}")]
+               KAMAJI_ETCD_KUBECTL.format(minor=f"{_major(management_version)}.{_minor(management_version)}")]
     for tenant in tenants:
         version = tenant.kubernetes_version
         if version != management_version:  # the node preloads its own version's kube-* images
@@ -117,7 +128,7 @@ def node_images(config) -> dict[str, list[str]]:
 
     nodes: dict[str, list[str]] = {}
     if not config.management.adopts_existing_cluster:
-        management_version = config.management.node_image.split(":")[1].split("@")[0]
+        management_version = image_tag(config.management.node_image)
         nodes[f"{config.management.cluster_name}-control-plane"] = management_node_images(
             config.versions, management_version, config.tenants)
     for tenant in config.tenants:

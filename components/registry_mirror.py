@@ -96,6 +96,10 @@ def cache_environment(registry: str, credentials: config.models.DockerHubCredent
         f"REGISTRY_STORAGE_FILESYSTEM_ROOTDIRECTORY={CACHE_PATH}/{registry}",
         # Tracing is off in the official image's Dockerfile; the registry would otherwise try to export spans.
         "OTEL_TRACES_EXPORTER=none",
+        # Keep what was pulled: the proxy otherwise deletes cached content after 7 days (configuration.go Proxy.TTL
+        # "if not set, defaults to 7 * 24 hours; if set to zero, will never expire cache"). Tags are still resolved
+        # upstream first (registry/proxy/proxytagservice.go), so a moved tag is followed.
+        "REGISTRY_PROXY_TTL=0s",
     ]
     if credentials is not None and registry == "docker.io":
         env += [f"REGISTRY_PROXY_USERNAME={credentials.username}", f"REGISTRY_PROXY_PASSWORD={credentials.token}"]

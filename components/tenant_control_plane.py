@@ -48,6 +48,9 @@ class TenantControlPlaneArgs:
     depends_on: list[pulumi.Resource] = field(default_factory=list)
     # Kind mode: the cluster command; everything on the management cluster goes with it.
     deleted_with: pulumi.Resource | None = None
+    # What must be in place before this tenant's first image pull on the management cluster (the kind node
+    # pulling through the image cache); Kamaji readiness implies it, a dedicated etcd does not wait for that.
+    images_ready: list[pulumi.Resource] = field(default_factory=list)
 
 
 class _CustomResourceWithStatus(k8s.apiextensions.CustomResource):
@@ -234,7 +237,8 @@ class TenantControlPlane(pulumi.ComponentResource):
             version=None,
             values=tenant_spec.dedicated_etcd_values(store),
             timeout=ETCD_TIMEOUT_SECONDS,
-            opts=pulumi.ResourceOptions.merge(management, pulumi.ResourceOptions(depends_on=[namespace])),
+            opts=pulumi.ResourceOptions.merge(management, pulumi.ResourceOptions(
+                depends_on=[namespace, *args.images_ready])),
         )
         datastore_name = tenant_spec.dedicated_datastore_name(tenant.name)
         manifest = tenant_spec.datastore_manifest(

@@ -235,6 +235,27 @@ class GpuCard(StrictModel):
 HOST_KEY_PATTERN = r"^(ssh-ed25519|ecdsa-sha2-nistp(256|384|521)) [A-Za-z0-9+/=]+$"
 
 
+def _host_key_blob(value: str) -> str:
+    """The key must be what `ssh-keyscan` prints: base64 of the SSH wire-format blob, which names its own type
+    (RFC 4253 section 6.6: string type, then the key); an example or truncated key is refused here, not at join."""
+    import base64
+    import binascii
+
+    key_type, _, encoded = value.partition(" ")
+    try:
+        blob = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError("is not valid base64: paste the key exactly as ssh-keyscan prints it") from None
+    length = int.from_bytes(blob[:4], "big") if len(blob) >= 4 else -1
+    named = blob[4:4 + length].decode("ascii", "replace") if length > 0 else ""
+    if named != key_type:
+        raise ValueError(f"is not an {key_type} public key (its data names {named or 'nothing'!r}): paste the key "
+                         "exactly as ssh-keyscan prints it")
+    if key_type == "ssh-ed25519" and len(blob) != 4 + 11 + 4 + 32:
+        raise ValueError("is not a whole ssh-ed25519 public key (32 bytes): paste it exactly as ssh-keyscan prints it")
+    return value
+
+
 class SshConnection(StrictModel):
     """How to reach a real machine that joins as a worker (instead of a local kindest/node container)."""
 
@@ -245,7 +266,7 @@ class SshConnection(StrictModel):
     private_key: Annotated[str, AfterValidator(_private_key)] = Field(alias="privateKey", repr=False)
     # The server's public host key (`ssh-keyscan -t ed25519 <host>`, without the host name): a server presenting
     # another key is refused before it receives anything. Required (config.validate says how to get it).
-    host_key: Annotated[str, Field(pattern=HOST_KEY_PATTERN)] | None = None
+    host_key: Annotated[str, Field(pattern=HOST_KEY_PATTERN), AfterValidator(_host_key_blob)] | None = None
 
 
 class Worker(StrictModel):

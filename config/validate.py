@@ -16,7 +16,7 @@ from typing import Any
 from pulumi import RunError
 from pydantic import BaseModel, ValidationError
 
-from .cidrs import PoolExhaustedError, allocate_ranges, overlapping_pairs
+from .cidrs import allocate_ranges, overlapping_pairs
 from .models import (
     KIND_NODE_IMAGES,
     MAX_SIMULATED_MEMORY_MIB_PER_WORKER,
@@ -98,7 +98,7 @@ def _allowed_keys(model: type[BaseModel]) -> list[str]:
 
 
 # Keys whose values are credentials: never repeated in an error message.
-SECRET_KEYS = frozenset({"kubeconfig", "privateKey"})
+SECRET_KEYS = frozenset({"kubeconfig", "privateKey", "token", "dockerHub"})
 REDACTED = "[secret]"
 
 
@@ -200,6 +200,15 @@ def _tenant_issues(index: int, tenant: Tenant, config: StackConfig) -> list[Conf
                 "HAMi's device plugin cannot start. Give this worker `ssh` (a machine with the NVIDIA driver and "
                 "container toolkit), or use gpuMode mock",
             ))
+        if config.gpu_mode == "nvidia":
+            for c_index, card in enumerate(worker.gpus):
+                if "slots" in card.model_fields_set and card.slots != DEVICE_SPLIT_COUNT:
+                    issues.append(ConfigIssue(
+                        f"{w_path}.gpus[{c_index}].slots",
+                        "only applies with gpuMode: mock; HAMi's real device plugin splits every card "
+                        f"devicePlugin.deviceSplitCount ({DEVICE_SPLIT_COUNT}) ways - remove it",
+                        card.slots,
+                    ))
     if containers and tenant.node_image is None and tenant.kubernetes_version not in KIND_NODE_IMAGES:
         issues.append(ConfigIssue(
             f"{prefix}.kubernetesVersion",
@@ -233,6 +242,10 @@ def _tenant_issues(index: int, tenant: Tenant, config: StackConfig) -> list[Conf
             issues.append(ConfigIssue(f"{prefix}.namespaces[{n_index}]", "is listed twice", namespace))
         seen_namespaces.add(namespace)
     return issues
+
+
+# charts/hami values.yaml devicePlugin.deviceSplitCount (v2.10.0): how many pods share a card in nvidia mode.
+DEVICE_SPLIT_COUNT = 10
 
 
 # Namespaces the tenant's own system uses (Kubernetes, Calico, HAMi run there).
@@ -314,28 +327,27 @@ def _stack_issues(config: StackConfig, tenants: Indexed) -> list[ConfigIssue]:
 
 
 def _container_name_issues(config: StackConfig, tenants: Indexed) -> list[ConfigIssue]:
-    """Docker container names (= Node names) are host-wide: two tenants' workers, or a worker and kind's own node,
-    must not share one."""
-    if config.management.adopts_existing_cluster:
-        return []
-    kind_node = f"{config.management.cluster_name}-control-plane"
-    seen: dict[str, str] = {kind_node: f"the kind node of management.clusterName '{config.management.cluster_name}'"}
+    """Node names `<tenant>-<worker>` name resources of the program and, for container workers, Docker containers
+    (unique per host): no two workers, and no container worker and kind's own node, may share one."""
+    seen: dict[str, str] = {}
+    if not config.management.adopts_existing_cluster:
+        seen[f"{config.management.cluster_name}-control-plane"] = (
+            f"the kind node of management.clusterName '{config.management.cluster_name}'")
     issues = []
     for index, tenant in tenants:
         for w_index, worker in enumerate(tenant.workers):
-            if worker.ssh is not None:
-                continue
             name = f"{tenant.name}-{worker.name}"
             path = f"tenants[{index}].workers[{w_index}]"
-            if name in seen:
+            if name in seen and not (worker.ssh is not None and seen[name].startswith("the kind node")):
+                what = "Node name" if worker.ssh is not None else "container and Node name"
                 issues.append(ConfigIssue(
                     f"{path}.name",
-                    f"makes the container and Node name '{name}', which is also {seen[name]}; Docker container names "
-                    "are unique per host - rename the tenant or the worker",
+                    f"makes the {what} '{name}', which is also {seen[name]}; node names must be unique - rename the "
+                    "tenant or the worker",
                     worker.name,
                 ))
             else:
-                seen[name] = f"{path} (tenant '{tenant.name}', worker '{worker.name}')"
+                seen.setdefault(name, f"{path} (tenant '{tenant.name}', worker '{worker.name}')")
     return issues
 
 
@@ -605,6 +617,23 @@ def _validate(raw: Any) -> tuple[StackConfig | None, list[ConfigIssue]]:
     return None, issues
 
 
+def _range_conflict_issue(conflict: Any, config: StackConfig, ranges: list[Any]) -> ConfigIssue:
+    c = conflict
+    other = config.tenants[c.other]
+    other_cidr = ranges[c.other].service_cidr if c.other_key == "serviceCidr" else ranges[c.other].pod_cidr
+    other_is_automatic = (other.service_cidr if c.other_key == "serviceCidr" else other.pod_cidr) is None
+    free = f"e.g. {c.key}: {c.free}" if c.free else "outside every other tenant's ranges"
+    if other_is_automatic:
+        message = (f"is not set, and this tenant's name picks {c.cidr}, as tenants[{c.other}] ('{other.name}') does "
+                   f"for its {c.other_key}; pin one of them (pinning a tenant's current range never moves it): keep "
+                   f"the one that already runs with {c.key}: {c.cidr}, and give the other a free range, {free}")
+    else:
+        message = (f"is not set, and this tenant's name picks {c.cidr}, which overlaps "
+                   f"tenants[{c.other}].{c.other_key} ({other_cidr}); if this tenant already runs, pin {c.key}: "
+                   f"{c.cidr} here and move the other range; otherwise pin a free one here, {free}")
+    return ConfigIssue(f"tenants[{c.index}].{c.key}", message)
+
+
 def load_stack_config(raw: dict[str, Any], secret_keys: Collection[str] = ()) -> StackConfig:
     """Validate raw config and fill in automatic CIDRs, or raise ConfigError listing every problem at once.
 
@@ -613,14 +642,15 @@ def load_stack_config(raw: dict[str, Any], secret_keys: Collection[str] = ()) ->
     config, issues = _validate(raw)
     if config is not None:
         tenants = list(enumerate(config.tenants))
-        issues += _stack_issues(config, tenants) + _infrastructure_issues(config, tenants, secret_keys)
+        # A value refused above was pruned: a cross-field check would only report its absence again.
+        refused = {issue.path for issue in issues}
+        checks = _stack_issues(config, tenants) + _infrastructure_issues(config, tenants, secret_keys)
+        issues += [issue for issue in checks if issue.path not in refused]
     if issues or config is None:
         raise ConfigError(issues)
-    try:
-        ranges = allocate_ranges([(t.service_cidr, t.pod_cidr) for t in config.tenants])
-    except PoolExhaustedError as error:
-        path, _, message = str(error).partition(": ")
-        raise ConfigError([ConfigIssue(path, message)]) from None
+    ranges, conflicts = allocate_ranges([(t.name, t.service_cidr, t.pod_cidr) for t in config.tenants])
+    if conflicts:
+        raise ConfigError([_range_conflict_issue(c, config, ranges) for c in conflicts])
     allocated = [
         tenant.model_copy(update={"service_cidr": r.service_cidr, "pod_cidr": r.pod_cidr})
         for tenant, r in zip(config.tenants, ranges, strict=True)

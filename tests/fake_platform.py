@@ -10,7 +10,8 @@ server: no answer). Network probe pods run to the outcome the source cluster's
 `reach` table gives their HOST/PORT. `FakeDocker` answers `docker exec <cache>
 wget .../debug/vars` with distribution's expvar JSON. `healthy_platform()` builds
 an all-green platform plus the stack outputs that describe it (the contract
-`__main__.py` exports); tests then break one link.
+`__main__.py` exports, and the management NetworkPolicies as the components build
+them); tests then break one link.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from typing import Any
 
 import yaml
 
+from components.kamaji import etcd_network_policy
+from components.tenant_spec import isolation_network_policy
 from tools.verify_api import ApiError
 
 Json = dict[str, Any]
@@ -460,6 +463,9 @@ def healthy_platform(tenants: Iterable[str] = ("tenant-a", "tenant-b"), gpu_mode
             "spec": {"containers": [{"name": "etcd", "image": "quay.io/coreos/etcd:v3.5.6"}]},
             "status": {"phase": "Running", "podIP": f"10.244.0.{10 + index}"},
         }
+    # The management NetworkPolicies as the program creates them (what the API server returns, defaulted).
+    etcd_policy = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", **etcd_network_policy()}
+    management.network_policies[etcd_policy["metadata"]["namespace"]] = [etcd_policy]
     mirror = {registry: {"container": f"gpu-tenancy-mirror-{registry.replace('.', '-')}",
                          "url": f"http://gpu-tenancy-mirror-{registry.replace('.', '-')}:5000"}
               for registry in ("docker.io", "quay.io", "registry.k8s.io", "ghcr.io")}
@@ -519,9 +525,7 @@ def healthy_platform(tenants: Iterable[str] = ("tenant-a", "tenant-b"), gpu_mode
                 "storage": {"dataStoreName": "default", "driver": "etcd"},
             },
         }
-        management.network_policies[name] = [
-            {"metadata": {"name": f"{name}-isolation", "namespace": name}},
-        ]
+        management.network_policies[name] = [isolation_network_policy(name, [LAB_NETWORK])]
         outputs["tenantAdminKubeconfigs"][name] = kubeconfig_yaml(name, cluster.server, f"{name}-admin-token")
         outputs["tenantKubeconfigs"][name] = kubeconfig_yaml(name, cluster.server, f"{name}-user-token", "default")
         outputs["tenants"][name] = {

@@ -24,7 +24,7 @@ PRIVATE_KEY_BODY = PRIVATE_KEY.splitlines()[1]
 
 SSH_HOST = "gpu-1.example.net"
 # The server's public host key, as `ssh-keyscan -t ed25519 <host>` prints it without the host name.
-HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpu1ExampleHostKeyForTests000000000000"
+HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGvZ3JC6WYCQJZ6Xo5F3CMFbl5lnZTRnQnEoeeKHx4Kq"
 
 
 def ssh_connection(user: str = "ops", host: str = SSH_HOST, port: int = 2222,

@@ -5,8 +5,8 @@ import itertools
 
 import pytest
 
-from config import load_stack_config
-from config.cidrs import POD_POOL, SERVICE_POOL, PoolExhaustedError, allocate_ranges, dns_service_ip
+from config import ConfigError, load_stack_config
+from config.cidrs import POD_POOL, SERVICE_POOL, allocate_ranges, automatic_block, dns_service_ip
 
 
 def tenants(count, **extra):
@@ -30,57 +30,81 @@ def all_networks(config):
     ]
 
 
-def test_fifty_tenants_get_non_overlapping_ranges():
-    config = load_stack_config(tenants(50))
+def ranges(raw):
+    return {t.name: (t.service_cidr, t.pod_cidr) for t in load_stack_config(raw).tenants}
+
+
+def test_eight_automatic_tenants_get_non_overlapping_ranges_inside_the_pools_and_outside_kinds():
+    config = load_stack_config(tenants(8))
     networks = all_networks(config)
-    assert len(networks) == 100
     for a, b in itertools.combinations(networks, 2):
         assert not a.overlaps(b), (a, b)
     for tenant in config.tenants:
-        assert ipaddress.IPv4Network(tenant.service_cidr).subnet_of(SERVICE_POOL)
-        assert ipaddress.IPv4Network(tenant.pod_cidr).subnet_of(POD_POOL)
+        service, pod = ipaddress.IPv4Network(tenant.service_cidr), ipaddress.IPv4Network(tenant.pod_cidr)
+        assert service.subnet_of(SERVICE_POOL) and pod.subnet_of(POD_POOL)
+        # kind's own serviceSubnet and podSubnet (v1alpha4 defaults) on the management cluster.
+        assert not service.overlaps(ipaddress.IPv4Network("10.96.0.0/16"))
+        assert not pod.overlaps(ipaddress.IPv4Network("10.244.0.0/16"))
 
 
-def test_allocation_is_deterministic():
-    first = [(t.service_cidr, t.pod_cidr) for t in load_stack_config(tenants(50)).tenants]
-    second = [(t.service_cidr, t.pod_cidr) for t in load_stack_config(tenants(50)).tenants]
-    assert first == second
-    assert first[0] == ("10.96.0.0/20", "10.128.0.0/16")
-    assert first[1] == ("10.96.16.0/20", "10.129.0.0/16")
+def test_a_tenants_automatic_ranges_depend_only_on_its_name():
+    before = ranges(tenants(6))
+    removed = tenants(6)
+    del removed["tenants"][0]
+    reordered = tenants(6)
+    reordered["tenants"].reverse()
+    appended = tenants(7)
+    for other in (ranges(removed), ranges(reordered), ranges(appended)):
+        assert all(other[name] == before[name] for name in other if name in before)
+    assert ranges(tenants(6)) == before
 
 
-def test_appending_a_tenant_keeps_existing_ranges():
-    before = [(t.service_cidr, t.pod_cidr) for t in load_stack_config(tenants(5)).tenants]
-    after = [(t.service_cidr, t.pod_cidr) for t in load_stack_config(tenants(6)).tenants]
-    assert after[:5] == before
+def test_pinning_a_tenants_current_ranges_changes_nothing():
+    automatic = ranges(tenants(3))
+    pinned = tenants(3)
+    pinned["tenants"][1].update(serviceCidr=automatic["team-1"][0], podCidr=automatic["team-1"][1])
+    assert ranges(pinned) == automatic
 
 
-def test_automatic_ranges_skip_explicit_ones_of_any_tenant():
-    raw = tenants(3)
-    # The last tenant pins exactly the blocks the first would otherwise get.
-    raw["tenants"][2]["serviceCidr"] = "10.96.0.0/20"
-    raw["tenants"][2]["podCidr"] = "10.128.0.0/16"
-    config = load_stack_config(raw)
-    assert config.tenants[2].service_cidr == "10.96.0.0/20"
-    assert config.tenants[0].service_cidr == "10.96.16.0/20"
-    assert config.tenants[0].pod_cidr == "10.129.0.0/16"
-    networks = all_networks(config)
-    for a, b in itertools.combinations(networks, 2):
-        assert not a.overlaps(b)
+def _colliding_names(key):
+    seen = {}
+    for index in itertools.count():
+        name = f"t{index}"
+        block = automatic_block(name, key)
+        if block in seen:
+            return seen[block], name
+        seen[block] = name
 
 
-def test_mixed_explicit_and_automatic_with_the_dev_ranges():
+def test_two_names_that_pick_the_same_block_are_reported_with_both_ways_out():
+    first, second = _colliding_names("podCidr")
     raw = tenants(2)
-    raw["tenants"][0].update(serviceCidr="10.96.0.0/16", podCidr="10.244.0.0/16")
+    raw["tenants"][0]["name"], raw["tenants"][1]["name"] = first, second
+    with pytest.raises(ConfigError) as refused:
+        load_stack_config(raw)
+    (issue,) = refused.value.issues
+    assert issue.path == "tenants[1].podCidr"
+    block = automatic_block(first, "podCidr")
+    assert f"podCidr: {block}" in str(issue) and f"'{first}'" in str(issue)
+    free = str(issue).rsplit("podCidr: ", 1)[1]
+    raw["tenants"][1]["podCidr"] = free
     config = load_stack_config(raw)
-    assert config.tenants[1].service_cidr == "10.97.0.0/20"
-    assert config.tenants[1].pod_cidr == "10.128.0.0/16"
+    assert config.tenants[0].pod_cidr == block and config.tenants[1].pod_cidr == free
 
 
-def test_pool_exhaustion_names_the_tenant_and_the_fix():
-    requested = [(None, None)] * (2 ** (16 - 9) + 1)
-    with pytest.raises(PoolExhaustedError, match=r"tenants\[128\]\.podCidr: no free /16 .* set podCidr explicitly"):
-        allocate_ranges(requested)
+def test_an_explicit_range_over_another_tenants_automatic_one_is_reported_on_the_automatic_side():
+    raw = tenants(2)
+    raw["tenants"][1]["podCidr"] = automatic_block("team-0", "podCidr")
+    with pytest.raises(ConfigError) as refused:
+        load_stack_config(raw)
+    assert [issue.path for issue in refused.value.issues] == ["tenants[0].podCidr"]
+    assert "if this tenant already runs" in str(refused.value)
+
+
+def test_allocate_ranges_keeps_explicit_ranges():
+    result, conflicts = allocate_ranges([("a", "10.1.0.0/16", "10.2.0.0/16"), ("b", None, None)])
+    assert result[0].service_cidr == "10.1.0.0/16" and result[0].pod_cidr == "10.2.0.0/16"
+    assert result[1].service_cidr == automatic_block("b", "serviceCidr") and not conflicts
 
 
 def test_dns_service_ip_is_the_tenth_address():

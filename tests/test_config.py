@@ -263,7 +263,7 @@ def test_nvidia_mode_lifts_the_simulated_memory_limit_on_gpu_servers():
         server = tenant["workers"][0]
         server["gpus"] = [card(f"G{index}-0", memory=81920), card(f"G{index}-1", memory=81920)]
         server["ssh"] = {"host": f"10.20.1.{index + 1}", "privateKey": "-----BEGIN OPENSSH PRIVATE KEY-----\nx\n"
-                         "-----END OPENSSH PRIVATE KEY-----", "hostKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA"}
+                         "-----END OPENSSH PRIVATE KEY-----", "hostKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAINJAVk8cjC8aGmQSu4AT5Q2uZbbNS910g/eS4N8FDn+r"}
     assert sum(c["memoryMiB"] for c in raw["tenants"][0]["workers"][0]["gpus"]) >= MAX_SIMULATED_MEMORY_MIB_PER_WORKER
     assert load_stack_config(raw, {"tenants"}).gpu_mode == "nvidia"
 

@@ -104,8 +104,10 @@ def test_empty_passphrase_file_is_filled(tmp_path, content):
 
 
 def test_passphrase_cli(tmp_path, monkeypatch, capsys):
-    assert passphrase.main([]) == 2
-    assert "usage: python -m tools.passphrase <passphrase file>" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as usage:
+        passphrase.main([])
+    assert usage.value.code == 2
+    assert "usage: python -m tools.passphrase" in capsys.readouterr().err
     monkeypatch.setenv("HOME", str(tmp_path))
     assert passphrase.main(["~/.config/gpu-tenancy/dev.passphrase"]) == 0
     path = tmp_path / ".config" / "gpu-tenancy" / "dev.passphrase"
@@ -265,3 +267,23 @@ def test_kubeconfig_cli_requires_stack_and_tenant(pulumi, out):
     assert "the following arguments are required: --tenant" in done.stderr
     assert pulumi.calls == []
     assert done.stderr.startswith("usage: make kubeconfig")
+
+
+def test_no_new_passphrase_for_a_stack_that_already_has_state(tmp_path, capsys):
+    """The file name carries a hash of the project path: after a move, a fresh passphrase would not open the state."""
+    state = tmp_path / "project" / ".pulumi-state"
+    (state / ".pulumi" / "stacks" / "gpu-tenancy").mkdir(parents=True)
+    (state / ".pulumi" / "stacks" / "gpu-tenancy" / "dev.json").write_text("{}")
+    config = tmp_path / "config"
+    config.mkdir()
+    old = config / "dev-aaaaaaaaaaaa.passphrase"
+    old.write_text("the old one\n")
+    new = config / "dev-bbbbbbbbbbbb.passphrase"
+    assert passphrase.main([str(new), "--stack", "dev", "--state-dir", str(state)]) == 1
+    err = capsys.readouterr().err
+    assert "already has state" in err and str(old) in err and not new.exists()
+    new.write_text("the old one\n")  # copied as told
+    assert passphrase.main([str(new), "--stack", "dev", "--state-dir", str(state)]) == 0
+    # Another stack without state gets its passphrase generated.
+    assert passphrase.main([str(config / "prod-cccccccccccc.passphrase"), "--stack", "prod",
+                            "--state-dir", str(state)]) == 0

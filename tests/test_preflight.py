@@ -495,7 +495,7 @@ ADOPT_STACK = textwrap.dedent("""\
             - name: gpu-01
               ssh:
                 host: 10.20.1.11
-                hostKey: ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPreflightTestKeyPreflightTestKeyPreflight
+                hostKey: ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAID3ChGOEB0YOLW1IE8mTEqhH9/5+XtFQOoIzCYcZLUym
                 privateKey:
                   secure: v1:AAAAkey1
               gpus:

@@ -170,3 +170,19 @@ def test_stack_mirrors_name_one_cache_per_registry():
         "registry.k8s.io": "http://lab-mirror-registry-k8s-io:5000",
         "ghcr.io": "http://lab-mirror-ghcr-io:5000",
     }
+
+
+def test_the_caches_never_expire_what_they_hold():
+    # distribution configuration.go Proxy.TTL: unset means 7 days, after which cached content is deleted.
+    run = run_program(load_stack_file("dev"))
+    for registry in MIRRORED_REGISTRIES:
+        cache = run.named(f"image-mirror-{registry.replace('.', '-')}")
+        env = dict(entry.split("=", 1) for entry in cache.inputs["envs"])
+        assert env["REGISTRY_PROXY_TTL"] in ("0", "0s")
+
+
+def test_a_dedicated_etcd_pulls_its_images_through_the_cache_too():
+    config = copy.deepcopy(load_stack_file("dev"))
+    config["tenants"][1]["dataStore"] = {"dedicated": True}
+    run = run_program(config)
+    assert run.depends_on(run.named("tenant-b-etcd"), run.named("image-mirror-kind-node"))

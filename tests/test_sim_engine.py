@@ -272,6 +272,33 @@ def test_delete_before_replace_deletes_the_dependents_that_would_be_replaced_fir
     assert ops == [("delete-replaced", "join"), ("replace", "machine"), ("replace", "join")]
 
 
+def test_a_dependent_deleted_with_the_replaced_resource_is_not_deleted_on_its_own(world):
+    def program_with(trigger):
+        def program():
+            machine = command.local.Command("machine", create="true", delete="echo machine", triggers=[trigger],
+                                            opts=pulumi.ResourceOptions(delete_before_replace=True))
+            command.local.Command("inside", create="true", delete="echo inside", triggers=[machine.id],
+                                  opts=pulumi.ResourceOptions(deleted_with=machine))
+        return program
+
+    from tools.sim import scripts
+
+    ran = []
+    original = scripts.run
+    scripts.run = lambda w, invocation, action: ran.append((action, invocation.script)) or "ok"
+    try:
+        sim = _sim(world, program_with("1"))
+        sim.up()
+        ran.clear()
+        sim.program = program_with("2")
+        plan = sim.up()
+    finally:
+        scripts.run = original
+    assert ("delete-replaced", "inside") in [(s.op, s.name) for s in plan.steps]
+    # step_generator.go records both deletes before either runs, so step.go isDeletedWith skips "inside".
+    assert [script for action, script in ran if action == "delete"] == ["echo machine"]
+
+
 def _release_program(world, values=None):
     def program():
         provider = _provider(world)

@@ -30,7 +30,8 @@ REMOTE = "command:remote:Command"
 BOOTSTRAP_TOKEN = "bootstrap.kubernetes.io/token"
 NODE = "tenant-a-gpu-1"
 ROOT_HOST = "gpu-2.example.net"
-ROOT_HOST_KEY = "ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYGpu2ExampleKey="
+ROOT_HOST_KEY = ("ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABBBDdMOcE6ElgQbxA1T4Y2ypgMDEEGd4Y5"
+                 "KNlrp+3Yz2BC5O8i5F3+7I09JnCrUVQtDdbXD8eqoINwE1U0vLs2/yM=")
 OTHER_HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAISomebodyElsesServerKey000000000000000"
 
 

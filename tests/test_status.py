@@ -38,15 +38,20 @@ def test_one_table_per_tenant_with_its_nodes_cards_slots_and_proof(outputs):
         assert f"got {card} ({config['smokeTest']['memoryMiB']} MiB, {config['smokeTest']['cores']}% cores)" in proof
 
 
-def test_no_secret_is_read_or_printed(outputs):
+def test_no_secret_is_read_or_printed(outputs, capsys):
     calls = []
+    # Even if a secret output came back in plain text, status prints none of it.
+    leaked = {**outputs, "managementKubeconfig": "client-key-data: SECRET-KEY",
+              "tenantKubeconfigs": {"tenant-a": "token: SECRET-TOKEN"}}
 
     def run(argv, **_):
         calls.append(argv)
-        return subprocess.CompletedProcess(argv, 0, json.dumps(outputs), "")
+        return subprocess.CompletedProcess(argv, 0, json.dumps(leaked), "")
 
     assert main(["--stack", "dev"], run=run) == 0
     assert "--show-secrets" not in calls[0]
+    printed = capsys.readouterr().out
+    assert "tenant-a" in printed and "SECRET" not in printed
 
 
 def test_disabled_and_not_yet_run_smoke_tests_say_so(outputs):

@@ -102,12 +102,14 @@ def test_a_container_worker_may_not_take_the_kind_nodes_name():
     assert valid(raw, set())
 
 
-def test_ssh_workers_are_no_containers_and_cannot_collide():
+def test_an_ssh_worker_may_not_share_its_node_name_with_a_container_worker():
+    # Not a Docker clash, but the same Node name and the same WorkerNode resource name (a duplicate URN).
     raw = dev()
     raw["tenants"][1]["name"] = "tenant-a-worker"
     raw["tenants"][1]["workers"][0]["name"] = "0"
     raw["tenants"][1]["workers"][0]["ssh"] = ssh()
-    assert valid(raw, {"tenants"})
+    found, message = problems(raw, {"tenants"})
+    assert list(found) == ["tenants[1].workers[0].name"] and "'tenant-a-worker-0'" in message
 
 
 def test_container_workers_need_a_published_kindest_node_image():
@@ -377,3 +379,58 @@ def test_a_token_kubeconfig_is_accepted_and_never_echoed_with_other_errors():
     raw = adopted(kubeconfig=token_kubeconfig, workerCidrs=["0.0.0.0/0"], clusterName="lab")
     _, message = problems(raw)
     assert "s3cr3t" not in message
+
+
+@pytest.mark.parametrize(("key", "why"), [
+    ("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExampleKeyReplaceMe0000", "not a whole ssh-ed25519"),
+    ("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExampleKey=ReplaceMe", "not valid base64"),
+    ("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA", "not a whole ssh-ed25519"),
+    # An ECDSA key blob labelled ed25519 (RFC 4253 6.6: the blob names its own type).
+    ("ssh-ed25519 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABBBA==", "its data names 'ecdsa-sha2-nistp256'"),
+])
+def test_a_host_key_that_cannot_be_a_servers_key_is_refused_at_validation(key, why):
+    raw = adopted()
+    raw["tenants"][0]["workers"][0]["ssh"]["hostKey"] = key
+    found, message = problems(raw)
+    assert "tenants[0].workers[0].ssh.hostKey" in found and why in message
+
+
+def test_the_example_host_keys_are_well_formed():
+    from tests.test_config_infrastructure import prod_example_with_secrets
+
+    config = valid(prod_example_with_secrets())
+    assert all(w.ssh.host_key for t in config.tenants for w in t.workers)
+
+
+def test_a_docker_hub_token_is_never_repeated():
+    raw = adopted()
+    raw["management"]["dockerHub"] = "me:dckr_pat_S3CR3T"
+    _, message = problems(raw)
+    assert "S3CR3T" not in message
+
+
+def test_ssh_workers_of_two_tenants_may_not_share_a_node_name():
+    raw = adopted()
+    second = copy.deepcopy(raw["tenants"][0])
+    raw["tenants"].append(second)
+    raw["tenants"][0]["name"], raw["tenants"][0]["workers"][0]["name"] = "team", "speech-gpu-01"
+    second["name"], second["workers"][0]["name"] = "team-speech", "gpu-01"
+    second["workers"][0]["ssh"]["host"] = "10.20.1.99"
+    second["workers"][0]["gpus"][0]["uuid"] = "GPU-other"
+    found, _ = problems(raw)
+    assert list(found) == ["tenants[1].workers[0].name"]
+
+
+def test_slots_are_refused_in_nvidia_mode_where_the_device_plugin_decides(vendor_dir):
+    import yaml
+
+    from config.validate import DEVICE_SPLIT_COUNT
+
+    chart = yaml.safe_load((vendor_dir / "hami" / "values.yaml").read_text())
+    assert DEVICE_SPLIT_COUNT == chart["devicePlugin"]["deviceSplitCount"]
+    raw = adopted()
+    raw["tenants"][0]["workers"][0]["gpus"][0]["slots"] = 4
+    found, message = problems(raw)
+    assert list(found) == ["tenants[0].workers[0].gpus[0].slots"] and "deviceSplitCount" in message
+    raw["tenants"][0]["workers"][0]["gpus"][0]["slots"] = DEVICE_SPLIT_COUNT
+    assert valid(raw)

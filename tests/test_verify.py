@@ -31,6 +31,7 @@ from config import Versions, load_stack_config
 from tests.fake_platform import (
     QUOTA_REJECTION,
     FakeClock,
+    FakeCluster,
     FakeDocker,
     FakeSession,
     baseline_violations,
@@ -42,7 +43,6 @@ from tests.fake_platform import (
 )
 from tools import verify, verify_api, verify_checks
 from tools.mockrun import load_stack_file, run_program
-from tools.preflight import CheckResult
 from tools.sim import pki
 from tools.verify import (
     OutputsError,
@@ -62,6 +62,7 @@ from tools.verify_api import ApiError
 from tools.verify_checks import (
     NETWORK_PROBE_DEADLINE,
     PROBE_IMAGE,
+    CheckResult,
     ProbeRequest,
     Waiting,
     allocation,
@@ -105,7 +106,17 @@ def check(platform, clock, tenant="tenant-a", **waiting):
 
 
 def failed(results):
-    return {name: r for name, r in results.items() if not r.ok}
+    return {name: r for name, r in results.items() if r.failed}
+
+
+def statuses(results):
+    """Every row that is not OK, with its status."""
+    return {name: r.status for name, r in results.items() if r.status != "OK"}
+
+
+# In the lab the shared etcd's names do not resolve in a tenant, and its pods' addresses lie inside tenant-a's own
+# pod network (both 10.244.0.0/16): from tenant-a nothing of the data store can be tried.
+LAB_SKIPS = {"pod → tenant-b data store": "SKIP"}
 
 
 def run_main(platform, tmp_path, clock, capsys, *args):
@@ -146,7 +157,10 @@ def test_all_green_platform_passes(platform, clock, tmp_path, capsys):
     assert code == 0, out
     assert err == ""
     assert "FAIL" not in out
-    assert out.rstrip().endswith("verify passed: all 32 checks OK in 2 tenant(s) and the image mirror")
+    assert out.rstrip().endswith(
+        "verify passed: 31 checks OK, 1 skipped (tenant-a: 1) in 2 tenant(s) and the image mirror")
+    (skip_line,) = [line for line in out.splitlines() if "  SKIP  " in line]
+    assert skip_line.startswith("pod → tenant-b data store") and "not tested: " in skip_line
     for name, cluster in platform.tenants.items():
         assert f"{name} (management namespace {name})" in out
         assert len(gpu_probes(cluster)) == 1
@@ -175,7 +189,10 @@ def test_every_check_of_a_tenant_is_reported(platform, clock):
         *NETWORK_ROWS,
         "NetworkPolicies (management)",
     ]
-    assert all(r.ok for r in results.values())
+    assert statuses(results) == LAB_SKIPS
+    assert results["NetworkPolicies (management)"].detail == (
+        "tenant-a/tenant-isolation fences every pod (Ingress and Egress); kamaji-system/kamaji-etcd-clients fences "
+        "the etcd pods")
     assert results["control plane Ready"].detail == (
         "TenantControlPlane tenant-a/tenant-a Ready (v1.35.0 at 172.18.255.200:6443)")
     assert results["node tenant-a-worker-0 GPU capacity"].detail == "gpu=10 gpumem=8192 gpucores=100"
@@ -257,11 +274,66 @@ def test_management_cluster_down(platform, clock):
     assert "docker ps --filter name=gpu-tenancy-control-plane" in results["control plane Ready"].fix
 
 
-def test_network_policies_missing(platform, clock):
-    platform.management.network_policies["tenant-a"] = []
+def _policies(platform, namespace):
+    return platform.management.network_policies[namespace]
+
+
+def _rename_isolation(platform):
+    _policies(platform, "tenant-a")[0]["metadata"]["name"] = "allow-same-namespace"
+
+
+def _narrow_isolation(platform):
+    _policies(platform, "tenant-a")[0]["spec"]["podSelector"] = {"matchLabels": {"kamaji.clastix.io/name": "x"}}
+
+
+def _ingress_only_isolation(platform):
+    _policies(platform, "tenant-a")[0]["spec"]["policyTypes"] = ["Ingress"]
+
+
+def _no_etcd_policy(platform):
+    platform.management.network_policies["kamaji-system"] = []
+
+
+def _etcd_policy_elsewhere(platform):
+    _policies(platform, "kamaji-system")[0]["spec"]["podSelector"] = {"matchLabels": {"app.kubernetes.io/name": "kamaji"}}
+
+
+@pytest.mark.parametrize("breakage, message", [
+    (lambda p: p.management.network_policies.update({"tenant-a": []}),
+     "NetworkPolicy tenant-a/tenant-isolation not found (present: none) → the tenant's control-plane pods are "
+     "reachable from every other namespace"),
+    # Any policy is not the fence: an allow-all one would pass a check that only counts policies.
+    (_rename_isolation, "NetworkPolicy tenant-a/tenant-isolation not found (present: allow-same-namespace)"),
+    (_narrow_isolation, "its podSelector {'matchLabels': {'kamaji.clastix.io/name': 'x'}} leaves some pods unfenced"),
+    (_ingress_only_isolation, "NetworkPolicy tenant-a/tenant-isolation: its policyTypes lack Egress → "),
+    (_no_etcd_policy, "NetworkPolicy kamaji-system/kamaji-etcd-clients not found → every pod of the management "
+                      "cluster reaches the shared etcd"),
+    (_etcd_policy_elsewhere, "NetworkPolicy kamaji-system/kamaji-etcd-clients: its podSelector {'matchLabels': "
+                             "{'app.kubernetes.io/name': 'kamaji'}} is not the etcd pods'"),
+])
+def test_network_policies_are_checked_by_name_and_shape(platform, clock, breakage, message):
+    breakage(platform)
     results = check(platform, clock)
     assert set(failed(results)) == {"NetworkPolicies (management)"}
-    assert "no NetworkPolicy in management namespace tenant-a" in results["NetworkPolicies (management)"].detail
+    result = results["NetworkPolicies (management)"]
+    assert message in result.detail
+    assert "make up" in result.fix
+
+
+def test_network_policies_the_program_creates_pass(dev_run):
+    """verify expects exactly the NetworkPolicies the program registers (names and shapes from its real run)."""
+    management = FakeCluster("https://management", {"admin"})
+    policies = dev_run.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
+    assert len(policies) == 3
+    for policy in policies:
+        management.network_policies.setdefault(policy.inputs["metadata"]["namespace"], []).append(
+            {"metadata": policy.inputs["metadata"], "spec": policy.inputs["spec"]})
+    _, target = platform_from_outputs(json.loads(json.dumps(
+        {name: output.value for name, output in dev_run.outputs.items()})))
+    assert list(target.tenants) == ["tenant-a", "tenant-b"]
+    for tenant in target.tenants.values():
+        result = verify_checks.check_network_policies(management.session("admin"), tenant)
+        assert result.ok, result
 
 
 # --- tenant API, nodes, capacity --------------------------------------------------------------
@@ -623,7 +695,7 @@ def test_network_probe_verdicts(platform, clock, layout, outcome, ok_when_shared
     expected = ok_when_shared if layout == "shared" else ok_when_separate
     for row in NETWORK_ROWS[:2]:
         assert results[row].ok is expected, results[row]
-    assert results["pod → tenant-b data store"].ok
+    assert results["pod → tenant-b data store"].status == "SKIP"
     assert_probe_cleaned_up(platform.tenants["tenant-a"])
 
 
@@ -708,18 +780,54 @@ def test_data_store_endpoints_and_pod_addresses_are_probed(platform, clock):
         {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
         for pod in network_probes(platform.tenants["tenant-b"]))}
     assert ("10.244.0.10", "2379") in targets and ("172.18.255.200", "8132") in targets
-    # The etcd pods' addresses lie inside tenant-a's own pod network (10.244.0.0/16): probing them from tenant-a
-    # would only reach tenant-a's own pods.
-    detail = check(platform, FakeClock())["pod → tenant-b data store"].detail
-    assert detail.endswith("10.244.0.10, 10.244.0.11, 10.244.0.12 not probed (inside tenant-a's own 10.244.0.0/16)")
+    assert results["pod → tenant-a data store"].status == "OK"
+
+
+def test_data_store_nothing_could_reach_is_not_tested_rather_than_ok(platform, clock, tmp_path, capsys):
+    """From tenant-a the etcd names do not resolve and the etcd pods' addresses lie inside its own pod network
+    (10.244.0.0/16: probing them would only reach tenant-a's own pods): nothing was tried, so nothing is proven."""
+    result = check(platform, clock)["pod → tenant-b data store"]
+    assert (result.status, result.ok, result.failed) == ("SKIP", False, False)
+    assert result.detail == (
+        "not tested: kamaji-etcd-0.kamaji-etcd.kamaji-system.svc.cluster.local:2379, "
+        "kamaji-etcd-1.kamaji-etcd.kamaji-system.svc.cluster.local:2379, "
+        "kamaji-etcd-2.kamaji-etcd.kamaji-system.svc.cluster.local:2379 unresolvable; "
+        "10.244.0.10, 10.244.0.11, 10.244.0.12 not probed (inside tenant-a's own 10.244.0.0/16) → no address of "
+        "tenant-b's data store default was tried from tenant-a's pods")
+    # Only names went out as probes: none of the skipped addresses did.
+    hosts = {env["value"] for pod in network_probes(platform.tenants["tenant-a"])
+             for env in pod["spec"]["containers"][0]["env"] if env["name"] == "HOST"}
+    assert not hosts & {"10.244.0.10", "10.244.0.11", "10.244.0.12"}
+    # A skip is printed as such and does not fail the run; the summary counts it apart from the OKs.
+    code, out, _ = run_main(healthy_platform(), tmp_path, FakeClock(), capsys)
+    assert code == 0
+    assert "31 checks OK, 1 skipped (tenant-a: 1)" in out
+
+
+def test_a_row_whose_names_do_not_resolve_is_not_tested(platform, clock):
+    """The API and Konnectivity rows follow the same rule: an endpoint name a tenant pod cannot resolve tested
+    nothing, whatever the source ranges say."""
+    platform.outputs["tenants"]["tenant-b"]["endpoint"] = "tenant-b.cp.example:6443"
+    results = check(platform, clock)
+    for row in ("pod → tenant-b API", "pod → tenant-b Konnectivity"):
+        assert results[row].status == "SKIP", results[row]
+        assert results[row].detail.startswith("not tested: tenant-b.cp.example:")
+    assert "tenant-b.cp.example:8132 unresolvable" in results["pod → tenant-b Konnectivity"].detail
 
 
 def test_data_store_comes_from_the_control_planes_status(platform, clock):
     platform.management.datastores["tenant-b-etcd"] = {"spec": {"endpoints": ["etcd-b.example:2379"]}}
     tcp = platform.management.tenant_control_planes[("tenant-b", "tenant-b")]
     tcp["status"]["storage"]["dataStoreName"] = "tenant-b-etcd"
-    assert check(platform, clock)["pod → tenant-b data store"].detail == (
-        "data store tenant-b-etcd: etcd-b.example:2379 unresolvable")
+    result = check(platform, clock)["pod → tenant-b data store"]
+    assert result.status == "SKIP"
+    assert result.detail == ("not tested: etcd-b.example:2379 unresolvable → no address of tenant-b's data store "
+                             "tenant-b-etcd was tried from tenant-a's pods")
+    # Once its address answers the probe (even a refusal), the row is a real verdict.
+    platform.tenants["tenant-a"].reach[("etcd-b.example", 2379)] = "refused"
+    result = check(platform, clock)["pod → tenant-b data store"]
+    assert result.status == "OK"
+    assert result.detail.startswith("data store tenant-b-etcd: etcd-b.example:2379 refused")
     del platform.management.datastores["tenant-b-etcd"]
     result = check(platform, clock)["pod → tenant-b data store"]
     assert not result.ok and result.detail == "not tested: DataStore tenant-b-etcd not found on the management cluster"
@@ -761,7 +869,7 @@ def test_probe_runs_as_the_tenant_user_in_its_namespace(platform, clock):
     cluster.user_tokens["tenant-a-user-token"] = "training"
     cluster.baseline_namespaces.add("training")
     results = check(platform, clock)
-    assert all(results[row].ok for row in NETWORK_ROWS)
+    assert [results[row].status for row in NETWORK_ROWS] == ["OK", "OK", "SKIP"]
     assert {pod["metadata"]["namespace"] for pod in network_probes(cluster)} == {"training"}
     assert_probe_cleaned_up(cluster)
     # The user may not create pods elsewhere: the probe says so instead of guessing.
@@ -939,6 +1047,59 @@ def test_unusable_outputs_exit_2(platform, clock, tmp_path, capsys, mutate, mess
     assert message in err
 
 
+# A kubeconfig whose key line is broken: PyYAML's message would quote that line, key and all.
+BROKEN_KUBECONFIG = ("apiVersion: v1\nkind: Config\nusers:\n- name: admin\n  user:\n"
+                     "    client-key-data: c2VjcmV0LWtleQ: oops\n")
+
+
+@pytest.mark.parametrize("output", ["tenantAdminKubeconfigs", "managementKubeconfig"])
+def test_a_kubeconfig_that_is_not_yaml_is_reported_without_its_content(platform, clock, tmp_path, capsys, output):
+    with pytest.raises(yaml.YAMLError) as raw:
+        yaml.safe_load(BROKEN_KUBECONFIG)
+    assert "c2VjcmV0LWtleQ" in str(raw.value)  # what the message must not pass on
+    if output == "managementKubeconfig":
+        platform.outputs[output] = BROKEN_KUBECONFIG
+    else:
+        platform.outputs[output]["tenant-b"] = BROKEN_KUBECONFIG
+    code, out, err = run_main(platform, tmp_path, clock, capsys)
+    assert "c2VjcmV0LWtleQ" not in out + err
+    where = f"{output}{'.tenant-b' if output != 'managementKubeconfig' else ''}"
+    assert f"{where} is not YAML (error at line 6, column 36)" in out + err
+    assert code == (2 if output == "managementKubeconfig" else 1)
+
+
+def _tenant_description_is_a_string(outputs):
+    outputs["tenants"]["tenant-a"] = "tenant-a"
+
+
+def _planned_tenants_is_a_list(outputs):
+    outputs["plan"]["tenants"] = ["tenant-a", "tenant-b"]
+
+
+@pytest.mark.parametrize("breakage", [_tenant_description_is_a_string, _planned_tenants_is_a_list])
+def test_an_unexpected_error_exits_2_in_one_line(platform, clock, tmp_path, capsys, breakage):
+    """1 means "a check failed": an error verify did not foresee is not a verdict on the platform."""
+    breakage(platform.outputs)
+    code, out, err = run_main(platform, tmp_path, clock, capsys)
+    assert code == 2
+    assert out == ""
+    assert len(err.splitlines()) == 1 and err.startswith("verify: stopped by an unexpected ")
+    assert "Traceback" not in err
+
+
+def test_a_crash_in_a_check_exits_2_and_still_closes_every_client(platform, clock, tmp_path, capsys, monkeypatch):
+    def crash(*args):
+        raise KeyError("controlPlaneEndpoint")
+
+    monkeypatch.setattr(verify_checks, "check_konnectivity_agent", crash)
+    code, out, err = run_main(platform, tmp_path, clock, capsys)
+    assert code == 2
+    assert err == ("verify: stopped by an unexpected KeyError: 'controlPlaneEndpoint' (malformed stack outputs? "
+                   "run `make up`, then verify again)\n")
+    assert "verify passed" not in out and "verify failed" not in out
+    assert platform.connect.sessions() and all(session.closed for session in platform.connect.sessions())
+
+
 def test_hidden_tenant_kubeconfig_is_a_failed_tenant(platform):
     platform.outputs["tenantKubeconfigs"]["tenant-b"] = "[secret]"
     _, target = platform_from_outputs(platform.outputs)
@@ -946,10 +1107,15 @@ def test_hidden_tenant_kubeconfig_is_a_failed_tenant(platform):
 
 
 @pytest.fixture(scope="module")
-def dev_outputs():
-    """The stack outputs the real program exports for Pulumi.dev.yaml (one simulated run)."""
-    run = run_program(load_stack_file("dev"))
-    return {name: output.value for name, output in run.outputs.items()}
+def dev_run():
+    """The real program for Pulumi.dev.yaml (one simulated run)."""
+    return run_program(load_stack_file("dev"))
+
+
+@pytest.fixture(scope="module")
+def dev_outputs(dev_run):
+    """The stack outputs the real program exports for Pulumi.dev.yaml."""
+    return {name: output.value for name, output in dev_run.outputs.items()}
 
 
 def test_the_programs_outputs_describe_what_verify_needs(dev_outputs):
@@ -1090,7 +1256,7 @@ def test_stopped_or_missing_cache_fails_with_the_fix(platform, clock, tmp_path, 
     del platform.docker.containers["gpu-tenancy-mirror-ghcr-io"]
     code, out, _ = run_main(platform, tmp_path, clock, capsys)
     assert code == 1
-    assert out.rstrip().endswith("verify failed: 2 of 32 checks failed (image mirror: 2)")
+    assert out.rstrip().endswith("verify failed: 2 of 32 checks failed (image mirror: 2), 1 skipped (tenant-a: 1)")
     report = verify_mirror(platform.outputs["imageMirror"], platform.docker)
     stopped = {r.name: r for r in report.results}["cache quay.io"]
     assert not stopped.ok
@@ -1121,7 +1287,7 @@ def test_no_mirror_no_table(platform, clock, tmp_path, capsys, mirror):
         platform.outputs["imageMirror"] = mirror
     code, out, _ = run_main(platform, tmp_path, clock, capsys)
     assert code == 0 and "image mirror" not in out and platform.docker.calls == []
-    assert out.rstrip().endswith("verify passed: all 28 checks OK in 2 tenant(s)")
+    assert out.rstrip().endswith("verify passed: 27 checks OK, 1 skipped (tenant-a: 1) in 2 tenant(s)")
 
 
 # --- rendering --------------------------------------------------------------------------------
@@ -1132,6 +1298,7 @@ def test_table_columns_are_aligned_and_failures_carry_a_fix():
         CheckResult("short", True, "fine"),
         CheckResult("a much longer check name", False, "broken → consequence", "do this"),
         CheckResult("no fix given", False, "broken"),
+        verify_checks.skip("untestable", "not tested: nothing to try"),
     ])
     lines = render_table(report).splitlines()
     assert lines[0] == "t (management namespace t)"
@@ -1140,10 +1307,11 @@ def test_table_columns_are_aligned_and_failures_carry_a_fix():
     assert lines[3] == "a much longer check name  FAIL    broken → consequence"
     assert lines[4] == "                                  fix: do this"
     assert lines[5] == "no fix given              FAIL    broken"
-    assert len(lines) == 6
+    assert lines[6] == "untestable                SKIP    not tested: nothing to try"
+    assert len(lines) == 7
     detail_column = lines[1].index("DETAIL")
-    assert all(line.index("fine" if "fine" in line else "broken") == detail_column for line in lines[2:4])
-    assert lines[4].index("fix:") == detail_column
+    assert {line.index(word) for line, word in zip(lines[2:], ("fine", "broken", "fix:", "broken", "not tested"),
+                                                   strict=True)} == {detail_column}
 
 
 def test_summary_counts_failures_per_tenant():
@@ -1151,6 +1319,11 @@ def test_summary_counts_failures_per_tenant():
                TenantReport("b", "b", [CheckResult("x", True, "")])]
     assert render_summary(reports) == "verify failed: 1 of 3 checks failed (a: 1)"
     assert render_summary(reports[1:]) == "verify passed: all 1 checks OK in 1 tenant(s)"
+    reports.append(TenantReport("c", "c", [CheckResult("x", True, ""), verify_checks.skip("z", "not tested")]))
+    assert render_summary(reports) == "verify failed: 1 of 5 checks failed (a: 1), 1 skipped (c: 1)"
+    assert render_summary(reports[1:]) == "verify passed: 2 checks OK, 1 skipped (c: 1) in 2 tenant(s)"
+    with pytest.raises(ValueError, match="either OK or skipped"):
+        CheckResult("w", True, "", skipped=True)
 
 
 def test_report_is_what_the_cli_prints(tmp_path, capsys):

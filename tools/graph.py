@@ -28,11 +28,19 @@ TENANT_COMPONENTS = ("TenantControlPlane", "TenantCni", "HamiMockGpu")
 
 
 def generated_config(tenants: int) -> dict[str, Any]:
-    """N tenants shaped like the dev lab (one worker, one simulated A100 each; ranges allocated)."""
+    """N tenants shaped like the dev lab (one worker, one simulated A100 each). Their ranges are pinned, one block
+    after the other: names picked by a hash would collide somewhere among dozens of tenants, which validation
+    rightly refuses."""
+    from config import cidrs
+
+    services = cidrs.blocks(cidrs.SERVICE_POOL, cidrs.SERVICE_BLOCK_PREFIX)
+    pods = cidrs.blocks(cidrs.POD_POOL, cidrs.POD_BLOCK_PREFIX)
     return {
         "tenants": [
             {
                 "name": f"team-{index:03d}",
+                "serviceCidr": str(services[index]),
+                "podCidr": str(pods[index]),
                 "workers": [
                     {
                         "name": "worker-0",

@@ -1,6 +1,9 @@
 """`make backend`: the local backend's passphrase file, generated once with mode 600 (and kept at 600).
 
-    python -m tools.passphrase <path>
+    python -m tools.passphrase <path> [--stack NAME --state-dir DIR]
+
+A new passphrase is never generated for a stack that already has state: that state was encrypted with another
+one (typically the project moved, and the file name carries a hash of its path), which is listed instead.
 """
 
 from __future__ import annotations
@@ -24,12 +27,48 @@ def ensure_passphrase(path: Path) -> str:
     return f"generated {path} (keep it: it is the only key to the secrets in the stack's state)"
 
 
+def stack_state_files(state_dir: Path, stack: str, project: str = "gpu-tenancy") -> list[Path]:
+    """The local backend's state file(s) of `stack` (project-scoped layout, and the older flat one)."""
+    candidates = [state_dir / ".pulumi" / "stacks" / project / f"{stack}.json",
+                  state_dir / ".pulumi" / "stacks" / f"{stack}.json"]
+    return [path for path in candidates if path.exists()]
+
+
+class PassphraseError(Exception):
+    pass
+
+
+def refuse_new_passphrase_for_existing_state(path: Path, stack: str, state_dir: Path) -> None:
+    if path.exists() and path.read_text(encoding="utf-8").strip():
+        return
+    states = stack_state_files(state_dir, stack)
+    if not states:
+        return
+    others = sorted(str(p) for p in path.parent.glob(f"{stack}-*.passphrase")) if path.parent.is_dir() else []
+    where = ("; the passphrase files for this stack name here are: " + ", ".join(others)) if others else ""
+    raise PassphraseError(
+        f"stack {stack!r} already has state ({states[0]}) but there is no passphrase at {path}: a new one would not "
+        f"decrypt it. If the project moved, copy its old passphrase file there (mode 600){where}; or export "
+        "PULUMI_CONFIG_PASSPHRASE(_FILE) yourself"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m tools.passphrase <passphrase file>", file=sys.stderr)
-        return 2
-    message = ensure_passphrase(Path(args[0]).expanduser())
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m tools.passphrase")
+    parser.add_argument("path")
+    parser.add_argument("--stack")
+    parser.add_argument("--state-dir", type=Path)
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    path = Path(args.path).expanduser()
+    if args.stack and args.state_dir:
+        try:
+            refuse_new_passphrase_for_existing_state(path, args.stack, args.state_dir)
+        except PassphraseError as error:
+            print(f"make backend: {error}", file=sys.stderr)
+            return 1
+    message = ensure_passphrase(path)
     if message:
         print(message)
     return 0

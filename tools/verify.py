@@ -4,8 +4,10 @@ Reads the stack outputs (`pulumi stack output --json --show-secrets`, or a saved
 copy with --outputs-file), talks to the management cluster and to every tenant
 with the official `kubernetes` client (kubeconfigs, certificates and keys stay in
 memory), and prints one table per tenant, then one for the lab's image mirror.
-Exit code: 0 when every check holds, 1 when any fails, 2 when the outputs cannot
-be read. The subprocess runner, the API connector and the probes' clock are
+A row is OK, FAIL, or SKIP when there was nothing it could try (printed with the
+reason; it neither holds nor fails). Exit code: 0 when no check fails, 1 when any
+fails, 2 when the outputs cannot be read or verify itself stops on an unexpected
+error. The subprocess runner, the API connector and the probes' clock are
 injectable, so everything is unit-tested without a cluster.
 """
 
@@ -23,9 +25,18 @@ from typing import Any
 import yaml
 
 from tools import verify_api
-from tools.preflight import CheckResult
 from tools.verify_api import Connect, Json
-from tools.verify_checks import Platform, ProbeRequest, TenantTarget, Waiting, calico_node_image, verify_tenant
+from tools.verify_checks import (
+    FAIL,
+    SKIP,
+    CheckResult,
+    Platform,
+    ProbeRequest,
+    TenantTarget,
+    Waiting,
+    calico_node_image,
+    verify_tenant,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRED_OUTPUTS = ("managementKubeconfig", "tenantKubeconfigs", "tenantAdminKubeconfigs", "tenants", "plan")
@@ -99,7 +110,10 @@ def _kubeconfig(text: Any, what: str) -> Json:
     try:
         kubeconfig = yaml.safe_load(text) if isinstance(text, str) else None
     except yaml.YAMLError as error:
-        raise OutputsError(f"{what} is not YAML ({error})") from None
+        # Only where: PyYAML's message quotes the offending line, which may hold client-key-data.
+        mark = getattr(error, "problem_mark", None)
+        where = f" (error at line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        raise OutputsError(f"{what} is not YAML{where}") from None
     if not isinstance(kubeconfig, dict):
         raise OutputsError(f"{what} is not a kubeconfig")
     return kubeconfig
@@ -292,22 +306,28 @@ def render_table(report: TenantReport) -> str:
     indent = " " * (width + 2 + 6 + 2)
     lines = [report.title, f"{'CHECK':<{width}}  {'STATUS':<6}  DETAIL"]
     for result in report.results:
-        lines.append(f"{result.name:<{width}}  {'OK' if result.ok else 'FAIL':<6}  {result.detail}")
+        lines.append(f"{result.name:<{width}}  {result.status:<6}  {result.detail}")
         if not result.ok and result.fix:
             lines.append(f"{indent}fix: {result.fix}")
     return "\n".join(lines)
 
 
+def _per_report(reports: Sequence[TenantReport], status: str) -> tuple[int, str]:
+    counts = {report.tenant: sum(r.status == status for r in report.results) for report in reports}
+    return sum(counts.values()), ", ".join(f"{tenant}: {count}" for tenant, count in counts.items() if count)
+
+
 def render_summary(reports: Sequence[TenantReport]) -> str:
     total = sum(len(report.results) for report in reports)
-    failed = {report.tenant: sum(not r.ok for r in report.results) for report in reports}
-    failures = sum(failed.values())
+    failures, failed_where = _per_report(reports, FAIL)
+    skips, skipped_where = _per_report(reports, SKIP)
+    skipped = f", {skips} skipped ({skipped_where})" if skips else ""
     if not failures:
         tenants = sum(report.is_tenant for report in reports)
         extra = "".join(f" and the {report.tenant}" for report in reports if not report.is_tenant)
-        return f"verify passed: all {total} checks OK in {tenants} tenant(s){extra}"
-    where = ", ".join(f"{tenant}: {count}" for tenant, count in failed.items() if count)
-    return f"verify failed: {failures} of {total} checks failed ({where})"
+        checks = f"{total - skips} checks OK{skipped}" if skips else f"all {total} checks OK"
+        return f"verify passed: {checks} in {tenants} tenant(s){extra}"
+    return f"verify failed: {failures} of {total} checks failed ({failed_where}){skipped}"
 
 
 def render_report(reports: Sequence[TenantReport]) -> str:
@@ -327,6 +347,38 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _unexpected(error: Exception) -> str:
+    """One line for an error verify did not foresee (a malformed output, a bug): its type and first line."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    said = f": {lines[0][:200]}" if lines else ""
+    return (f"verify: stopped by an unexpected {type(error).__name__}{said} (malformed stack outputs? run `make up`, "
+            "then verify again)")
+
+
+def _verify(args: argparse.Namespace, run: Run, connect: Connect, waiting: Waiting) -> int:
+    try:
+        outputs = (read_outputs_file(args.outputs_file) if args.outputs_file
+                   else read_stack_outputs(args.stack, run))
+        management_kubeconfig, platform = platform_from_outputs(outputs)
+        try:
+            management = connect(management_kubeconfig)
+        except ValueError as error:
+            raise OutputsError(f"managementKubeconfig: {error}") from None
+    except OutputsError as error:
+        print(f"verify: {error}", file=sys.stderr)
+        return 2
+    reports: list[TenantReport] = []
+    for report in verify_platform(platform, management, connect, waiting):
+        reports.append(report)
+        print(render_table(report) + "\n", flush=True)
+    mirror = verify_mirror(outputs.get("imageMirror"), run)
+    if mirror is not None:
+        reports.append(mirror)
+        print(render_table(mirror) + "\n", flush=True)
+    print(render_summary(reports))
+    return 1 if any(r.failed for report in reports for r in report.results) else 0
+
+
 def main(
     argv: Sequence[str] | None = None,
     *,
@@ -334,6 +386,7 @@ def main(
     connect: Connect = verify_api.connect,
     waiting: Waiting | None = None,
 ) -> int:
+    """0: no check failed; 1: a check failed; 2: the outputs are unusable or verify stopped on an unexpected error."""
     args = _arguments(argv)
     waiting = waiting or Waiting(timeout=args.probe_timeout)
     opened: list[verify_api.KubeApi] = []
@@ -344,27 +397,10 @@ def main(
         return api
 
     try:
-        try:
-            outputs = (read_outputs_file(args.outputs_file) if args.outputs_file
-                       else read_stack_outputs(args.stack, run))
-            management_kubeconfig, platform = platform_from_outputs(outputs)
-            try:
-                management = connect_tracked(management_kubeconfig)
-            except ValueError as error:
-                raise OutputsError(f"managementKubeconfig: {error}") from None
-        except OutputsError as error:
-            print(f"verify: {error}", file=sys.stderr)
-            return 2
-        reports: list[TenantReport] = []
-        for report in verify_platform(platform, management, connect_tracked, waiting):
-            reports.append(report)
-            print(render_table(report) + "\n", flush=True)
-        mirror = verify_mirror(outputs.get("imageMirror"), run)
-        if mirror is not None:
-            reports.append(mirror)
-            print(render_table(mirror) + "\n", flush=True)
-        print(render_summary(reports))
-        return 0 if all(r.ok for report in reports for r in report.results) else 1
+        return _verify(args, run, connect_tracked, waiting)
+    except Exception as error:  # 1 means "a check failed": anything else unforeseen is exit 2, in one line
+        print(_unexpected(error), file=sys.stderr)
+        return 2
     finally:
         # The clients' certificates and keys live in memory files: release them all.
         for api in opened:

@@ -16,9 +16,9 @@ from typing import Any
 from kubernetes.utils import parse_quantity
 
 from components.images import PAUSE_IMAGE
-from components.tenant_spec import KONNECTIVITY_PORT
+from components.kamaji import KAMAJI_NAMESPACE, etcd_network_policy
+from components.tenant_spec import ISOLATION_POLICY_NAME, KONNECTIVITY_PORT
 from config import Versions
-from tools.preflight import CheckResult
 from tools.verify_api import ApiError, Connect, Json, KubeApi
 
 # Kamaji installs the agent under this name in the tenant's kube-system
@@ -60,6 +60,45 @@ TARGET_ANNOTATION = "gpu-tenancy.io/probe-target"
 # What bash prints when the name does not resolve (lib/sh/netopen.c: "host unknown" or gai_strerror's text).
 UNRESOLVED_MESSAGES = ("host unknown", "name or service not known", "name does not resolve",
                        "temporary failure in name resolution", "no address associated")
+
+
+# The management NetworkPolicies the program creates: each tenant namespace's fence
+# (components/tenant_spec.py isolation_network_policy) and the shared etcd's (components/kamaji.py).
+ETCD_POLICY = etcd_network_policy()
+ETCD_POLICY_NAME = ETCD_POLICY["metadata"]["name"]
+ETCD_POLICY_NAMESPACE = ETCD_POLICY["metadata"].get("namespace") or KAMAJI_NAMESPACE
+ETCD_POD_SELECTOR = ETCD_POLICY["spec"]["podSelector"]
+
+OK, FAIL, SKIP = "OK", "FAIL", "SKIP"
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One row of a verify table: OK (the check holds), FAIL (it does not, or could not be run: fails the run) or,
+    with `skipped`, SKIP: nothing could be tried by construction (printed with the reason; does not fail the run,
+    and is not counted as OK)."""
+
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+    skipped: bool = False
+
+    def __post_init__(self) -> None:
+        if self.ok and self.skipped:
+            raise ValueError(f"{self.name}: a check is either OK or skipped")
+
+    @property
+    def status(self) -> str:
+        return SKIP if self.skipped else OK if self.ok else FAIL
+
+    @property
+    def failed(self) -> bool:
+        return self.status == FAIL
+
+
+def skip(name: str, detail: str, fix: str = "") -> CheckResult:
+    return CheckResult(name, False, detail, fix, skipped=True)
 
 
 def calico_node_image(calico_version: str) -> str:
@@ -209,22 +248,66 @@ def check_control_plane(management: KubeApi, tenant: TenantTarget, cluster: str)
     return CheckResult(name, True, f"{where} Ready ({version.get('version') or '?'} at {endpoint})")
 
 
+def _selects_all(selector: Any) -> bool:
+    """An empty LabelSelector (or none) selects every pod of the namespace."""
+    selector = selector or {}
+    return not selector.get("matchLabels") and not selector.get("matchExpressions")
+
+
+def _policy_types(policy: Json) -> list[str]:
+    """spec.policyTypes as the API server defaults it: Ingress, plus Egress when there are egress rules."""
+    spec = policy.get("spec") or {}
+    return list(spec.get("policyTypes") or ["Ingress", *(["Egress"] if spec.get("egress") else [])])
+
+
+def _isolation_problem(policies: list[Json], namespace: str) -> str | None:
+    where = f"{namespace}/{ISOLATION_POLICY_NAME}"
+    policy = next((p for p in policies if _name(p) == ISOLATION_POLICY_NAME), None)
+    if policy is None:
+        present = ", ".join(sorted(_name(p) for p in policies)) or "none"
+        return (f"NetworkPolicy {where} not found (present: {present}) → the tenant's control-plane pods are "
+                "reachable from every other namespace")
+    problems = []
+    selector = _dig(policy, "spec", "podSelector")
+    if not _selects_all(selector):
+        problems.append(f"its podSelector {selector} leaves some pods unfenced")
+    missing = [kind for kind in ("Ingress", "Egress") if kind not in _policy_types(policy)]
+    if missing:
+        problems.append(f"its policyTypes lack {' and '.join(missing)}")
+    if not problems:
+        return None
+    return f"NetworkPolicy {where}: {'; '.join(problems)} → the tenant's control-plane pods are not fully fenced"
+
+
+def _etcd_problem(policies: list[Json]) -> str | None:
+    where = f"{ETCD_POLICY_NAMESPACE}/{ETCD_POLICY_NAME}"
+    policy = next((p for p in policies if _name(p) == ETCD_POLICY_NAME), None)
+    if policy is None:
+        return f"NetworkPolicy {where} not found → every pod of the management cluster reaches the shared etcd"
+    problems = []
+    selector = _dig(policy, "spec", "podSelector")
+    if selector != ETCD_POD_SELECTOR:
+        problems.append(f"its podSelector {selector} is not the etcd pods' {ETCD_POD_SELECTOR}")
+    if "Ingress" not in _policy_types(policy):
+        problems.append("its policyTypes lack Ingress")
+    return f"NetworkPolicy {where}: {'; '.join(problems)} → the shared etcd is not fenced" if problems else None
+
+
 def check_network_policies(management: KubeApi, tenant: TenantTarget) -> CheckResult:
+    """The tenant namespace's fence (all pods, ingress and egress) and the shared etcd's, by name and shape."""
     name = "NetworkPolicies (management)"
+    fix = "run `make up` to re-create the management NetworkPolicies"
     try:
-        policies = management.list_network_policies(tenant.namespace)
+        own = management.list_network_policies(tenant.namespace)
+        etcd = management.list_network_policies(ETCD_POLICY_NAMESPACE)
     except ApiError as error:
-        return CheckResult(name, False, f"cannot list NetworkPolicies in {tenant.namespace} ({error})",
+        return CheckResult(name, False, f"cannot list NetworkPolicies ({error})",
                            "see the control plane row: is the management cluster answering?")
-    if not policies:
-        return CheckResult(
-            name, False,
-            f"no NetworkPolicy in management namespace {tenant.namespace} → the tenant's control-plane pods "
-            "are reachable from every other namespace",
-            "run `make up` to re-create the tenant's NetworkPolicies",
-        )
-    return CheckResult(name, True, f"{len(policies)} in {tenant.namespace}: "
-                                   + ", ".join(sorted(_name(p) for p in policies)))
+    problems = [problem for problem in (_isolation_problem(own, tenant.namespace), _etcd_problem(etcd)) if problem]
+    if problems:
+        return CheckResult(name, False, "; ".join(problems), fix)
+    return CheckResult(name, True, f"{tenant.namespace}/{ISOLATION_POLICY_NAME} fences every pod (Ingress and "
+                                   f"Egress); {ETCD_POLICY_NAMESPACE}/{ETCD_POLICY_NAME} fences the etcd pods")
 
 
 # --- tenant cluster ---------------------------------------------------------------------------
@@ -924,6 +1007,10 @@ def _reach_result(reach: _Reach, tenant: str, namespace: str, image: str) -> Che
         skipped.setdefault(why, []).append(address)
     outcomes = "; ".join([*_outcomes(verdicts),
                           *(f"{', '.join(addresses)} not probed ({why})" for why, addresses in skipped.items())])
+    # A name the pod cannot resolve, or an address it was not sent to, tested nothing.
+    tried = [probe for probe, (outcome, _) in verdicts if outcome not in ("unresolvable", "not run")]
+    untested = skip(reach.row, f"not tested: {outcomes or 'no endpoint to try'} → no address of {other.name}'s "
+                               f"{reach.what} was tried from {tenant}'s pods")
     if reach.what.startswith("data store"):
         if connected:
             return CheckResult(
@@ -935,9 +1022,13 @@ def _reach_result(reach: _Reach, tenant: str, namespace: str, image: str) -> Che
             )
         if not_run:
             return CheckResult(reach.row, False, f"not tested: {'; '.join(not_run)}", _not_run_fix(namespace, image))
+        if not tried:
+            return untested
         return CheckResult(reach.row, True, f"{reach.what}: {outcomes}")
     if not_run:
         return CheckResult(reach.row, False, f"not tested: {'; '.join(not_run)}", _not_run_fix(namespace, image))
+    if not tried:
+        return untested
     ranges = ", ".join(other.source_ranges or ()) or "nothing"
     workers = ", ".join(reach.workers) or "unknown"
     if connected:

@@ -44,7 +44,9 @@ while read -r registry server mirror extra; do
   if [[ -e "$file" ]] && ! ours "$file"; then
     printf 'gpu-tenancy: node %s: %s exists and was not written by gpu-tenancy; merge the mirror %s into it by\n' \
       "$node" "$file" "$mirror" >&2
-    printf 'hand and remove %s from management.registryMirrors, or remove the file\n' "$registry" >&2
+    printf 'hand and stop giving this node a mirror for %s (management.registryMirrors on an SSH worker,\n' \
+      "$registry" >&2
+    printf 'management.imageMirror: false for the lab), or remove the file\n' >&2
     exit 1
   fi
   mkdir -p "$certs_d/$registry"

@@ -92,6 +92,9 @@ def test_up_verify_update_noop_destroy(tmp_path):
     project = _copy_project(tmp_path)
     state = tmp_path / "state"
     state.mkdir()
+    # pulumi-kubernetes leaves each provider's kubeconfig in $TMPDIR (as `make up` does, a private one).
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir(mode=0o700)
     stack = auto.create_or_select_stack(
         stack_name=STACK,
         work_dir=str(project),
@@ -99,6 +102,7 @@ def test_up_verify_update_noop_destroy(tmp_path):
             env_vars={
                 "PULUMI_BACKEND_URL": f"file://{state}",
                 "PULUMI_CONFIG_PASSPHRASE": "e2e-throwaway",
+                "TMPDIR": str(private_tmp),
             },
             project_settings=auto.ProjectSettings(
                 name="gpu-tenancy",

@@ -337,12 +337,18 @@ class _Operation:
         self.replaces.add(new.urn)
         dbr = new.delete_before_replace if new.delete_before_replace is not None else diff.delete_before_replace
         if dbr:
-            for dependent in self._dependent_replacements(old):
+            dependents = self._dependent_replacements(old)
+            # step_generator.go (generateSteps, delete-before-replace): the deletes of the dependents and of the old
+            # resource are recorded in sg.deletes while the steps are generated, before any of them runs; so a
+            # dependent deleted_with the replaced resource is skipped (step.go isDeletedWith).
+            self.deletes[old.urn] = True
+            for dependent in dependents:
+                self.deletes[dependent.urn] = True
+            for dependent in dependents:
                 self.plan.steps.append(Step("delete-replaced", dependent.urn, dependent.type, dependent.name,
                                             detail=f"replaced along with {old.name}"))
                 self._delete(dependent)
                 self.recreated.add(dependent.urn)
-            self.deletes[old.urn] = True
             self._delete(old, record=False)
         else:
             self.pending_deletes.append(old)

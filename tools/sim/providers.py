@@ -437,9 +437,10 @@ class HelmReleaseModel:
         if not changed:
             return Diff(changes=False)
         replace = [p for p in changed if p[0] in ("name", "namespace")]
+        # provider/pkg/provider/helm_release.go Diff: DeleteBeforeReplace is always false.
         return Diff(changes=True, detailed=[k8s_path(p) for p in changed],
                     changed_keys=sorted({str(p[0]) for p in changed}), replace_keys=[k8s_path(p) for p in replace],
-                    delete_before_replace=bool(replace))
+                    delete_before_replace=False)
 
     def create(self, ctx: Context, resource: Resource) -> tuple[str, dict[str, Any]]:
         config = k8s_config(ctx, resource)
