@@ -119,11 +119,13 @@ def configure_node(
     `machine` identifies the node's machine (a container id, an SSH host): a new machine is configured again.
     """
     script = node_scripts.script_text(node_scripts.NODE_MIRRORS)
+    kind = node_scripts.NODE_KIND_MACHINE if access.is_ssh else node_scripts.NODE_KIND_CONTAINER
     return run_on_node(
         name,
         access,
         create=NodeScript(script, {node_scripts.NODE_NAME_ENV: access.node_name,
-                                   node_scripts.REGISTRY_MIRRORS_ENV: mirror_lines(mirrors)}),
+                                   node_scripts.REGISTRY_MIRRORS_ENV: mirror_lines(mirrors),
+                                   node_scripts.NODE_KIND_ENV: kind}),
         delete=NodeScript(script, {node_scripts.NODE_NAME_ENV: access.node_name,
                                    node_scripts.REGISTRY_MIRRORS_ENV: ""}),
         triggers=[machine],

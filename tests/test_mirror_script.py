@@ -26,9 +26,10 @@ NODE = "tenant-a-worker-0"
 MIRRORS = stack_mirrors("gpu-tenancy")
 
 
-def run(root: Path, mirrors: str) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": os.environ["PATH"], ns.NODE_NAME_ENV: NODE, ns.REGISTRY_MIRRORS_ENV: mirrors,
-           ns.NODE_ROOT_ENV: str(root)}
+def run(root: Path, mirrors: str, kind: str = ns.NODE_KIND_CONTAINER, path: str | None = None
+        ) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": path or os.environ["PATH"], ns.NODE_NAME_ENV: NODE, ns.REGISTRY_MIRRORS_ENV: mirrors,
+           ns.NODE_ROOT_ENV: str(root), ns.NODE_KIND_ENV: kind}
     return subprocess.run([shutil.which("bash"), "-s"], input=ns.script_text(ns.NODE_MIRRORS), env=env,
                           capture_output=True, text=True, timeout=30)
 
@@ -101,3 +102,37 @@ def test_malformed_entries_are_refused_before_any_file_is_written(tmp_path, line
     assert done.returncode == 1
     assert "malformed mirror entry" in done.stderr
     assert not (tmp_path / "etc").exists() or files(tmp_path) == {}
+
+
+def _containerd_stub(tmp_path: Path, dump: str) -> str:
+    """A PATH with a `containerd` whose `config dump` prints `dump` (and the host's tools)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stub = bin_dir / "containerd"
+    stub.write_text(f"#!/bin/bash\n[[ \"$1 $2\" == 'config dump' ]] && cat <<'EOF'\n{dump}\nEOF\n")
+    stub.chmod(0o755)
+    return f"{bin_dir}:{os.environ['PATH']}"
+
+
+# What `containerd config dump` prints for the registry section: 1.x's generated default, and 2.x's default
+# (containerd docs/hosts.md; internal/cri/config/config_unix.go).
+CONTAINERD_1 = '[plugins."io.containerd.grpc.v1.cri".registry]\n  config_path = ""'
+CONTAINERD_2 = '[plugins."io.containerd.cri.v1.images".registry]\n  config_path = "/etc/containerd/certs.d:/etc/docker/certs.d"'
+
+
+def test_a_server_whose_containerd_ignores_certs_d_is_refused_with_the_change_to_make(tmp_path):
+    done = run(tmp_path / "root", mirror_lines(MIRRORS), ns.NODE_KIND_MACHINE, _containerd_stub(tmp_path, CONTAINERD_1))
+    assert done.returncode == 1
+    assert 'config_path = "/etc/containerd/certs.d"' in done.stderr and "restart containerd" in done.stderr
+    assert not (tmp_path / "root" / "etc").exists()
+
+
+def test_a_server_whose_containerd_reads_certs_d_gets_the_files(tmp_path):
+    done = run(tmp_path / "root", mirror_lines(MIRRORS), ns.NODE_KIND_MACHINE, _containerd_stub(tmp_path, CONTAINERD_2))
+    assert done.returncode == 0, done.stderr
+    assert set(files(tmp_path / "root")) == {f"{registry}/hosts.toml" for registry in MIRRORS}
+
+
+def test_removing_the_files_needs_no_containerd_check(tmp_path):
+    done = run(tmp_path / "root", "", ns.NODE_KIND_MACHINE, _containerd_stub(tmp_path, CONTAINERD_1))
+    assert done.returncode == 0, done.stderr

@@ -11,9 +11,11 @@
 #   NODE_NAME              Kubernetes Node name (for messages)
 #   REGISTRY_MIRRORS       one line per registry: "<registry host> <upstream server URL> <mirror URL>";
 #                          empty: remove every hosts.toml this script wrote (the delete action)
+#   NODE_KIND              container (kindest/node: containerd 2.x reads certs.d by default) | machine (checked)
 #   GPU_TENANCY_NODE_ROOT  test-only prefix for /etc
 #
-# Exit 0: the node's mirror files are exactly REGISTRY_MIRRORS. Exit 1: bad input or a foreign hosts.toml.
+# Exit 0: the node's mirror files are exactly REGISTRY_MIRRORS. Exit 1: bad input, a foreign hosts.toml, or (on a
+# machine) a containerd that would ignore the files.
 set -euo pipefail
 # One brace group: bash reads all of it from stdin before running any command.
 {
@@ -31,6 +33,23 @@ url_re='^https?://[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?(/[A-Za-z
 ours() {
   [[ -f "$1" ]] && [[ "$(head -n 1 "$1")" == "$marker" ]]
 }
+
+# A real server's containerd may not read certs.d at all (containerd 1.x generates `config_path = ""`): files it
+# ignores would make the mirror silently useless, so say what to change instead.
+if [[ "${NODE_KIND:-container}" == machine && -n "${REGISTRY_MIRRORS//[[:space:]]/}" ]]; then
+  if ! command -v containerd >/dev/null 2>&1; then
+    printf 'gpu-tenancy: node %s: containerd is not installed\n' "$node" >&2
+    exit 1
+  fi
+  if ! containerd config dump 2>/dev/null | grep -Eq '^[[:space:]]*config_path[[:space:]]*=[[:space:]]*"([^"]*:)?/etc/containerd/certs\.d/?(:[^"]*)?"'; then
+    printf 'gpu-tenancy: node %s: containerd does not read /etc/containerd/certs.d, so image mirrors would be ignored.\n' \
+      "$node" >&2
+    printf 'Set config_path = "/etc/containerd/certs.d" in /etc/containerd/config.toml (containerd 1.x: under\n' >&2
+    printf '[plugins."io.containerd.grpc.v1.cri".registry]; 2.x: [plugins."io.containerd.cri.v1.images".registry]),\n' >&2
+    printf 'restart containerd, and run pulumi up again; or drop management.registryMirrors\n' >&2
+    exit 1
+  fi
+fi
 
 wanted=" "
 while read -r registry server mirror extra; do
