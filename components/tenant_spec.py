@@ -313,19 +313,27 @@ def _secret_ref(name: str, namespace: str, key: str) -> dict[str, Any]:
     return {"secretReference": {"name": name, "namespace": namespace, "keyPath": key}}
 
 
-def shared_datastore_spec(namespace: str, replicas: int) -> dict[str, Any]:
-    """The DataStore kamaji-etcd would render in cert-manager mode (templates/etcd_datastore.yaml, v0.15.0)."""
-    ca, client = f"{SHARED_ETCD_NAME}-ca", f"{SHARED_ETCD_NAME}-client-certs"
+def _etcd_datastore_spec(fullname: str, namespace: str, replicas: int, ca: tuple[str, str, str],
+                         client: str) -> dict[str, Any]:
+    """An etcd DataStore: the endpoints of kamaji-etcd's headless service, its CA (secret, certificate key, private
+    key key) and its client certificate secret (tls.crt / tls.key)."""
+    ca_secret, ca_cert, ca_key = ca
     return {
         "driver": "etcd",
-        "endpoints": _etcd_endpoints(SHARED_ETCD_NAME, namespace, replicas),
+        "endpoints": _etcd_endpoints(fullname, namespace, replicas),
         "tlsConfig": {
-            "certificateAuthority": {"certificate": _secret_ref(ca, namespace, "tls.crt"),
-                                     "privateKey": _secret_ref(ca, namespace, "tls.key")},
+            "certificateAuthority": {"certificate": _secret_ref(ca_secret, namespace, ca_cert),
+                                     "privateKey": _secret_ref(ca_secret, namespace, ca_key)},
             "clientCertificate": {"certificate": _secret_ref(client, namespace, "tls.crt"),
                                   "privateKey": _secret_ref(client, namespace, "tls.key")},
         },
     }
+
+
+def shared_datastore_spec(namespace: str, replicas: int) -> dict[str, Any]:
+    """The DataStore kamaji-etcd would render in cert-manager mode (templates/etcd_datastore.yaml, v0.15.0)."""
+    return _etcd_datastore_spec(SHARED_ETCD_NAME, namespace, replicas,
+                                (f"{SHARED_ETCD_NAME}-ca", "tls.crt", "tls.key"), f"{SHARED_ETCD_NAME}-client-certs")
 
 
 def dedicated_datastore_name(tenant: str) -> str:
@@ -334,17 +342,9 @@ def dedicated_datastore_name(tenant: str) -> str:
 
 def dedicated_datastore_spec(namespace: str, replicas: int) -> dict[str, Any]:
     """A tenant's own kamaji-etcd (self-signed mode): etcd.caSecretName / etcd.clientSecretName in _helpers.tpl."""
-    ca, client = f"{DEDICATED_ETCD_NAME}-certs", f"{DEDICATED_ETCD_NAME}-root-client-certs"
-    return {
-        "driver": "etcd",
-        "endpoints": _etcd_endpoints(DEDICATED_ETCD_NAME, namespace, replicas),
-        "tlsConfig": {
-            "certificateAuthority": {"certificate": _secret_ref(ca, namespace, "ca.crt"),
-                                     "privateKey": _secret_ref(ca, namespace, "ca.key")},
-            "clientCertificate": {"certificate": _secret_ref(client, namespace, "tls.crt"),
-                                  "privateKey": _secret_ref(client, namespace, "tls.key")},
-        },
-    }
+    return _etcd_datastore_spec(DEDICATED_ETCD_NAME, namespace, replicas,
+                                (f"{DEDICATED_ETCD_NAME}-certs", "ca.crt", "ca.key"),
+                                f"{DEDICATED_ETCD_NAME}-root-client-certs")
 
 
 def _mib_bytes(mib: int) -> str:

@@ -43,3 +43,26 @@ def vendor_dir() -> Path:
     if path is None:
         pytest.skip(UPSTREAM_MISSING)
     return path
+
+
+@pytest.fixture
+def recorder(monkeypatch):
+    """Records, in order, every `kubeadm reset` on a simulated machine and every Node delete sent from the Pulumi
+    host: a node must leave before its Node object goes (else its kubelet registers it again)."""
+    from tools.sim import hostapi, systems
+
+    events: list[tuple[str, str]] = []
+    reset, delete = systems.reset, hostapi.SimClient.delete
+
+    def recording_reset(world, machine):
+        events.append(("reset", machine.name))
+        return reset(world, machine)
+
+    def recording_delete(self, kind, name, namespace=None):
+        if kind == "Node":
+            events.append(("delete Node", name))
+        return delete(self, kind, name, namespace)
+
+    monkeypatch.setattr(systems, "reset", recording_reset)
+    monkeypatch.setattr(hostapi.SimClient, "delete", recording_delete)
+    return events

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from components import node_scripts as ns
+from tests.stub_calls import recorded_calls
 
 NAME = "gpu-tenancy"
 CONTROL_PLANE = f"{NAME}-control-plane"
@@ -147,15 +148,7 @@ class Host:
         return self.base / "home/.kube/config"
 
     def calls(self, name: str) -> list[list[str]]:
-        path = self.state / f"{name}.argv"
-        if not path.exists():
-            return []
-        result = []
-        for line in path.read_text().splitlines():
-            count, *args = line.split("\x1f")
-            assert int(count) == len(args)
-            result.append(args)
-        return result
+        return recorded_calls(self.state / f"{name}.argv")
 
     def kind_calls(self, verb: str) -> list[list[str]]:
         return [call for call in self.calls("kind") if call[:2] == verb.split()]

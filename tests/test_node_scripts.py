@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from components import node_scripts as ns
+from tests.stub_calls import recorded_calls
 
 NODE = "tenant-a-worker-0"
 TOKEN = "abcdef.0123456789abcdef"
@@ -185,15 +186,7 @@ class Node:
         return self.base / "tmp"
 
     def calls(self, name: str) -> list[list[str]]:
-        path = self.calls_dir / f"{name}.argv"
-        if not path.exists():
-            return []
-        result = []
-        for line in path.read_text().splitlines():
-            count, *args = line.split("\x1f")
-            assert int(count) == len(args)
-            result.append(args)
-        return result
+        return recorded_calls(self.calls_dir / f"{name}.argv")
 
     def stub_calls(self) -> dict[str, list[list[str]]]:
         return {p.stem: self.calls(p.stem) for p in self.calls_dir.glob("*.argv")}

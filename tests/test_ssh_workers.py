@@ -23,7 +23,7 @@ from tests.ssh_worker import (
     worker_lab,
 )
 from tools.mockrun import load_stack_file
-from tools.sim import hostapi, systems
+from tools.sim import hostapi
 from tools.sim.state import plain
 
 REMOTE = "command:remote:Command"
@@ -37,26 +37,6 @@ OTHER_HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAISomebodyElsesServerKey000
 
 def _tokens(api) -> list[dict]:
     return [s for s in api.list("Secret", "kube-system") if s.get("type") == BOOTSTRAP_TOKEN]
-
-
-@pytest.fixture
-def recorder(monkeypatch):
-    """Records, in order, every `kubeadm reset` on a machine and every Node delete sent from the Pulumi host."""
-    events: list[tuple[str, str]] = []
-    reset, delete = systems.reset, hostapi.SimClient.delete
-
-    def recording_reset(world, machine):
-        events.append(("reset", machine.name))
-        return reset(world, machine)
-
-    def recording_delete(self, kind, name, namespace=None):
-        if kind == "Node":
-            events.append(("delete Node", name))
-        return delete(self, kind, name, namespace)
-
-    monkeypatch.setattr(systems, "reset", recording_reset)
-    monkeypatch.setattr(hostapi.SimClient, "delete", recording_delete)
-    return events
 
 
 # --------------------------------------------------------------------------- #

@@ -30,9 +30,6 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import yaml
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from pulumi.output import Unknown
 
 from components import tenant_api
@@ -71,25 +68,6 @@ _GROUP = re.compile(r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)(?:/namespaces/(
 # --------------------------------------------------------------------------- #
 
 
-def server_certificate(ca: pki.CertificateAuthority, sans: list[x509.GeneralName]) -> tuple[bytes, bytes]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.timezone.utc)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
-        .issuer_name(ca.certificate.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        .sign(ca.key, hashes.SHA256())
-    )
-    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption())
-    return certificate.public_bytes(serialization.Encoding.PEM), key_pem
-
-
 @dataclass
 class Seen:
     method: str
@@ -124,7 +102,7 @@ class ApiServer:
 
     def __init__(self, ca: pki.CertificateAuthority, directory: Path):
         self.ca = ca
-        cert, key = server_certificate(ca, [x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+        cert, key = ca.issue_server([x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
                                             x509.DNSName("tenant.example")])
         (directory / "server.crt").write_bytes(cert)
         (directory / "server.key").write_bytes(key)

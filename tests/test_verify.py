@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import copy
-import datetime
 import ipaddress
 import json
 import os
@@ -20,9 +19,6 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 import yaml
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from components.images import PAUSE_IMAGE, worker_images
 from components.plan import plan_summary
@@ -1452,32 +1448,12 @@ def test_real_connect_rejects_a_broken_kubeconfig():
 # --- client certificates and keys stay in memory ------------------------------------------------
 
 
-def _server_certificate(ca: pki.CertificateAuthority) -> tuple[bytes, bytes]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.timezone.utc)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
-        .issuer_name(ca.certificate.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                       critical=False)
-        .sign(ca.key, hashes.SHA256())
-    )
-    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption())
-    return certificate.public_bytes(serialization.Encoding.PEM), key_pem
-
-
 @pytest.fixture(scope="module")
 def tls_api(tmp_path_factory):
     """An API server over HTTPS that, like kube-apiserver, only talks to clients with a certificate of its CA."""
     ca = pki.new_ca("tenant-a")
     directory = tmp_path_factory.mktemp("tls-apiserver")
-    cert, key = _server_certificate(ca)
+    cert, key = ca.issue_server([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
     (directory / "server.crt").write_bytes(cert)
     (directory / "server.key").write_bytes(key)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

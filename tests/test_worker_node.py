@@ -349,25 +349,6 @@ def test_the_join_token_is_secret_in_the_state(lab):
 # --------------------------------------------------------------------------- #
 
 
-@pytest.fixture
-def recorder(monkeypatch):
-    """Records, in order, every `kubeadm reset` on a machine and every delete sent to an API from the Pulumi host."""
-    events: list[tuple[str, str]] = []
-    reset, delete = systems.reset, hostapi.SimClient.delete
-
-    def recording_reset(world, machine):
-        events.append(("reset", machine.name))
-        return reset(world, machine)
-
-    def recording_delete(self, kind, name, namespace=None):
-        events.append((f"delete {kind}", name))
-        return delete(self, kind, name, namespace)
-
-    monkeypatch.setattr(systems, "reset", recording_reset)
-    monkeypatch.setattr(hostapi.SimClient, "delete", recording_delete)
-    return events
-
-
 def test_a_replaced_container_leaves_and_joins_again_and_a_removed_worker_is_reset_before_its_node_goes(recorder):
     sim = worker_lab({"name": "worker-1"}, {"name": "worker-2"})
     sim.up(skip_preview=True)

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pulumi.runtime import rpc
+
+from tools.sim.state import contains_secret, plain
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 MAIN = PROJECT_ROOT / "__main__.py"
@@ -28,25 +29,8 @@ PROJECT = "gpu-tenancy"
 # --------------------------------------------------------------------------- #
 
 
-def unwrap(value: Any) -> Any:
-    """Plain value with every secret marker removed (recursively)."""
-    if rpc.is_rpc_secret(value):
-        return unwrap(rpc.unwrap_rpc_secret(value))
-    if isinstance(value, dict):
-        return {k: unwrap(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [unwrap(v) for v in value]
-    return value
-
-
-def contains_secret(value: Any) -> bool:
-    if rpc.is_rpc_secret(value):
-        return True
-    if isinstance(value, dict):
-        return any(contains_secret(v) for v in value.values())
-    if isinstance(value, list):
-        return any(contains_secret(v) for v in value)
-    return False
+# Plain values (secret markers removed) and whether a value holds a secret: the simulator's own helpers.
+unwrap = plain
 
 
 @dataclass

@@ -67,6 +67,25 @@ class CertificateAuthority:
         )
         return certificate.public_bytes(serialization.Encoding.PEM), key_pem
 
+    def issue_server(self, sans: list[x509.GeneralName]) -> tuple[bytes, bytes]:
+        """(certificate PEM, key PEM) of an API server certificate for these subject alternative names."""
+        key = ec.generate_private_key(ec.SECP256R1())
+        certificate = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
+            .issuer_name(self.certificate.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(_NOT_BEFORE)
+            .not_valid_after(_NOT_AFTER)
+            .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+            .sign(self.key, hashes.SHA256())
+        )
+        key_pem = key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        return certificate.public_bytes(serialization.Encoding.PEM), key_pem
+
     def verify(self, certificate: x509.Certificate) -> bool:
         try:
             self.key.public_key().verify(

@@ -1,0 +1,32 @@
+"""What `make` runs (dry runs: `make -n`), where the order or the environment matters."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="GNU make is not installed")
+
+
+def dry_run(target: str) -> list[str]:
+    done = subprocess.run(["make", "-n", target, "STACK=dev"], cwd=ROOT, capture_output=True, text=True, check=True)
+    return done.stdout.splitlines()
+
+
+@pytest.mark.parametrize(("target", "command"), [("up", "pulumi up"), ("down", "pulumi destroy")])
+def test_pulumi_runs_with_a_private_tmpdir_removed_afterwards(target, command):
+    # pulumi-kubernetes leaves each provider's kubeconfig in $TMPDIR (provider.go writeKubeconfigToFile).
+    (line,) = [line for line in dry_run(target) if command in line]
+    assert line.startswith('tmp="$(mktemp -d)" && trap \'rm -rf "$tmp"\' EXIT && TMPDIR="$tmp" ')
+
+
+def test_make_up_fetches_the_chart_before_preflight_checks_it():
+    lines = dry_run("up")
+    charts = next(i for i, line in enumerate(lines) if "tools.upstream fetch --group chart" in line)
+    preflight = next(i for i, line in enumerate(lines) if "tools.preflight" in line)
+    assert charts < preflight
