@@ -36,7 +36,7 @@ help:
 	@echo "make verify      check the running platform of stack '$(STACK)' (exit 0 = every check holds)"
 	@echo "make kubeconfig TENANT=<name> [ADMIN=1]  write the tenant's user (or admin) kubeconfig, mode 600"
 	@echo "make test        create .venv, install pinned dependencies, lint, run the tests"
-	@echo "make lint        ruff on the Python code, shellcheck on components/scripts/*.sh"
+	@echo "make lint        ruff on the Python code, shellcheck on components/*/scripts/*.sh"
 	@echo "make preflight   check this host and Pulumi.$(STACK).yaml (about a second)"
 	@echo "make upstream    download the pinned upstream reference files (CRDs, chart values), check their sha256"
 	@echo "make charts      download the pinned Kamaji chart (and kamaji-etcd), check every file"
@@ -58,19 +58,19 @@ venv: $(VENV)/.installed
 
 lint: venv
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/shellcheck -x components/scripts/*.sh
+	$(VENV)/bin/shellcheck -x components/*/scripts/*.sh
 
 test: lint
 	$(PY) -m pytest
 
 preflight: venv
-	$(PY) -m tools.preflight --stack $(STACK) --charts
+	$(PY) -m ops.preflight --stack $(STACK) --charts
 
 upstream: venv
-	$(PY) -m tools.upstream fetch --group reference
+	$(PY) -m ops.upstream fetch --group reference
 
 charts: venv
-	$(PY) -m tools.upstream fetch --group chart
+	$(PY) -m ops.upstream fetch --group chart
 
 pulumi-cli:
 	@command -v pulumi >/dev/null || { echo "the pulumi CLI is not on PATH: curl -fsSL https://get.pulumi.com | sh -s -- --version 3.272.0" >&2; exit 1; }
@@ -83,7 +83,7 @@ backend: pulumi-cli venv
 			echo "  mkdir -p '$(PASSPHRASE_DIR)' && mv .pulumi-passphrase '$$PULUMI_CONFIG_PASSPHRASE_FILE'" >&2; \
 			exit 1; \
 		fi; \
-		$(PY) -m tools.passphrase "$$PULUMI_CONFIG_PASSPHRASE_FILE" --stack $(STACK) --state-dir $(STATE_DIR) || exit 1; \
+		$(PY) -m ops.passphrase "$$PULUMI_CONFIG_PASSPHRASE_FILE" --stack $(STACK) --state-dir $(STATE_DIR) || exit 1; \
 	fi
 	pulumi stack select $(STACK) --create
 
@@ -94,7 +94,7 @@ PRIVATE_TMP := tmp="$$(mktemp -d)" && trap 'rm -rf "$$tmp"' EXIT && TMPDIR="$$tm
 
 up: charts preflight backend
 	$(PRIVATE_TMP) pulumi up --stack $(STACK) $(PULUMI_FLAGS)
-	@$(PY) -m tools.status --stack $(STACK) || true
+	@$(PY) -m ops.status --stack $(STACK) || true
 
 # A cluster that no longer answers cannot stop a tear-down: its objects are dropped from the state
 # (pulumi-kubernetes reads PULUMI_K8S_DELETE_UNREACHABLE; an adopted cluster's provider refuses it explicitly).
@@ -102,22 +102,22 @@ down: pulumi-cli venv backend
 	$(PRIVATE_TMP) PULUMI_K8S_DELETE_UNREACHABLE=true pulumi destroy --stack $(STACK) $(PULUMI_FLAGS)
 
 status: pulumi-cli venv
-	$(PY) -m tools.status --stack $(STACK)
+	$(PY) -m ops.status --stack $(STACK)
 
 verify: pulumi-cli venv
-	$(PY) -m tools.verify --stack $(STACK)
+	$(PY) -m ops.verify --stack $(STACK)
 
 graph: venv
 ifeq ($(TENANTS),)
-	$(PY) -m tools.graph --stack $(STACK) --mermaid docs/dependency-graph.md
+	$(PY) -m ops.graph --stack $(STACK) --mermaid docs/dependency-graph.md
 else
 	@mkdir -p $(BUILD)
-	$(PY) -m tools.graph --tenants $(TENANTS) --mermaid $(BUILD)/dependency-graph-$(TENANTS).md
+	$(PY) -m ops.graph --tenants $(TENANTS) --mermaid $(BUILD)/dependency-graph-$(TENANTS).md
 endif
 
 docs: venv
-	$(PY) -m tools.graph --stack dev --mermaid docs/dependency-graph.md
-	$(PY) -m tools.readme
+	$(PY) -m ops.graph --stack dev --mermaid docs/dependency-graph.md
+	$(PY) -m tests.support.readme
 
 bench: venv
 	$(PY) -m bench.graph_bench
@@ -128,4 +128,4 @@ e2e: venv charts
 
 kubeconfig: pulumi-cli venv
 	@test -n "$(TENANT)" || { echo "usage: make kubeconfig TENANT=<tenant name> [ADMIN=1]" >&2; exit 2; }
-	@$(PY) -m tools.kubeconfig --stack $(STACK) --tenant '$(TENANT)' $(if $(ADMIN),--admin)
+	@$(PY) -m ops.kubeconfig --stack $(STACK) --tenant '$(TENANT)' $(if $(ADMIN),--admin)

@@ -8,14 +8,14 @@ GPUs and the in-stack smoke test. Tenants never depend on each other.
 
 import pulumi
 
-from components.hami import GpuNode, HamiMockGpu, HamiMockGpuArgs
-from components.kamaji import ETCD_CHART_DIR, Kamaji, KamajiArgs
-from components.kind_cluster import KindManagementCluster, KindManagementClusterArgs
+from components.gpu.hami import GpuNode, HamiMockGpu, HamiMockGpuArgs
+from components.management.cluster import KindManagementCluster, KindManagementClusterArgs
+from components.management.image_cache import RegistryMirror, RegistryMirrorArgs, worker_mirrors
+from components.management.kamaji import ETCD_CHART_DIR, Kamaji, KamajiArgs
 from components.naming import node_name
 from components.plan import plan_summary
-from components.registry_mirror import RegistryMirror, RegistryMirrorArgs, worker_mirrors
-from components.tenant_control_plane import TenantCni, TenantCniArgs, TenantControlPlane, TenantControlPlaneArgs
-from components.worker_node import TenantAccess, WorkerNode, WorkerNodeArgs, worker_image
+from components.tenant.control_plane import TenantCni, TenantCniArgs, TenantControlPlane, TenantControlPlaneArgs
+from components.worker.node import TenantAccess, WorkerNode, WorkerNodeArgs, worker_image
 from config import read_stack_config
 
 config = read_stack_config()

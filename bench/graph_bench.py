@@ -14,7 +14,7 @@ import argparse
 import statistics
 import sys
 
-from tools.graph import evaluate, generated_config
+from ops.graph import evaluate, generated_config
 
 
 def measure(tenants: int, repeat: int) -> dict[str, float | int]:

@@ -15,9 +15,9 @@ import sys
 from dataclasses import dataclass
 
 from components.images import node_images
-from components.registry_mirror import registries_of
+from components.management.image_cache import registries_of
 from config import load_stack_config
-from tools.graph import generated_config
+from ops.graph import generated_config
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ def _docker_hub(images) -> int:
 
 def pull_counts(config, cached: set[str] | None = None) -> PullCounts:
     """`cached`: what the cache volume holds before the `up` after `make down` (default: everything the first `up`
-    pulled, as the caches never expire content: REGISTRY_PROXY_TTL=0s in components/registry_mirror.py)."""
+    pulled, as the caches never expire content: REGISTRY_PROXY_TTL=0s in components/management/image_cache.py)."""
     nodes = node_images(config)
     every_pull = [image for images in nodes.values() for image in images]
     distinct = set(every_pull)

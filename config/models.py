@@ -371,7 +371,7 @@ class Management(StrictModel):
     # managed clusters need one).
     allow_exec_credentials: bool = False
     # Kind mode: a pull-through cache per upstream registry on the kind network, used by the kind node and every
-    # container worker (components/registry_mirror.py). Not available with `kubeconfig` (see registryMirrors).
+    # container worker (components/management/image_cache.py). Not available with `kubeconfig` (see registryMirrors).
     image_mirror: bool = True
     # Docker Hub account for the docker.io cache (secret); without it the cache pulls anonymously.
     docker_hub: DockerHubCredentials | None = None
@@ -415,7 +415,7 @@ class Versions(StrictModel):
     # metallb/metallb chart, native L2 mode.
     metallb: str = "0.15.3"
     # clastix/kamaji image; the chart installed with it is charts/kamaji at the same tag, fetched and verified
-    # by `make charts` (tools/upstream_manifest.json), because the published chart is a moving 0.0.0+latest.
+    # by `make charts` (ops/upstream_manifest.json), because the published chart is a moving 0.0.0+latest.
     kamaji_image: str = "26.8.2-edge"
     # projectcalico tigera-operator + CRD charts; 3.32 is tested on Kubernetes 1.34-1.36.
     calico: str = "v3.32.1"

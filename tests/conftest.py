@@ -8,8 +8,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tools import upstream  # noqa: E402
-from tools.mockrun import load_stack_file  # noqa: E402
+from ops import upstream  # noqa: E402
+from tests.support.mockrun import load_stack_file  # noqa: E402
 
 SHARED = ROOT.parent / "shared"
 
@@ -49,7 +49,7 @@ def vendor_dir() -> Path:
 def recorder(monkeypatch):
     """Records, in order, every `kubeadm reset` on a simulated machine and every Node delete sent from the Pulumi
     host: a node must leave before its Node object goes (else its kubelet registers it again)."""
-    from tools.sim import hostapi, systems
+    from tests.support.sim import hostapi, systems
 
     events: list[tuple[str, str]] = []
     reset, delete = systems.reset, hostapi.SimClient.delete

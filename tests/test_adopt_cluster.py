@@ -8,7 +8,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 
-from components.kamaji import (
+from components.management.cluster import KindManagementCluster, KindManagementClusterArgs
+from components.management.kamaji import (
     ADOPTED_LB_POOL_NAME,
     CERT_MANAGER_CHART,
     KAMAJI_NAMESPACE,
@@ -16,12 +17,11 @@ from components.kamaji import (
     Kamaji,
     KamajiArgs,
 )
-from components.kind_cluster import KindManagementCluster, KindManagementClusterArgs
 from components.naming import COMPONENT_PREFIX
 from config import Versions
-from tools.mockrun import ProgramFailedError, run_program
-from tools.sim import World
-from tools.sim.lab import lab_world
+from tests.support.mockrun import ProgramFailedError, run_program
+from tests.support.sim import World
+from tests.support.sim.lab import lab_world
 
 WORKER_CIDRS = ["10.20.0.0/16", "192.168.7.0/24"]
 POOL = "10.20.255.200-10.20.255.220"

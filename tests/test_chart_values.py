@@ -1,6 +1,6 @@
 """The values-key checker must be able to fail, or the chart tests prove nothing."""
 
-from tests.chart_values import load_chart_values, unknown_value_keys
+from tests.support.chart_values import load_chart_values, unknown_value_keys
 
 
 def test_detects_the_removed_hami_image_tag_key(vendor_dir):

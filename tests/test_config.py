@@ -7,7 +7,7 @@ import pytest
 
 from config import ConfigError, load_stack_config
 from config.models import KIND_NODE_IMAGES, MAX_SIMULATED_MEMORY_MIB_PER_WORKER, Management
-from tools.mockrun import ProgramFailedError, load_stack_file, run_program
+from tests.support.mockrun import ProgramFailedError, load_stack_file, run_program
 
 
 def card(uuid, memory=8192, cores=100, slots=10, model="NVIDIA-A100"):

@@ -11,8 +11,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from config import ConfigError, load_stack_config
-from tests.fixtures import kubeconfig_yaml
-from tools.mockrun import load_stack_file
+from tests.support.fixtures import kubeconfig_yaml
+from tests.support.mockrun import load_stack_file
 
 PRIVATE_KEY = ed25519.Ed25519PrivateKey.generate().private_bytes(
     serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tools.graph_analysis import GraphNode, analyse, longest_chain, mermaid
+from ops.graph_analysis import GraphNode, analyse, longest_chain, mermaid
 
 STACK = "urn:pulumi:dev::gpu-tenancy::pulumi:pulumi:Stack::gpu-tenancy-dev"
 TCP = "gpu-tenancy:index:TenantControlPlane"

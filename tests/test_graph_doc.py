@@ -3,8 +3,8 @@
 import re
 from pathlib import Path
 
-from tools.graph import evaluate, mermaid_document
-from tools.mockrun import load_stack_file
+from ops.graph import evaluate, mermaid_document
+from tests.support.mockrun import load_stack_file
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "dependency-graph.md"
 
@@ -15,7 +15,7 @@ def test_docs_dependency_graph_is_current():
 
 
 def test_graph_cli_prints_chain_and_no_coupling(capsys, tmp_path):
-    from tools.graph import main
+    from ops.graph import main
 
     target = tmp_path / "g.mmd"
     assert main(["--tenants", "3", "--mermaid", str(target)]) == 0
@@ -27,7 +27,7 @@ def test_graph_cli_prints_chain_and_no_coupling(capsys, tmp_path):
 
 
 def test_a_config_mistake_is_a_message_and_exit_2_not_a_traceback(capsys, tmp_path, monkeypatch):
-    import tools.graph as graph
+    import ops.graph as graph
 
     monkeypatch.setattr(graph, "load_stack_file", lambda name: {"tenantz": []})
     assert graph.main(["--stack", "broken"]) == 2
@@ -37,7 +37,7 @@ def test_a_config_mistake_is_a_message_and_exit_2_not_a_traceback(capsys, tmp_pa
 
 
 def test_a_missing_stack_file_says_how_to_create_it(capsys):
-    from tools.graph import main
+    from ops.graph import main
 
     assert main(["--stack", "no-such-stack"]) == 2
     assert "Pulumi.no-such-stack.yaml does not exist" in capsys.readouterr().err

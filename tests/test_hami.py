@@ -12,16 +12,16 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from components.gpu_register import JOIN_ANNOTATION, REGISTER_ANNOTATION, device_type, gpu_capacity, register_annotation
-from components.hami_smoke import planned_evidence
-from components.hami_values import WEBHOOK_EXEMPT_NAMESPACES
+from components.gpu.cards import JOIN_ANNOTATION, REGISTER_ANNOTATION, device_type, gpu_capacity, register_annotation
+from components.gpu.smoke import planned_evidence
+from components.gpu.values import WEBHOOK_EXEMPT_NAMESPACES
 from components.naming import node_name
 from config import GpuCard, SmokeTest, Tenant
 from tests.conftest import SHARED
-from tests.lifecycle_support import kind_lab
+from tests.support.lifecycle_support import kind_lab
+from tests.support.mockrun import ProgramRun, load_stack_file, registration, run_program
+from tests.support.sim import paths, plain, systems
 from tests.test_config_infrastructure import prod_example_with_secrets
-from tools.mockrun import ProgramRun, load_stack_file, registration, run_program
-from tools.sim import paths, plain, systems
 
 A100 = {"uuid": "GPU-MOCK-A0", "model": "NVIDIA-A100", "memoryMiB": 8192, "cores": 100, "slots": 10}
 

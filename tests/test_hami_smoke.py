@@ -1,11 +1,11 @@
-"""The GPU smoke-test pod and the evidence check that judges it (components/hami_smoke.py)."""
+"""The GPU smoke-test pod and the evidence check that judges it (components/gpu/smoke.py)."""
 
 import copy
 
 import kubernetes_validate
 import pytest
 
-from components.hami_smoke import (
+from components.gpu.smoke import (
     SmokeTestError,
     check_smoke_evidence,
     observed_pod,
@@ -14,7 +14,7 @@ from components.hami_smoke import (
 )
 from components.images import PAUSE_IMAGE
 from config import SmokeTest
-from tests.chart_values import load_chart_values
+from tests.support.chart_values import load_chart_values
 
 NODE = "tenant-a-worker-0"
 URN = "urn:pulumi:dev::gpu-tenancy::gpu-tenancy:index:HamiMockGpu$kubernetes:core/v1:Pod::tenant-a-gpu-smoke-test"

@@ -5,7 +5,7 @@ import re
 import pytest
 import yaml
 
-from components.hami_values import (
+from components.gpu.values import (
     WEBHOOK_EXEMPT_NAMESPACES,
     device_config_yaml,
     hami_values,
@@ -13,7 +13,7 @@ from components.hami_values import (
 )
 from config import Versions
 from config.validate import SYSTEM_NAMESPACES
-from tests.chart_values import load_chart_values, unknown_value_keys
+from tests.support.chart_values import load_chart_values, unknown_value_keys
 
 VERSIONS = Versions()
 

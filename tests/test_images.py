@@ -11,10 +11,10 @@ import yaml
 
 from bench.image_pulls import pull_counts, table
 from components.images import PAUSE_IMAGE, node_images, platform_images
-from components.registry_mirror import MIRRORED_REGISTRIES, registries_of
+from components.management.image_cache import MIRRORED_REGISTRIES, registries_of
 from config import load_stack_config
-from tools.graph import generated_config
-from tools.mockrun import load_stack_file
+from ops.graph import generated_config
+from tests.support.mockrun import load_stack_file
 
 
 def dev():

@@ -1,4 +1,4 @@
-"""The management plane (components/kamaji.py, components/helm.py): cert-manager, Kamaji from the verified local chart
+"""The management plane (components/management/kamaji.py, components/helm.py): cert-manager, Kamaji from the verified local chart
 with its kamaji-etcd subchart, the DataStore this program owns, the etcd NetworkPolicy, the gate on Kamaji's
 webhook, and MetalLB with its pool. Values and objects are checked against the vendored upstream files."""
 
@@ -18,7 +18,8 @@ import pytest
 import yaml
 
 from components.helm import helm_values_args, null_overrides, without_nulls
-from components.kamaji import (
+from components.management.cluster import KindManagementCluster, KindManagementClusterArgs
+from components.management.kamaji import (
     DEFAULT_DATASTORE,
     ETCD_CHART_DIR,
     KAMAJI_CHART_DIR,
@@ -35,15 +36,14 @@ from components.kamaji import (
     metallb_values,
     pool_bounds,
 )
-from components.kind_cluster import KindManagementCluster, KindManagementClusterArgs
 from components.naming import COMPONENT_PREFIX
 from config import Versions
-from tests.chart_values import load_chart_values, unknown_value_keys
-from tests.crd_schema import crd_json_schema, schema_errors
-from tests.fixtures import KIND_GATEWAY_V4, KIND_SUBNET_V4
-from tools import upstream
-from tools.mockrun import PROJECT_ROOT, load_stack_file, run_program
-from tools.sim.lab import lab_world
+from ops import upstream
+from tests.support.chart_values import load_chart_values, unknown_value_keys
+from tests.support.crd_schema import crd_json_schema, schema_errors
+from tests.support.fixtures import KIND_GATEWAY_V4, KIND_SUBNET_V4
+from tests.support.mockrun import PROJECT_ROOT, load_stack_file, run_program
+from tests.support.sim.lab import lab_world
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 DATASTORE = "kubernetes:kamaji.clastix.io/v1alpha1:DataStore"

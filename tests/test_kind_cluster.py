@@ -12,9 +12,9 @@ import pulumi
 import pytest
 import yaml
 
-from components import kind_cluster, node_scripts
-from components.kamaji import Kamaji, KamajiArgs
-from components.kind_cluster import (
+from components import shell as node_scripts
+from components.management import cluster as kind_cluster
+from components.management.cluster import (
     STACK_LABEL,
     KindManagementCluster,
     KindManagementClusterArgs,
@@ -28,12 +28,13 @@ from components.kind_cluster import (
     stack_marker,
     worker_networks,
 )
+from components.management.kamaji import Kamaji, KamajiArgs
 from components.naming import COMPONENT_PREFIX, KIND_NETWORK
 from config import Versions
-from tests.fixtures import KIND_SUBNET_V4, KIND_SUBNET_V6, kubeconfig_yaml
-from tools.mockrun import PROJECT, run_program
-from tools.sim import Lifecycle, engine
-from tools.sim.lab import lab_world
+from tests.support.fixtures import KIND_SUBNET_V4, KIND_SUBNET_V6, kubeconfig_yaml
+from tests.support.mockrun import PROJECT, run_program
+from tests.support.sim import Lifecycle, engine
+from tests.support.sim.lab import lab_world
 
 NAME = "gpu-tenancy"
 IMAGE = "kindest/node:v1.35.0"

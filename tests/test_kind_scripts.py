@@ -1,4 +1,4 @@
-"""components/scripts/kind-create.sh and kind-delete.sh, run with bash against stub `kind` and `docker`.
+"""components/management/scripts/kind-create.sh and kind-delete.sh, run with bash against stub `kind` and `docker`.
 
 The stubs keep a tiny model of the host in a state directory: the kind clusters, the owner label on each
 cluster's control-plane node, which control-plane containers run, and every kubeconfig file kind writes.
@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components import node_scripts as ns
-from tests.stub_calls import recorded_calls
+from components import shell as ns
+from tests.support.stub_calls import recorded_calls
 
 NAME = "gpu-tenancy"
 CONTROL_PLANE = f"{NAME}-control-plane"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 
-from tests.lifecycle_support import adopt_lab, kind_lab, lab_world, tenant_names
+from tests.support.lifecycle_support import adopt_lab, kind_lab, lab_world, tenant_names
 
 CARD_C = {"uuid": "GPU-MOCK-C0", "model": "NVIDIA-A100", "memoryMiB": 8192}
 

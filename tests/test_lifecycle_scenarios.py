@@ -6,7 +6,14 @@ and what is left alone. A failing test prints the plan the way `pulumi preview` 
 
 from __future__ import annotations
 
-from tests.lifecycle_support import MANAGEMENT, adopt_lab, changed_by_owner, kind_lab, running_kind_lab, tenant_names
+from tests.support.lifecycle_support import (
+    MANAGEMENT,
+    adopt_lab,
+    changed_by_owner,
+    kind_lab,
+    running_kind_lab,
+    tenant_names,
+)
 
 CARD_C = {"uuid": "GPU-MOCK-C0", "model": "NVIDIA-A100", "memoryMiB": 8192}
 

@@ -27,6 +27,6 @@ def test_pulumi_runs_with_a_private_tmpdir_removed_afterwards(target, command):
 
 def test_make_up_fetches_the_chart_before_preflight_checks_it():
     lines = dry_run("up")
-    charts = next(i for i, line in enumerate(lines) if "tools.upstream fetch --group chart" in line)
-    preflight = next(i for i, line in enumerate(lines) if "tools.preflight" in line)
+    charts = next(i for i, line in enumerate(lines) if "ops.upstream fetch --group chart" in line)
+    preflight = next(i for i, line in enumerate(lines) if "ops.preflight" in line)
     assert charts < preflight

@@ -1,4 +1,4 @@
-"""components/scripts/node-mirrors.sh, run with bash on a temporary node root (GPU_TENANCY_NODE_ROOT).
+"""components/worker/scripts/node-mirrors.sh, run with bash on a temporary node root (GPU_TENANCY_NODE_ROOT).
 
 The files it writes are compared with containerd's documented mirror layout (containerd docs/hosts.md @v2.2.0,
 "Setup a Local Mirror for Docker": `server` is the fallback, each `[host."<mirror>"]` is tried first with
@@ -19,8 +19,8 @@ try:
 except ImportError:  # Python 3.10
     import tomli as tomllib
 
-from components import node_scripts as ns
-from components.registry_mirror import hosts_toml, mirror_lines, stack_mirrors
+from components import shell as ns
+from components.management.image_cache import hosts_toml, mirror_lines, stack_mirrors
 
 NODE = "tenant-a-worker-0"
 MIRRORS = stack_mirrors("gpu-tenancy")

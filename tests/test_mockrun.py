@@ -1,11 +1,11 @@
-"""The harness itself (`tools.mockrun`): what a Registration records, stack outputs, and how a failed run reads."""
+"""The harness itself (`tests.support.mockrun`): what a Registration records, stack outputs, and how a failed run reads."""
 
 import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 
-from tools.mockrun import ProgramFailedError, load_stack_file, run_program
-from tools.sim.lab import lab_world
+from tests.support.mockrun import ProgramFailedError, load_stack_file, run_program
+from tests.support.sim.lab import lab_world
 
 TOKEN = "abcdef.0123456789abcdef"
 

@@ -12,8 +12,8 @@ import copy
 import pytest
 
 from config import ConfigError, load_stack_config
-from tests.lifecycle_support import running_kind_lab
-from tools.mockrun import load_stack_file
+from tests.support.lifecycle_support import running_kind_lab
+from tests.support.mockrun import load_stack_file
 
 
 @pytest.fixture(scope="module")

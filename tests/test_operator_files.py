@@ -1,5 +1,5 @@
-"""Secrets written on the operator's host: `tools.private_file`, `make backend` (tools.passphrase) and
-`make kubeconfig` (tools.kubeconfig, against a stub `pulumi` CLI on PATH)."""
+"""Secrets written on the operator's host: `ops.private_file`, `make backend` (ops.passphrase) and
+`make kubeconfig` (ops.kubeconfig, against a stub `pulumi` CLI on PATH)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tools import kubeconfig, passphrase
-from tools.private_file import write_private
+from ops import kubeconfig, passphrase
+from ops.private_file import write_private
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,7 +65,7 @@ def test_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
 
 
 # --------------------------------------------------------------------------- #
-# tools.passphrase (`make backend`)
+# ops.passphrase (`make backend`)
 # --------------------------------------------------------------------------- #
 
 
@@ -107,20 +107,20 @@ def test_passphrase_cli(tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit) as usage:
         passphrase.main([])
     assert usage.value.code == 2
-    assert "usage: python -m tools.passphrase" in capsys.readouterr().err
+    assert "usage: python -m ops.passphrase" in capsys.readouterr().err
     monkeypatch.setenv("HOME", str(tmp_path))
     assert passphrase.main(["~/.config/gpu-tenancy/dev.passphrase"]) == 0
     path = tmp_path / ".config" / "gpu-tenancy" / "dev.passphrase"
     assert capsys.readouterr().out.startswith(f"generated {path}")
     assert mode(path) == 0o600
-    # As the Makefile runs it: `$(PY) -m tools.passphrase "$PULUMI_CONFIG_PASSPHRASE_FILE"`.
-    done = subprocess.run([sys.executable, "-m", "tools.passphrase", str(path)], cwd=ROOT,
+    # As the Makefile runs it: `$(PY) -m ops.passphrase "$PULUMI_CONFIG_PASSPHRASE_FILE"`.
+    done = subprocess.run([sys.executable, "-m", "ops.passphrase", str(path)], cwd=ROOT,
                           capture_output=True, text=True, check=False)
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
 
 
 # --------------------------------------------------------------------------- #
-# tools.kubeconfig (`make kubeconfig TENANT=<name> [ADMIN=1]`) against a stub pulumi CLI
+# ops.kubeconfig (`make kubeconfig TENANT=<name> [ADMIN=1]`) against a stub pulumi CLI
 # --------------------------------------------------------------------------- #
 
 USER_KUBECONFIGS = {"alpha": "alpha user kubeconfig\n", "beta": "beta user kubeconfig\n"}
@@ -260,8 +260,8 @@ def test_no_pulumi_cli(out, monkeypatch, tmp_path, capsys):
 
 
 def test_kubeconfig_cli_requires_stack_and_tenant(pulumi, out):
-    # `python -m tools.kubeconfig` as the Makefile runs it; argparse refuses before anything is asked or written.
-    done = subprocess.run([sys.executable, "-m", "tools.kubeconfig", "--stack", "dev"], cwd=ROOT,
+    # `python -m ops.kubeconfig` as the Makefile runs it; argparse refuses before anything is asked or written.
+    done = subprocess.run([sys.executable, "-m", "ops.kubeconfig", "--stack", "dev"], cwd=ROOT,
                           capture_output=True, text=True, check=False)
     assert done.returncode == 2
     assert "the following arguments are required: --tenant" in done.stderr

@@ -6,8 +6,8 @@ import textwrap
 import pytest
 import yaml
 
-from tools import preflight
-from tools.preflight import (
+from ops import preflight
+from ops.preflight import (
     DOCKER_INFO,
     KIND_NETWORK,
     Probes,

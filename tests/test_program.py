@@ -16,18 +16,18 @@ from typing import Any
 import pytest
 import yaml
 
-from components.gpu_register import REGISTER_ANNOTATION, register_annotation
-from components.tenant_spec import ADMIN_KUBECONFIG_KEY, admin_kubeconfig_secret_name, discovery_hash
+from components.gpu.cards import REGISTER_ANNOTATION, register_annotation
+from components.tenant.spec import ADMIN_KUBECONFIG_KEY, admin_kubeconfig_secret_name, discovery_hash
 from config import load_stack_config
 from config.models import KIND_NODE_IMAGES, Management
-from tests.crd_schema import crd_json_schema, schema_errors
-from tests.fixtures import KIND_SUBNET_V4
-from tools.graph import evaluate, generated_config, graph_nodes, tenant_owners
-from tools.graph_analysis import analyse
-from tools.mockrun import ProgramRun, StackOutput, load_stack_file, registration, run_program, unwrap
-from tools.sim import Lifecycle, World, pki
-from tools.sim.lab import lab_world
-from tools.sim.state import is_secret, plain
+from ops.graph import evaluate, generated_config, graph_nodes, tenant_owners
+from ops.graph_analysis import analyse
+from tests.support.crd_schema import crd_json_schema, schema_errors
+from tests.support.fixtures import KIND_SUBNET_V4
+from tests.support.mockrun import ProgramRun, StackOutput, load_stack_file, registration, run_program, unwrap
+from tests.support.sim import Lifecycle, World, pki
+from tests.support.sim.lab import lab_world
+from tests.support.sim.state import is_secret, plain
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 COMMAND = "command:local:Command"
@@ -55,7 +55,7 @@ class FirstUp:
 
 
 def first_up(config: dict[str, Any], world: World, *, stack: str = "dev", secret_keys: tuple[str, ...] = ()) -> FirstUp:
-    """What `tools.mockrun.run_program` does (an `up` without preview), keeping the engine for its state."""
+    """What `tests.support.mockrun.run_program` does (an `up` without preview), keeping the engine for its state."""
     sim = Lifecycle(copy.deepcopy(config), world=world, stack=stack, secret_keys=secret_keys)
     plan = sim.up(skip_preview=True)
     resources = [registration(r) for r in sim.engine.last_operation.registered.values()]
@@ -160,7 +160,7 @@ def test_every_tenant_gets_a_schema_valid_control_plane_with_all_addons(dev, ven
     for tcp in tcps.values():
         manifest = {k: tcp.inputs[k] for k in ("apiVersion", "kind", "metadata", "spec")}
         assert schema_errors(manifest, schema) == []
-        # kube-proxy is not Kamaji's addon: the program runs its own (components/kube_proxy.py).
+        # kube-proxy is not Kamaji's addon: the program runs its own (components/tenant/kube_proxy.py).
         assert set(manifest["spec"]["addons"]) == {"coreDNS", "konnectivity"}
         tenant = manifest["metadata"]["name"]
         assert dev.named(f"{tenant}-kube-proxy-daemonset").inputs["metadata"]["namespace"] == "kube-system"

@@ -13,15 +13,15 @@ import ipaddress
 import pytest
 import yaml
 
-from components.tenant_spec import admin_kubeconfig_secret_name
+from components.tenant.spec import admin_kubeconfig_secret_name
 from config import load_stack_config
-from tests.crd_schema import crd_json_schema, schema_errors
+from tests.support.crd_schema import crd_json_schema, schema_errors
+from tests.support.mockrun import load_stack_file, run_program
+from tests.support.sim.lab import adopt, lab_world
+from tests.support.sim.state import plain
+from tests.support.sim.world import ADOPTED_LB_RANGE
 from tests.test_config_infrastructure import PRIVATE_KEY, prod_example_with_secrets
 from tests.test_program import SECRET_OUTPUTS, STACK_OUTPUTS, FirstUp, credential_parts, first_up, leaks
-from tools.mockrun import load_stack_file, run_program
-from tools.sim.lab import adopt, lab_world
-from tools.sim.state import plain
-from tools.sim.world import ADOPTED_LB_RANGE
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 REMOTE = "command:remote:Command"

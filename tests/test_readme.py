@@ -10,7 +10,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from config.models import StackConfig
-from tools import readme
+from tests.support import readme
 
 ROOT = Path(__file__).resolve().parent.parent
 TEXT = (ROOT / "README.md").read_text()

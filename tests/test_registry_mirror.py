@@ -1,4 +1,4 @@
-"""The lab's pull-through image caches (components/registry_mirror.py), on the lifecycle simulator.
+"""The lab's pull-through image caches (components/management/image_cache.py), on the lifecycle simulator.
 
 Each test is one operation a user runs; the simulated Docker host shows where the caches, their volume and each
 node's containerd configuration end up.
@@ -10,7 +10,7 @@ import copy
 
 import pytest
 
-from components.registry_mirror import (
+from components.management.image_cache import (
     CACHE_PATH,
     MIRRORED_REGISTRIES,
     REGISTRY_IMAGE,
@@ -20,10 +20,10 @@ from components.registry_mirror import (
     registries_of,
     stack_mirrors,
 )
-from tests.lifecycle_support import adopt_lab, running_kind_lab
-from tools.graph import generated_config
-from tools.mockrun import load_stack_file, run_program
-from tools.sim.world import MIRROR_MARKER
+from ops.graph import generated_config
+from tests.support.lifecycle_support import adopt_lab, running_kind_lab
+from tests.support.mockrun import load_stack_file, run_program
+from tests.support.sim.world import MIRROR_MARKER
 
 CLUSTER = "gpu-tenancy"
 CERTS_D = "/etc/containerd/certs.d"

@@ -1,4 +1,4 @@
-"""The lifecycle simulator's own rules, each against the upstream behaviour it models (see tools/sim).
+"""The lifecycle simulator's own rules, each against the upstream behaviour it models (see tests/support/sim).
 
 Small programs, not the project's: one rule per test, so a wrong rule fails here first.
 """
@@ -10,9 +10,9 @@ import pulumi_command as command
 import pulumi_kubernetes as k8s
 import pytest
 
-from tools.sim import Lifecycle, World, paths
-from tools.sim.providers import structural_diff
-from tools.sim.state import UNKNOWN
+from tests.support.sim import Lifecycle, World, paths
+from tests.support.sim.providers import structural_diff
+from tests.support.sim.state import UNKNOWN
 
 # --------------------------------------------------------------------------- #
 # Property paths (pulumi/pulumi sdk/go/common/resource/properties_path.go)
@@ -175,7 +175,7 @@ def test_a_path_that_names_no_input_fails_the_operation(world, path):
 
 def test_a_command_runs_create_again_when_its_inputs_change_and_delete_sees_the_old_inputs(world):
     ran = []
-    from tools.sim import scripts
+    from tests.support.sim import scripts
 
     original = scripts.run
 
@@ -210,7 +210,7 @@ def test_a_403_is_not_retried(world):
     """pulumi-kubernetes await.go: only NotFound and NoMatch are retried on create."""
     api = world.kind["lab"].api
     api.authorizer = lambda identity, verb, kind, ns, name: False
-    from tools.sim import pki
+    from tests.support.sim import pki
 
     limited = pki.kubeconfig(api.server, api.ca, "kubernetes-admin", ("kubeadm:cluster-admins",), "lab")
 
@@ -224,7 +224,7 @@ def test_a_403_is_not_retried(world):
 
 def test_deletes_run_dependents_first_and_deleted_with_skips_the_provider_call(world):
     deleted = []
-    from tools.sim import scripts
+    from tests.support.sim import scripts
 
     original = scripts.run
     scripts.run = lambda w, invocation, action: deleted.append(invocation.script) or "ok"
@@ -255,7 +255,7 @@ def test_delete_before_replace_deletes_the_dependents_that_would_be_replaced_fir
             command.local.Command("bystander", create="true", opts=pulumi.ResourceOptions(depends_on=[machine]))
         return program
 
-    from tools.sim import scripts
+    from tests.support.sim import scripts
 
     original = scripts.run
     scripts.run = lambda w, invocation, action: "ok"
@@ -281,7 +281,7 @@ def test_a_dependent_deleted_with_the_replaced_resource_is_not_deleted_on_its_ow
                                   opts=pulumi.ResourceOptions(deleted_with=machine))
         return program
 
-    from tools.sim import scripts
+    from tests.support.sim import scripts
 
     ran = []
     original = scripts.run

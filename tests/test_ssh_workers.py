@@ -8,11 +8,14 @@ import copy
 
 import pytest
 
-from components import node_scripts as ns
-from components.node_access import node_program, ssh_command
-from components.tenant_api import NodeMembershipProvider
+from components import shell as ns
+from components.host_operations import NodeMembershipProvider
+from components.worker.access import node_program, ssh_command
 from config import ConfigError, load_stack_config
-from tests.ssh_worker import (
+from tests.support.mockrun import load_stack_file
+from tests.support.sim import hostapi
+from tests.support.sim.state import plain
+from tests.support.ssh_worker import (
     HOST_KEY,
     PRIVATE_KEY,
     PRIVATE_KEY_BODY,
@@ -22,9 +25,6 @@ from tests.ssh_worker import (
     ssh_worker_config,
     worker_lab,
 )
-from tools.mockrun import load_stack_file
-from tools.sim import hostapi
-from tools.sim.state import plain
 
 REMOTE = "command:remote:Command"
 BOOTSTRAP_TOKEN = "bootstrap.kubernetes.io/token"

@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from tools.mockrun import load_stack_file, run_program
-from tools.status import main, render
+from ops.status import main, render
+from tests.support.mockrun import load_stack_file, run_program
 
 
 @pytest.fixture(scope="module")

@@ -21,17 +21,17 @@ import pytest
 import yaml
 from pulumi.runtime import rpc
 
-from components import tenant_spec
-from components.kamaji import ETCD_CHART_DIR
-from components.tenant_control_plane import TenantControlPlane, TenantControlPlaneArgs
+from components.management.kamaji import ETCD_CHART_DIR
+from components.tenant import spec as tenant_spec
+from components.tenant.control_plane import TenantControlPlane, TenantControlPlaneArgs
 from config import load_stack_config
-from tests.crd_schema import schema_errors
+from tests.support import mockrun
+from tests.support.crd_schema import schema_errors
+from tests.support.sim import Lifecycle, World, paths, pki, systems
+from tests.support.sim.lab import lab_world
+from tests.support.sim.state import plain
+from tests.support.sim.world import CLUSTER_ADMINS, SYSTEM_MASTERS
 from tests.test_tenant_spec import strict_schema
-from tools import mockrun
-from tools.sim import Lifecycle, World, paths, pki, systems
-from tools.sim.lab import lab_world
-from tools.sim.state import plain
-from tools.sim.world import CLUSTER_ADMINS, SYSTEM_MASTERS
 
 COMPONENT = "gpu-tenancy:index:TenantControlPlane"
 TCP_TYPE = "kubernetes:kamaji.clastix.io/v1alpha1:TenantControlPlane"

@@ -1,4 +1,4 @@
-"""Pure builders of the tenant plane (components.tenant_spec), checked against the vendored upstream files
+"""Pure builders of the tenant plane (components.tenant.spec), checked against the vendored upstream files
 (Kamaji's CRDs and chart values, HAMi's chart values) and Kubernetes' own API schema, without Pulumi."""
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from components import tenant_spec
+from components.tenant import spec as tenant_spec
 from config import Quota, load_stack_config
-from tests.crd_schema import _strict, schema_errors
-from tests.fixtures import KIND_SUBNET_V4, kubeconfig_yaml, tenant_ca_pem
-from tools.sim import paths
-from tools.sim.providers import changed_paths, k8s_path
+from tests.support.crd_schema import _strict, schema_errors
+from tests.support.fixtures import KIND_SUBNET_V4, kubeconfig_yaml, tenant_ca_pem
+from tests.support.sim import paths
+from tests.support.sim.providers import changed_paths, k8s_path
 
 KUBERNETES_SCHEMA_VERSION = "1.35.0"
 OPERATOR_CIDR = "192.168.77.0/24"
@@ -49,7 +49,7 @@ def vendored_crd_schema(path: Path) -> dict:
 
 
 def strict_schema(path: Path) -> dict:
-    """What `tests.crd_schema.crd_json_schema` builds (closed objects), from the cached parse."""
+    """What `tests.support.crd_schema.crd_json_schema` builds (closed objects), from the cached parse."""
     return _strict(vendored_crd_schema(path))
 
 
@@ -151,7 +151,7 @@ def test_tcp_spec_follows_the_platform_facts(tenants):
 
 def test_addons_are_dns_and_konnectivity_but_not_kamajis_kube_proxy(tenants, tcp_crd):
     addons = _manifest(tenants[0])["spec"]["addons"]
-    # An absent addon is not installed (facts §3); the program installs kube-proxy itself (components.kube_proxy).
+    # An absent addon is not installed (facts §3); the program installs kube-proxy itself (components.tenant.kube_proxy).
     assert "kubeProxy" in _crd_property(tcp_crd, "addons")["properties"]
     assert addons == {"coreDNS": {}, "konnectivity": {"server": {"port": 8132}}}
 

@@ -1,4 +1,4 @@
-"""tools/upstream.py: fetch/verify against a local HTTP server, and the consistency of the real manifest.
+"""ops/upstream.py: fetch/verify against a local HTTP server, and the consistency of the real manifest.
 
 No test here touches the network: downloads go to a threaded http.server on 127.0.0.1 started by the test,
 and the default base URL is pointed at a closed local port.
@@ -15,8 +15,8 @@ from urllib.parse import unquote
 
 import pytest
 
+from ops import upstream
 from tests.conftest import SHARED, UPSTREAM_MISSING, locate_vendor_dir
-from tools import upstream
 
 REF_A = "a" * 40
 REF_B = "b" * 40

@@ -12,8 +12,8 @@ import yaml
 
 from config import ConfigError, load_stack_config
 from config.models import KIND_NODE_IMAGES
+from tests.support.mockrun import load_stack_file
 from tests.test_config_infrastructure import HOST_KEY, KUBECONFIG, PRIVATE_KEY, SECRET_FRAGMENT, adopted, ssh
-from tools.mockrun import load_stack_file
 
 SECRETS = {"management", "tenants"}
 

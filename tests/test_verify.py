@@ -1,4 +1,4 @@
-"""`make verify` against a fake running platform (tests/fake_platform.py) and local fake API servers."""
+"""`make verify` against a fake running platform (tests/support/fake_platform.py) and local fake API servers."""
 
 from __future__ import annotations
 
@@ -21,26 +21,11 @@ import yaml
 from cryptography import x509
 
 from components.images import PAUSE_IMAGE, worker_images
+from components.management.image_cache import DEBUG_PORT
 from components.plan import plan_summary
-from components.registry_mirror import DEBUG_PORT
 from config import Versions, load_stack_config
-from tests.fake_platform import (
-    QUOTA_REJECTION,
-    FakeClock,
-    FakeCluster,
-    FakeDocker,
-    FakeSession,
-    baseline_violations,
-    card,
-    expvar_json,
-    healthy_platform,
-    kubeconfig_yaml,
-    node,
-)
-from tools import verify, verify_api, verify_checks
-from tools.mockrun import load_stack_file, run_program
-from tools.sim import pki
-from tools.verify import (
+from ops import verify, verify_api, verify_checks
+from ops.verify import (
     OutputsError,
     TenantReport,
     check_mirror_cache,
@@ -54,8 +39,8 @@ from tools.verify import (
     verify_mirror,
     verify_platform,
 )
-from tools.verify_api import ApiError
-from tools.verify_checks import (
+from ops.verify_api import ApiError
+from ops.verify_checks import (
     NETWORK_PROBE_DEADLINE,
     PROBE_IMAGE,
     CheckResult,
@@ -71,6 +56,21 @@ from tools.verify_checks import (
     shared_networks,
     verify_tenant,
 )
+from tests.support.fake_platform import (
+    QUOTA_REJECTION,
+    FakeClock,
+    FakeCluster,
+    FakeDocker,
+    FakeSession,
+    baseline_violations,
+    card,
+    expvar_json,
+    healthy_platform,
+    kubeconfig_yaml,
+    node,
+)
+from tests.support.mockrun import load_stack_file, run_program
+from tests.support.sim import pki
 
 # --- helpers ----------------------------------------------------------------------------------
 

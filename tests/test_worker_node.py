@@ -19,10 +19,10 @@ import pytest
 import yaml
 
 import config
-from components import node_scripts as ns
-from components.node_access import container_command, container_command_if_present, node_program
-from components.tenant_api import NodeMembershipProvider
-from components.worker_node import (
+from components import shell as ns
+from components.host_operations import NodeMembershipProvider
+from components.worker.access import container_command, container_command_if_present, node_program
+from components.worker.node import (
     LABEL_ROLE,
     LABEL_STACK,
     LABEL_TENANT,
@@ -34,11 +34,11 @@ from components.worker_node import (
     worker_image,
 )
 from config.models import KIND_NODE_IMAGES
-from tests.ssh_worker import PRIVATE_KEY_BODY, last_run, program_values, ssh_worker_config, worker_lab
-from tools.mockrun import ProgramFailedError, ProgramRun, run_program
-from tools.sim import Lifecycle, hostapi, systems
-from tools.sim.state import contains_secret, plain
-from tools.sim.world import ApiError, Machine
+from tests.support.mockrun import ProgramFailedError, ProgramRun, run_program
+from tests.support.sim import Lifecycle, hostapi, systems
+from tests.support.sim.state import contains_secret, plain
+from tests.support.sim.world import ApiError, Machine
+from tests.support.ssh_worker import PRIVATE_KEY_BODY, last_run, program_values, ssh_worker_config, worker_lab
 
 CONTAINER = "docker:index/container:Container"
 IMAGE = "docker:index/remoteImage:RemoteImage"

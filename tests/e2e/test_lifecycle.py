@@ -19,8 +19,8 @@ import pytest
 import yaml
 from pulumi import automation as auto
 
-from components.registry_mirror import DEBUG_PORT, cache_volume_name
-from tools import verify
+from components.management.image_cache import DEBUG_PORT, cache_volume_name
+from ops import verify
 
 pytestmark = pytest.mark.e2e
 

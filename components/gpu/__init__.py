@@ -1,0 +1,1 @@
+"""GPU layer: HAMi, the cards per node and the smoke-test proof."""

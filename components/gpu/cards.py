@@ -1,0 +1,68 @@
+"""Simulated GPUs on a worker Node, as plain data.
+
+HAMi learns about a node's cards from the `hami.io/node-nvidia-register` annotation (a JSON array, one object
+per card) and only treats the node as healthy while its status advertises `nvidia.com/gpu` capacity/allocatable
+> 0 (facts §8; HAMi v2.10.0 `pkg/device/devices.go` `CheckHealth` reads `status.allocatable`). The annotation
+is applied with a NodePatch; the status (a subresource) by a dynamic resource on the Pulumi host
+(components.host_operations.GpuCapacityProvider).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from config import GpuCard
+
+REGISTER_ANNOTATION = "hami.io/node-nvidia-register"
+# Which join of the worker our patches were applied after: a rejoined worker is a fresh Node object
+# without them, so a new join id must re-apply them (and re-create the smoke pod bound to the old one).
+JOIN_ANNOTATION = "gpu-tenancy.io/join"
+GPU_RESOURCE = "nvidia.com/gpu"
+# Label the real HAMi device plugin DaemonSet selects (chart `devicePlugin.nvidiaNodeSelector`).
+NVIDIA_NODE_LABEL = {"gpu": "on"}
+
+# The scheduler only considers devices whose type contains "NVIDIA" (Project-HAMi/HAMi v2.10.0
+# pkg/scheduler/score.go getNodeResources); the real device plugin prefixes models that do not start with it
+# (pkg/device-plugin/nvidiadevice/nvinternal/plugin/register.go L170-174), and so do we.
+NVIDIA_PREFIX = "NVIDIA"
+
+
+def device_type(model: str) -> str:
+    """The device type HAMi records for a card model: `NVIDIA-<model>` unless it already starts with NVIDIA."""
+    return model if model.startswith(NVIDIA_PREFIX) else f"{NVIDIA_PREFIX}-{model}"
+
+
+# --------------------------------------------------------------------------- #
+# What the scheduler and the mock device plugin read
+# --------------------------------------------------------------------------- #
+
+
+def register_annotation(cards: Sequence[GpuCard]) -> str:
+    """The `hami.io/node-nvidia-register` value for these cards, in configuration order.
+
+    Field names and types follow HAMi's DeviceInfo JSON (facts §8); an unknown
+    key would be ignored silently and leave an unusable card.
+    """
+    devices = [
+        {
+            "id": card.uuid,
+            "index": index,
+            "count": card.slots,
+            "devmem": card.memory_mib,
+            "devcore": card.cores,
+            "type": device_type(card.model),
+            "numa": 0,
+            "mode": "hami-core",
+            "health": True,
+        }
+        for index, card in enumerate(cards)
+    ]
+    return json.dumps(devices, separators=(",", ":"))
+
+
+def gpu_capacity(cards: Sequence[GpuCard]) -> int:
+    """`nvidia.com/gpu` the node advertises: every card counted once per slot."""
+    return sum(card.slots for card in cards)
+
+

@@ -1,0 +1,196 @@
+"""HamiMockGpu: HAMi in one tenant, its (simulated) GPUs, and the in-stack proof that they work.
+
+Order inside a tenant (facts §6): workers joined -> CNI -> Konnectivity agents ready -> HAMi release. Per
+node, after it has registered: in mock mode the card annotation and the `nvidia.com/gpu` status capacity; in
+nvidia mode only the `gpu=on` label the real device plugin selects. Last, a fractional GPU pod whose state,
+read back after `pulumi up` created it, must show HAMi's webhook, its scheduler and the device plugin at work,
+or `pulumi up` fails naming the broken link. Everything here lives in the tenant cluster and goes with its
+TenantControlPlane (`deleted_with`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+import config
+from components import host_operations
+from components.gpu.cards import JOIN_ANNOTATION, NVIDIA_NODE_LABEL, REGISTER_ANNOTATION, gpu_capacity
+from components.gpu.cards import register_annotation as card_annotation
+from components.gpu.smoke import check_smoke_evidence, observed_pod, planned_evidence, smoke_pod_manifest
+from components.gpu.values import HAMI_CHART, hami_values
+from components.helm import helm_release
+from components.images import PAUSE_IMAGE
+from components.naming import COMPONENT_PREFIX
+from components.worker.access import NodeAccess
+
+# Helm waits for HAMi's Deployment, its certificate hook Jobs and (in mock mode) the plugin DaemonSet.
+HELM_TIMEOUT_SECONDS = 600
+# The pause image starts at once; what takes time is HAMi noticing the node (15 s) and the plugin (30 s).
+SMOKE_POD_TIMEOUT = "5m"
+# The annotation the smoke pod carries: which registrations of its tenant's nodes it proves.
+SMOKE_REPLACE_ON_CHANGES = [f'metadata.annotations["{JOIN_ANNOTATION}"]']
+
+
+@dataclass
+class GpuNode:
+    worker: config.Worker  # configured cards
+    access: NodeAccess  # the worker (for its Node name)
+    registered: pulumi.Resource  # WorkerNode.registered: the Node exists (its id changes on every rejoin)
+
+
+@dataclass
+class HamiMockGpuArgs:
+    tenant: config.Tenant
+    gpu_mode: str  # "mock" | "nvidia"
+    smoke_test: config.SmokeTest
+    versions: config.Versions
+    tenant_provider: k8s.Provider
+    # super-admin kubeconfig (secret), for the host-side resources; the management side for dead-tenant checks.
+    operator_kubeconfig: pulumi.Input[str]
+    management_kubeconfig: pulumi.Input[str]
+    control_plane_namespace: pulumi.Input[str]
+    control_plane: pulumi.Resource  # everything here goes with it
+    nodes: list[GpuNode]
+    depends_on: list[pulumi.Resource]  # the tenant's CNI releases (Calico)
+    runtime_class_name: str | None = None  # nvidia mode only
+
+
+class HamiMockGpu(pulumi.ComponentResource):
+    release: k8s.helm.v3.Release
+    node_names: pulumi.Output[list[str]]
+    # node -> nvidia.com/gpu this program advertises (mock); None in nvidia mode, where the device plugin decides.
+    gpu_capacity: pulumi.Output[dict[str, int]] | None
+    smoke_test: pulumi.Output[dict] | None  # evidence: pod, node, schedulerName, devicesAllocated, node resources
+
+    def __init__(self, name: str, args: HamiMockGpuArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__(f"{COMPONENT_PREFIX}:HamiMockGpu", name, None, opts)
+        if not args.nodes:
+            raise ValueError(f"tenant {args.tenant.name}: HamiMockGpu needs at least one joined worker node")
+        tenant = args.tenant.name
+        mock = args.gpu_mode == "mock"
+        inside = pulumi.ResourceOptions(parent=self, provider=args.tenant_provider, deleted_with=args.control_plane)
+        host_side = pulumi.ResourceOptions(parent=self, deleted_with=args.control_plane)
+        registrations = [node.registered for node in args.nodes]
+
+        # (1) The webhook is reached through the tunnel: wait for its agents before installing HAMi.
+        tunnel = host_operations.resource(
+            host_operations.KonnectivityReadyProvider(),
+            f"{tenant}-konnectivity-ready",
+            {"kubeconfig": args.operator_kubeconfig, "nodes": len(args.nodes),
+             "registrations": [node.registered.id for node in args.nodes]},
+            pulumi.ResourceOptions.merge(host_side, pulumi.ResourceOptions(
+                depends_on=[*registrations, *args.depends_on])),
+        )
+
+        # (2) HAMi itself.
+        self.release = helm_release(
+            f"{tenant}-hami",
+            HAMI_CHART,
+            version=args.versions.hami,
+            values=hami_values(args.gpu_mode, args.tenant.kubernetes_version, args.versions,  # type: ignore[arg-type]
+                               args.runtime_class_name),
+            timeout=HELM_TIMEOUT_SECONDS,
+            opts=pulumi.ResourceOptions.merge(inside, pulumi.ResourceOptions(depends_on=[tunnel])),
+        )
+
+        # (3) The cards on each node, once its Node object exists.
+        node_resources: list[pulumi.Resource] = []
+        for node in args.nodes:
+            cards = node.worker.gpus
+            if not cards:
+                continue
+            node_name = node.access.node_name
+            after_registration = pulumi.ResourceOptions.merge(inside, pulumi.ResourceOptions(
+                depends_on=[node.registered]))
+            if mock:
+                node_resources.append(k8s.core.v1.NodePatch(
+                    f"{node_name}-gpu-register",
+                    metadata={
+                        "name": node_name,
+                        "annotations": {REGISTER_ANNOTATION: card_annotation(cards),
+                                        JOIN_ANNOTATION: node.registered.id},
+                    },
+                    opts=after_registration,
+                ))
+                node_resources.append(host_operations.resource(
+                    host_operations.GpuCapacityProvider(),
+                    f"{node_name}-gpu-capacity",
+                    {"kubeconfig": args.operator_kubeconfig, "management_kubeconfig": args.management_kubeconfig,
+                     "control_plane_namespace": args.control_plane_namespace, "control_plane_name": tenant,
+                     "node_name": node_name, "capacity": gpu_capacity(cards),
+                     # A rejoined worker is a fresh Node without the capacity: apply it again.
+                     "registration": node.registered.id},
+                    pulumi.ResourceOptions.merge(host_side, pulumi.ResourceOptions(depends_on=[node.registered])),
+                ))
+            else:
+                node_resources.append(k8s.core.v1.NodePatch(
+                    f"{node_name}-gpu-label",
+                    metadata={"name": node_name, "labels": dict(NVIDIA_NODE_LABEL)},
+                    opts=after_registration,
+                ))
+
+        self.node_names = pulumi.Output.all(*(node.registered.id for node in args.nodes)).apply(
+            lambda _: [node.access.node_name for node in args.nodes]
+        )
+        self.gpu_capacity = None
+        if mock:
+            capacities = {node.access.node_name: gpu_capacity(node.worker.gpus) for node in args.nodes}
+            self.gpu_capacity = self.node_names.apply(lambda _: dict(capacities))
+
+        # (4) The proof.
+        self.smoke_test = None
+        if args.smoke_test.enabled:
+            self.smoke_test = self._smoke_test(tenant, args, inside, [self.release, *node_resources])
+
+        self.register_outputs({
+            "release": self.release.name,
+            "node_names": self.node_names,
+            "gpu_capacity": self.gpu_capacity,
+            "smoke_test": self.smoke_test,
+        })
+
+    def _smoke_test(self, tenant: str, args: HamiMockGpuArgs, inside: pulumi.ResourceOptions,
+                    depends_on: list[pulumi.Resource]) -> pulumi.Output[dict]:
+        worker = args.smoke_test.worker_in(args.tenant)
+        # Validation refuses a smoke test that fits on no worker.
+        node = next(node for node in args.nodes if node.worker is worker)
+        manifest = smoke_pod_manifest(args.smoke_test, PAUSE_IMAGE, node.access.node_name)
+        metadata = {**manifest["metadata"], "annotations": {JOIN_ANNOTATION: node.registered.id}}
+        pod = k8s.core.v1.Pod(
+            f"{tenant}-gpu-smoke-test",
+            metadata=metadata,
+            spec=manifest["spec"],
+            opts=pulumi.ResourceOptions.merge(inside, pulumi.ResourceOptions(
+                depends_on=depends_on,
+                # The pod has a fixed name and an immutable spec: a changed request means delete, then create.
+                delete_before_replace=True,
+                # A rejoined worker dropped the pod with its old Node: prove again on the new one. Bracketed: the
+                # engine's property-path grammar splits a bare dotted key (properties_path.go).
+                replace_on_changes=SMOKE_REPLACE_ON_CHANGES,
+                custom_timeouts=pulumi.CustomTimeouts(create=SMOKE_POD_TIMEOUT),
+            )),
+        )
+        if pulumi.runtime.is_dry_run():
+            # A preview never has a scheduled pod to judge (the provider answers with the inputs or a dry run):
+            # say what the update will prove instead.
+            return pulumi.Output.from_input(planned_evidence(args.smoke_test))
+        # The Node the pod ran on: the mock device plugin's resources are in its allocatable.
+        node = k8s.core.v1.Node.get(
+            f"{tenant}-gpu-smoke-node",
+            pod.spec.apply(lambda spec: _field(spec, "nodeName", "node_name")),
+            opts=pulumi.ResourceOptions(parent=self, provider=args.tenant_provider),
+        )
+        return pulumi.Output.all(pod.metadata, pod.spec, node.status, pod.urn).apply(
+            lambda parts: check_smoke_evidence(observed_pod(parts[0], parts[1]), tenant, resource=parts[3],
+                                               node_status=parts[2], mock=args.gpu_mode == "mock")
+        )
+
+
+def _field(obj: Any, camel: str, snake: str) -> Any:
+    if not obj:
+        return None
+    return dict.get(obj, camel, dict.get(obj, snake))

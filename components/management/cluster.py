@@ -1,0 +1,290 @@
+"""The management cluster: a kind cluster this stack creates, or an existing cluster it adopts.
+
+Kind mode: one `pulumi-command` Command runs components/management/scripts/kind-create.sh, which creates the cluster
+(or reuses one that carries this stack's marker label, and refuses any other), waits until its node is Ready,
+and prints the kind network's address ranges and the kubeconfig, so a replaced cluster always comes with a
+fresh kubeconfig and the subnet comes from the same Docker the cluster runs on. kind writes its own
+kubeconfig to a private file (the operator's ~/.kube/config and current context are left alone). The kind
+config travels on stdin (`kind create cluster --config -`) and is also the replacement trigger: changing the
+cluster name or node image shows in `pulumi preview` and replaces the cluster (delete first, because the new
+cluster has the same name), and everything inside it with it.
+
+Adopt mode (`kubeconfig` given): only a Provider for that cluster. Nothing is run on the host and nothing in
+the cluster is created or deleted by this component; later layers delete only the objects they created.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_command as command
+import pulumi_kubernetes as k8s
+import yaml
+
+from components import shell as node_scripts
+from components.naming import COMPONENT_PREFIX, KIND_NETWORK
+
+# Pin kind's node provider: the subnet comes from the *docker* network (kind would otherwise pick podman when
+# docker is missing).
+KIND_ENVIRONMENT = {"KIND_EXPERIMENTAL_PROVIDER": "docker"}
+# How long kind-create.sh waits for the control-plane node to become Ready.
+KIND_WAIT_SECONDS = 300
+# The node label that says which stack created a kind cluster (checked before reusing or deleting one).
+STACK_LABEL = "gpu-tenancy.io/stack"
+
+
+def stack_marker(project: str, stack: str) -> str:
+    """The value of STACK_LABEL for a stack: a Kubernetes label value (63 characters of [A-Za-z0-9._-]). A name
+    that does not fit keeps its start and gets a hash of the whole name, so two long stack names that differ only
+    at the end never share a marker (and so never reuse or delete each other's cluster)."""
+    full = f"{project}.{stack}"
+    value = re.sub(r"[^A-Za-z0-9._-]", "-", full).strip("-._")
+    if len(value) > 63 or value != full:
+        digest = hashlib.sha256(full.encode()).hexdigest()[:10]
+        value = f"{value[:52].rstrip('-._')}-{digest}"
+    return value or "gpu-tenancy"
+
+
+def kind_config(cluster_name: str, node_image: str, marker: str) -> dict[str, Any]:
+    """kind's Cluster config: one control-plane node labelled with this stack, API server on loopback only."""
+    return {
+        "kind": "Cluster",
+        "apiVersion": "kind.x-k8s.io/v1alpha4",
+        "name": cluster_name,
+        # kind's default, spelled out: the management API is not exposed to the LAN.
+        "networking": {"apiServerAddress": "127.0.0.1"},
+        "nodes": [{"role": "control-plane", "image": node_image, "labels": {STACK_LABEL: marker}}],
+    }
+
+
+def kind_config_yaml(cluster_name: str, node_image: str, marker: str) -> str:
+    return yaml.safe_dump(kind_config(cluster_name, node_image, marker), sort_keys=False)
+
+
+@dataclass(frozen=True)
+class KindOutput:
+    """What kind-create.sh prints: the kind network's IPAM entries (line 1), then the kubeconfig."""
+
+    subnets: list[str]
+    kubeconfig: str
+
+
+def parse_create_output(stdout: str) -> KindOutput:
+    first, _, kubeconfig = stdout.partition("\n")
+    try:
+        entries = json.loads(first)
+    except ValueError:
+        raise ValueError("kind-create.sh printed no IPAM line for the kind network (expected JSON first)") from None
+    subnets = [entry.get("Subnet") for entry in entries or [] if isinstance(entry, dict)]
+    if not kubeconfig.strip():
+        raise ValueError("kind-create.sh printed no kubeconfig")
+    return KindOutput(subnets=[s for s in subnets if s], kubeconfig=kubeconfig)
+
+
+def ipv4_subnet(subnets: Sequence[str | None], network: str = KIND_NETWORK) -> str:
+    """The first IPv4 subnet among a docker network's IPAM entries (kind lists its IPv6 range first)."""
+    for subnet in subnets:
+        if not subnet:
+            continue
+        try:
+            parsed = ipaddress.ip_network(subnet, strict=False)
+        except ValueError:
+            continue
+        if parsed.version == 4:
+            return str(parsed)
+    found = ", ".join(s for s in subnets if s) or "none"
+    raise ValueError(
+        f"docker network {network!r} has no IPv4 subnet (found: {found}); MetalLB needs one for the "
+        f"tenant API server addresses. Delete all kind clusters, run `docker network rm {network}`, "
+        "and run `make up` again so kind recreates the network with an IPv4 range."
+    )
+
+
+@dataclass(frozen=True)
+class KubeconfigCluster:
+    """The cluster a kubeconfig's current context points at."""
+
+    name: str
+    server: str
+
+
+def current_cluster(kubeconfig: str) -> KubeconfigCluster:
+    """Name and API server of the current context's cluster; errors never echo the (secret) document."""
+    try:
+        document = yaml.safe_load(kubeconfig)
+    except yaml.YAMLError:
+        document = None
+    if not isinstance(document, dict):
+        raise ValueError("management.kubeconfig is not a kubeconfig document (YAML with clusters, users, contexts)")
+    context_name = document.get("current-context")
+    if not context_name:
+        raise ValueError(
+            "management.kubeconfig has no current-context: set the context this stack should use "
+            "(`kubectl config use-context <name> --kubeconfig <file>`) and store the file again"
+        )
+
+    def named(section: str, wanted: str) -> dict[str, Any]:
+        for entry in document.get(section) or []:
+            if isinstance(entry, dict) and entry.get("name") == wanted:
+                return entry
+        raise ValueError(f"management.kubeconfig: {section} has no entry named {wanted!r}")
+
+    context = named("contexts", context_name).get("context") or {}
+    cluster_name = context.get("cluster")
+    if not cluster_name:
+        raise ValueError(f"management.kubeconfig: context {context_name!r} names no cluster")
+    server = (named("clusters", cluster_name).get("cluster") or {}).get("server")
+    if not server:
+        raise ValueError(f"management.kubeconfig: cluster {cluster_name!r} has no server")
+    return KubeconfigCluster(name=str(cluster_name), server=str(server))
+
+
+def worker_networks(kind_subnet: str | None, worker_cidrs: Sequence[str]) -> list[str]:
+    """IPv4 networks tenant API servers accept connections from: the kind subnet (if any), then `worker_cidrs`."""
+    networks: list[str] = []
+    for entry in ([kind_subnet] if kind_subnet is not None else []) + list(worker_cidrs):
+        network = ipaddress.ip_network(entry, strict=False)
+        if network.version != 4:
+            raise ValueError(f"management.workerCidrs: {entry!r} is not an IPv4 network")
+        if str(network) not in networks:
+            networks.append(str(network))
+    if not networks:
+        raise ValueError(
+            "management.workerCidrs is empty: with management.kubeconfig, list the IPv4 networks your GPU "
+            "servers reach tenant API servers from, there or in tenants[].workerCidrs (tenant control planes "
+            "accept connections only from those)"
+        )
+    return networks
+
+
+@dataclass
+class KindManagementClusterArgs:
+    cluster_name: str
+    node_image: str
+    # An existing cluster to adopt instead of creating a kind cluster (secret).
+    kubeconfig: pulumi.Input[str] | None = None
+    # Extra IPv4 networks workers reach tenant API servers from (beside the kind network in kind mode).
+    worker_cidrs: list[str] = field(default_factory=list)
+
+
+class KindManagementCluster(pulumi.ComponentResource):
+    """The cluster that hosts Kamaji: a kind cluster created here, or an adopted one (`args.kubeconfig`).
+
+    Exposes its kubeconfig (secret), a Provider, and the networks tenant API servers accept workers from.
+    """
+
+    cluster_name: str
+    network_name: str
+    adopted: bool
+    # The kind cluster command (None for an adopted cluster): objects in the cluster are deleted with it.
+    cluster: command.local.Command | None
+    kubeconfig: pulumi.Output[str]
+    provider: k8s.Provider
+    # IPv4 subnet of the docker `kind` network; None for an adopted cluster.
+    kind_subnet: pulumi.Output[str] | None
+    worker_networks: pulumi.Output[list[str]]
+
+    def __init__(self, name: str, args: KindManagementClusterArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(f"{COMPONENT_PREFIX}:KindManagementCluster", name, None, opts)
+        self.network_name = KIND_NETWORK
+        self.adopted = args.kubeconfig is not None
+        self.cluster = None
+        self._worker_cidrs = list(args.worker_cidrs)
+        if args.kubeconfig is not None:
+            self._adopt(name, args, args.kubeconfig)
+        else:
+            self._create_kind_cluster(name, args)
+        self.register_outputs(
+            {
+                "clusterName": self.cluster_name,
+                "networkName": self.network_name,
+                "adopted": self.adopted,
+                "kubeconfig": self.kubeconfig,
+                "kindSubnet": self.kind_subnet,
+                "workerNetworks": self.worker_networks,
+            }
+        )
+
+    def _adopt(self, name: str, args: KindManagementClusterArgs, kubeconfig: pulumi.Input[str]) -> None:
+        if isinstance(kubeconfig, str):
+            # The config value is read now: a broken kubeconfig fails before any resource exists.
+            cluster = current_cluster(kubeconfig)
+            self.cluster_name = cluster.name
+            identifier: pulumi.Input[str] = cluster.server
+        else:
+            self.cluster_name = args.cluster_name
+            identifier = pulumi.Output.from_input(kubeconfig).apply(lambda text: current_cluster(text).server)
+        self.kubeconfig = pulumi.Output.secret(kubeconfig)
+        self.kind_subnet = None
+        # Validation makes sure every tenant has some network when this one is empty.
+        self.worker_networks = pulumi.Output.from_input(
+            worker_networks(None, args.worker_cidrs) if args.worker_cidrs else [])
+        self.provider = k8s.Provider(
+            f"{name}-provider",
+            kubeconfig=self.kubeconfig,
+            # Not our cluster: an unreachable API (VPN down, expired credentials) must fail `pulumi destroy`
+            # loudly, not drop cert-manager, Kamaji and the tenants from the state while they keep running.
+            # Set explicitly, so PULUMI_K8S_DELETE_UNREACHABLE cannot flip it.
+            delete_unreachable=False,
+            # Creating an object that already exists fails instead of taking it over (and deleting it on destroy).
+            upsert_existing_objects=False,
+            # Only a different API server means a different cluster: a rotated token, CA or proxy setting in the
+            # kubeconfig updates the provider instead of replacing everything in the cluster (pulumi-kubernetes#4019).
+            cluster_identifier=identifier,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+
+    def _create_kind_cluster(self, name: str, args: KindManagementClusterArgs) -> None:
+        self.cluster_name = args.cluster_name
+        marker = stack_marker(pulumi.get_project(), pulumi.get_stack())
+        config = kind_config_yaml(args.cluster_name, args.node_image, marker)
+        environment = {
+            **KIND_ENVIRONMENT,
+            node_scripts.KIND_CLUSTER_NAME_ENV: args.cluster_name,
+            node_scripts.KIND_STACK_MARKER_ENV: marker,
+            node_scripts.KIND_WAIT_SECONDS_ENV: str(KIND_WAIT_SECONDS),
+        }
+        self.cluster = command.local.Command(
+            f"{name}-kind",
+            create=node_scripts.script_text(node_scripts.KIND_CREATE),
+            delete=node_scripts.script_text(node_scripts.KIND_DELETE),
+            stdin=config,
+            environment=environment,
+            interpreter=["/bin/bash", "-c"],
+            # Only a config change replaces the cluster; edits to the script text re-run the idempotent create.
+            triggers=[config],
+            # stdout holds the admin kubeconfig: never logged, and not handed back to the delete command as
+            # PULUMI_COMMAND_STDOUT. kind's progress goes to stderr, which carries no credential.
+            logging=command.local.Logging.STDERR,
+            add_previous_output_in_env=False,
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                additional_secret_outputs=["stdout"],
+                # Same name before and after: the old cluster must be gone before the new one is created.
+                delete_before_replace=True,
+            ),
+        )
+        created = self.cluster.stdout.apply(parse_create_output)
+        self.kubeconfig = pulumi.Output.secret(created.apply(lambda c: c.kubeconfig))
+        # Not a secret: the network's address ranges.
+        self.kind_subnet = pulumi.Output.unsecret(created.apply(lambda c: ipv4_subnet(c.subnets)))
+        self.provider = k8s.Provider(f"{name}-provider", kubeconfig=self.kubeconfig,
+                                     opts=pulumi.ResourceOptions(parent=self))
+        worker_cidrs = list(args.worker_cidrs)
+        self.worker_networks = self.kind_subnet.apply(lambda subnet: worker_networks(subnet, worker_cidrs))
+
+    def tenant_worker_networks(self, tenant_cidrs: Sequence[str]) -> pulumi.Output[list[str]]:
+        """Where one tenant's workers connect from: the kind network (lab) and `management.workerCidrs` (every
+        tenant admits those), plus the tenant's own `workerCidrs` (only it admits those). Raises when that leaves
+        no network at all (an adopted cluster without any workerCidrs)."""
+        cidrs = [*self._worker_cidrs, *tenant_cidrs]
+        if self.kind_subnet is None:
+            return pulumi.Output.from_input(worker_networks(None, cidrs))
+        return self.kind_subnet.apply(lambda subnet: worker_networks(subnet, cidrs))

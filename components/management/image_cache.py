@@ -1,0 +1,237 @@
+"""RegistryMirror: one pull-through cache per upstream registry on the Docker host, shared by every node.
+
+Every kindest/node container starts with an empty image store, so without a cache each node pulls Calico,
+HAMi, kube-proxy, CoreDNS, the Konnectivity agent and pause from the internet by itself. In the kind lab this
+component runs, on the kind network, one CNCF distribution registry in proxy mode per upstream registry (a
+registry instance mirrors exactly one upstream: distribution docs/content/recipes/mirror.md, and
+configuration.go's single `Proxy` struct). Their cache lives in one named Docker volume that `pulumi destroy`
+keeps (retain_on_delete), so the next `make up` pulls from the internet only what the cache does not hold.
+
+Nodes use the caches through containerd's registry host configuration, written by
+components/worker/scripts/node-mirrors.sh: `/etc/containerd/certs.d/<registry>/hosts.toml` tries the cache first and
+falls back to the registry itself (containerd docs/hosts.md, "server" as fallback). kindest/node's containerd
+2.x reads that directory without any config change (its default config_path) and re-reads it on every pull.
+
+The number of caches does not depend on the number of tenants: four containers and one volume per lab.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_docker as docker
+
+import config
+from components import shell as node_scripts
+from components.naming import COMPONENT_PREFIX, KIND_NETWORK
+from components.worker.access import NodeAccess, NodeScript, run_on_node
+
+# Registry host -> the upstream URL its cache proxies. Every image the platform runs comes from one of these
+# (components/images.py lists them per node).
+MIRRORED_REGISTRIES: dict[str, str] = {
+    "docker.io": "https://registry-1.docker.io",
+    "quay.io": "https://quay.io",
+    "registry.k8s.io": "https://registry.k8s.io",
+    "ghcr.io": "https://ghcr.io",
+}
+# The Docker official image of distribution, pinned by the digest docker-library/repo-info records for
+# registry:3.1.2 (repos/registry/remote/3.md).
+REGISTRY_IMAGE = (
+    "docker.io/library/registry:3.1.2@sha256:852b3e4d378c426dda6b318fe9d9bfe8e92a0eccb9926671ec3d3ea17a196696"
+)
+PORT = 5000
+# The image's default config (distribution-library-image config-example.yml) serves Prometheus metrics and
+# expvar JSON (`registry.proxy.*` hits and misses) on this debug port; it is not published.
+DEBUG_PORT = 5001
+CACHE_PATH = "/var/lib/registry"
+# Where a node's own registry configuration lives (containerd's default config_path, first entry).
+CERTS_D = "/etc/containerd/certs.d"
+LABEL_STACK = "gpu-tenancy.stack"
+LABEL_ROLE = "gpu-tenancy.role"
+# How long `docker.Container(wait=True)` waits for a cache's healthcheck.
+READY_TIMEOUT_SECONDS = 120
+
+
+def upstream_server(registry: str) -> str:
+    """The URL containerd falls back to for `registry` (docker.io's API lives at registry-1.docker.io)."""
+    return MIRRORED_REGISTRIES.get(registry, f"https://{registry}")
+
+
+def cache_container_name(cluster: str, registry: str) -> str:
+    """`<cluster>-mirror-docker-io`: a DNS label, which the kind network's DNS resolves on every node."""
+    return f"{cluster}-mirror-{registry.replace('.', '-').replace(':', '-')}"
+
+
+def cache_volume_name(cluster: str) -> str:
+    return f"{cluster}-image-cache"
+
+
+def stack_mirrors(cluster: str) -> dict[str, str]:
+    """Registry host -> the URL of this lab's cache for it, as nodes on the kind network reach it."""
+    return {registry: f"http://{cache_container_name(cluster, registry)}:{PORT}" for registry in MIRRORED_REGISTRIES}
+
+
+def mirror_lines(mirrors: Mapping[str, str]) -> str:
+    """node-mirrors.sh's REGISTRY_MIRRORS: "<registry> <upstream server> <mirror URL>" per line, sorted."""
+    return "".join(f"{registry} {upstream_server(registry)} {mirrors[registry]}\n" for registry in sorted(mirrors))
+
+
+def hosts_toml(registry: str, mirror: str) -> str:
+    """The hosts.toml node-mirrors.sh writes for `registry` (its marker line first)."""
+    return (
+        "# gpu-tenancy image mirror: written by node-mirrors.sh, removed with it\n"
+        f'server = "{upstream_server(registry)}"\n\n'
+        f'[host."{mirror}"]\n'
+        '  capabilities = ["pull", "resolve"]\n'
+    )
+
+
+def cache_environment(registry: str, credentials: config.models.DockerHubCredentials | None) -> list[str]:
+    """The registry's configuration, as distribution's REGISTRY_<SECTION>_<KEY> environment overrides."""
+    env = [
+        f"REGISTRY_PROXY_REMOTEURL={MIRRORED_REGISTRIES[registry]}",
+        # One volume for all caches, one directory each.
+        f"REGISTRY_STORAGE_FILESYSTEM_ROOTDIRECTORY={CACHE_PATH}/{registry}",
+        # Tracing is off in the official image's Dockerfile; the registry would otherwise try to export spans.
+        "OTEL_TRACES_EXPORTER=none",
+        # Keep what was pulled: the proxy otherwise deletes cached content after 7 days (configuration.go Proxy.TTL
+        # "if not set, defaults to 7 * 24 hours; if set to zero, will never expire cache"). Tags are still resolved
+        # upstream first (registry/proxy/proxytagservice.go), so a moved tag is followed.
+        "REGISTRY_PROXY_TTL=0s",
+    ]
+    if credentials is not None and registry == "docker.io":
+        env += [f"REGISTRY_PROXY_USERNAME={credentials.username}", f"REGISTRY_PROXY_PASSWORD={credentials.token}"]
+    return env
+
+
+def configure_node(
+    name: str,
+    access: NodeAccess,
+    mirrors: Mapping[str, str],
+    *,
+    machine: pulumi.Input[str],
+    opts: pulumi.ResourceOptions,
+) -> pulumi.Resource:
+    """A Command writing the node's hosts.toml files for `mirrors` (and removing them on delete).
+
+    `machine` identifies the node's machine (a container id, an SSH host): a new machine is configured again.
+    """
+    script = node_scripts.script_text(node_scripts.NODE_MIRRORS)
+    kind = node_scripts.NODE_KIND_MACHINE if access.is_ssh else node_scripts.NODE_KIND_CONTAINER
+    return run_on_node(
+        name,
+        access,
+        create=NodeScript(script, {node_scripts.NODE_NAME_ENV: access.node_name,
+                                   node_scripts.REGISTRY_MIRRORS_ENV: mirror_lines(mirrors),
+                                   node_scripts.NODE_KIND_ENV: kind}),
+        delete=NodeScript(script, {node_scripts.NODE_NAME_ENV: access.node_name,
+                                   node_scripts.REGISTRY_MIRRORS_ENV: ""}),
+        triggers=[machine],
+        opts=opts,
+    )
+
+
+@dataclass
+class RegistryMirrorArgs:
+    cluster_name: str
+    # The kind cluster command: the kind network exists once it has run, and its node is configured after.
+    cluster: pulumi.Resource
+    # The docker.io cache's Docker Hub account (secret token), or None to pull anonymously.
+    docker_hub: config.models.DockerHubCredentials | None = None
+    network_name: str = KIND_NETWORK
+
+
+class RegistryMirror(pulumi.ComponentResource):
+    """The lab's pull-through caches and the kind node's use of them.
+
+    `mirrors` is what container workers configure (registry -> cache URL); `node_ready` is what installs on the
+    management cluster wait for (the kind node pulls through the caches).
+    """
+
+    mirrors: dict[str, str]
+    caches: list[docker.Container]
+    node_ready: list[pulumi.Resource]
+
+    def __init__(self, name: str, args: RegistryMirrorArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(f"{COMPONENT_PREFIX}:RegistryMirror", name, None, opts)
+        cluster = args.cluster_name
+        stack = pulumi.get_stack()
+        labels = [docker.ContainerLabelArgs(label=LABEL_STACK, value=stack),
+                  docker.ContainerLabelArgs(label=LABEL_ROLE, value="image-mirror")]
+        image = docker.RemoteImage(
+            f"{name}-image",
+            name=REGISTRY_IMAGE,
+            # Another stack's caches on this host may run the same image.
+            keep_locally=True,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        volume = docker.Volume(
+            f"{name}-cache",
+            name=cache_volume_name(cluster),
+            labels=[docker.VolumeLabelArgs(label=LABEL_STACK, value=stack)],
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                # The point of the cache: it outlives `make down`. `docker volume rm <name>` clears it; creating a
+                # volume whose name exists returns that volume (the next `make up` finds the cache again).
+                retain_on_delete=True,
+            ),
+        )
+        self.mirrors = stack_mirrors(cluster)
+        self.caches = []
+        # Registry -> cache container name, resolved once the container exists.
+        self.containers: dict[str, pulumi.Output[str]] = {}
+        for registry in MIRRORED_REGISTRIES:
+            env = cache_environment(registry, args.docker_hub)
+            self.caches.append(docker.Container(
+                f"{name}-{registry.replace('.', '-')}",
+                name=cache_container_name(cluster, registry),
+                image=image.image_id,
+                envs=pulumi.Output.secret(env) if args.docker_hub is not None and registry == "docker.io" else env,
+                volumes=[docker.ContainerVolumeArgs(volume_name=volume.name, container_path=CACHE_PATH)],
+                networks_advanced=[docker.ContainerNetworksAdvancedArgs(name=args.network_name)],
+                restart="unless-stopped",
+                # Ready when it answers the registry API (busybox wget is in the Alpine-based image).
+                healthcheck=docker.ContainerHealthcheckArgs(
+                    tests=["CMD", "wget", "-q", "--spider", f"http://127.0.0.1:{PORT}/v2/"],
+                    interval="2s", timeout="2s", retries=30,
+                ),
+                wait=True,
+                wait_timeout=READY_TIMEOUT_SECONDS,
+                labels=labels,
+                opts=pulumi.ResourceOptions(
+                    parent=self,
+                    # The kind network exists once the cluster does.
+                    depends_on=[args.cluster],
+                    # Fixed name: the old container must be gone before its replacement starts.
+                    delete_before_replace=True,
+                ),
+            ))
+            self.containers[registry] = self.caches[-1].name
+        node = f"{cluster}-control-plane"
+        self.node_ready = [configure_node(
+            f"{name}-kind-node",
+            NodeAccess(node_name=node, container_name=node),
+            self.mirrors,
+            # A replaced cluster is a new node: configure it again.
+            machine=args.cluster.id,  # type: ignore[attr-defined]
+            opts=pulumi.ResourceOptions(parent=self, depends_on=self.caches, deleted_with=args.cluster),
+        )]
+        self.register_outputs({"mirrors": self.mirrors, "volume": volume.name})
+
+
+def worker_mirrors(management: config.Management, worker: config.Worker) -> dict[str, str]:
+    """The mirrors a worker pulls through: the lab's caches (container workers), `registryMirrors` (SSH)."""
+    if worker.ssh is not None:
+        return dict(management.registry_mirrors)
+    return stack_mirrors(management.cluster_name) if management.runs_image_mirror else {}
+
+
+def registries_of(images: Sequence[str]) -> set[str]:
+    """The registry hosts of image references (`calico/node:v3` is docker.io's, as containerd normalises it)."""
+    hosts = set()
+    for image in images:
+        first, _, rest = image.partition("/")
+        hosts.add(first if rest and ("." in first or ":" in first or first == "localhost") else "docker.io")
+    return hosts

@@ -1,0 +1,1 @@
+"""Tenant layer: a hosted control plane, its objects, kube-proxy and the CNI."""

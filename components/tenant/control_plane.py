@@ -1,0 +1,322 @@
+"""One tenant's hosted control plane: namespace + isolation (and, if chosen, its own etcd) on the management
+cluster, the Kamaji TenantControlPlane, its credentials, and inside the tenant kube-proxy, the workload
+namespaces, the restricted user credential and the GPU quota. Calico is `TenantCni`, installed after the joins.
+
+Pure builders live in `components.tenant.spec`; this module only wires them to resources. Everything inside
+the tenant is `deleted_with` the TenantControlPlane: when the control plane goes, its cluster goes with it, so
+tear-down never waits on (or fails against) an API that no longer exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+import config
+from components.helm import helm_release
+from components.naming import COMPONENT_PREFIX
+from components.tenant import kube_proxy
+from components.tenant import spec as tenant_spec
+
+# Kamaji needs a few minutes for certificates, datastore schema, the Deployment and the LB address.
+TCP_TIMEOUT = "20m"
+# Pulls the operator and calico-node images, then waits for the operator Deployment.
+CALICO_TIMEOUT_SECONDS = 20 * 60
+CRD_CHART_TIMEOUT_SECONDS = 5 * 60
+ETCD_TIMEOUT_SECONDS = 10 * 60
+
+
+@dataclass
+class TenantControlPlaneArgs:
+    tenant: config.Tenant
+    management_provider: k8s.Provider
+    # The management cluster's kubeconfig (secret), for the host-side checks of a tenant that stops answering.
+    management_kubeconfig: pulumi.Input[str]
+    # IPv4 networks the workers (and load-balancer traffic) come from: the kind network in the lab.
+    worker_networks: pulumi.Input[list[str]]
+    # Where operators reach tenant API servers from, besides the worker networks.
+    operator_cidrs: Sequence[str]
+    # The shared DataStore (used unless the tenant has a dedicated one).
+    shared_datastore: pulumi.Input[str]
+    versions: config.Versions
+    # Local path of the verified kamaji-etcd chart (for a dedicated data store).
+    etcd_chart: str
+    # Kamaji readiness: its webhook answers and the DataStore exists (facts §2).
+    depends_on: list[pulumi.Resource] = field(default_factory=list)
+    # Kind mode: the cluster command; everything on the management cluster goes with it.
+    deleted_with: pulumi.Resource | None = None
+    # What must be in place before this tenant's first image pull on the management cluster (the kind node
+    # pulling through the image cache); Kamaji readiness implies it, a dedicated etcd does not wait for that.
+    images_ready: list[pulumi.Resource] = field(default_factory=list)
+
+
+class _CustomResourceWithStatus(k8s.apiextensions.CustomResource):
+    """A CustomResource whose live `.status` is an output; the SDK class drops it (pulumi-kubernetes#1836)."""
+
+    status: pulumi.Output[Any]
+
+    def _internal_init(self, resource_name, api_version, kind, opts=None, metadata=None, spec=None, __props__=None):
+        props = k8s.apiextensions.CustomResourceArgs.__new__(k8s.apiextensions.CustomResourceArgs)
+        props.__dict__.update(api_version=api_version, kind=kind, metadata=metadata, spec=spec, status=None)
+        super(k8s.apiextensions.CustomResource, self).__init__(
+            f"kubernetes:{api_version}:{kind}", resource_name, props, opts
+        )
+
+
+def _secret_value(data: pulumi.Output[Any], key: str, secret: str) -> pulumi.Output[str]:
+    return pulumi.Output.secret(data.apply(lambda d: tenant_spec.decode_secret_value(d, key, secret)))
+
+
+class TenantControlPlane(pulumi.ComponentResource):
+    tenant_name: str
+    namespace: pulumi.Output[str]
+    tcp: k8s.apiextensions.CustomResource
+    endpoint: pulumi.Output[str]
+    # admin.conf: what the operator gets. super-admin.conf: what this program writes with.
+    admin_kubeconfig: pulumi.Output[str]
+    operator_kubeconfig: pulumi.Output[str]
+    # The restricted credential for the tenant's users (namespaced `edit`).
+    user_kubeconfig: pulumi.Output[str]
+    ca_certificate: pulumi.Output[str]
+    discovery_hash: pulumi.Output[str]
+    datastore: pulumi.Output[str]
+    provider: k8s.Provider
+
+    def __init__(self, name: str, args: TenantControlPlaneArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(f"{COMPONENT_PREFIX}:TenantControlPlane", name, None, opts)
+        tenant = args.tenant
+        tenant_spec.resolved_cidrs(tenant)  # fail now, with a clear message, not inside an apply
+        tcp_name = tenant.name
+        self.tenant_name = tcp_name
+        management = pulumi.ResourceOptions(parent=self, provider=args.management_provider,
+                                            deleted_with=args.deleted_with)
+
+        # --- management cluster: namespace, isolation, data store, the TenantControlPlane ------------- #
+        namespace = k8s.core.v1.Namespace(
+            f"{name}-namespace",
+            metadata={"name": tcp_name, "labels": tenant_spec.namespace_labels(tcp_name)},
+            opts=management,
+        )
+        self.namespace = namespace.metadata.name
+        policy = pulumi.Output.from_input(args.worker_networks).apply(
+            lambda networks: tenant_spec.isolation_network_policy(tcp_name, networks)
+        )
+        isolation = k8s.networking.v1.NetworkPolicy(
+            f"{name}-isolation",
+            metadata=policy.apply(lambda p: p["metadata"]),
+            spec=policy.apply(lambda p: p["spec"]),
+            opts=pulumi.ResourceOptions.merge(management, pulumi.ResourceOptions(depends_on=[namespace])),
+        )
+        self.datastore, datastore_ready = self._datastore(name, args, namespace, management)
+
+        source_ranges = pulumi.Output.from_input(args.worker_networks).apply(
+            lambda networks: sorted({*networks, *args.operator_cidrs})
+        )
+        self.source_ranges = source_ranges
+        spec = pulumi.Output.all(self.datastore, source_ranges).apply(
+            lambda values: tenant_spec.tenant_control_plane_spec(tenant, values[0], values[1])
+        )
+        self.tcp = _CustomResourceWithStatus(
+            f"{name}-tcp",
+            api_version=tenant_spec.TCP_API_VERSION,
+            kind=tenant_spec.TCP_KIND,
+            metadata=tenant_spec.tenant_control_plane_metadata(tenant),
+            spec=spec,
+            opts=pulumi.ResourceOptions.merge(management, pulumi.ResourceOptions(
+                # The fence is up before the control-plane pods start.
+                depends_on=[namespace, isolation, *datastore_ready, *args.depends_on],
+                custom_timeouts=pulumi.CustomTimeouts(create=TCP_TIMEOUT, update=TCP_TIMEOUT),
+                replace_on_changes=list(tenant_spec.CIDR_REPLACE_ON_CHANGES),
+                # A fixed name: a replacement (a changed range, `pulumi up --replace`) must delete the old control
+                # plane first. pulumi-kubernetes only asks for that itself when its own diff replaces
+                # (provider.go L1645-1657), not for replace_on_changes or --replace (step_generator.go SG:2891).
+                delete_before_replace=True,
+            )),
+        )
+        self.endpoint = self.tcp.status.apply(lambda status: tenant_spec.control_plane_endpoint(status, tcp_name))
+
+        # --- credentials Kamaji wrote (facts §4), read by the Secret name Kamaji reports in its status ----- #
+        admin_id = pulumi.Output.all(self.tcp.metadata, self.tcp.status).apply(
+            lambda parts: tenant_spec.admin_secret_id(parts[0], parts[1], tcp_name)
+        )
+        admin = k8s.core.v1.Secret.get(
+            f"{name}-admin-kubeconfig", admin_id,
+            opts=pulumi.ResourceOptions(parent=self, provider=args.management_provider, depends_on=[self.tcp],
+                                        additional_secret_outputs=["data", "stringData"]),
+        )
+        secret_name = tenant_spec.admin_kubeconfig_secret_name(tcp_name)
+        self.admin_kubeconfig = _secret_value(admin.data, tenant_spec.ADMIN_KUBECONFIG_KEY, secret_name)
+        self.operator_kubeconfig = _secret_value(admin.data, tenant_spec.SUPER_ADMIN_KUBECONFIG_KEY, secret_name)
+        # The CA certificate (not its key) is all a worker needs to trust the control plane: public.
+        self.ca_certificate = pulumi.Output.unsecret(self.admin_kubeconfig.apply(tenant_spec.ca_certificate))
+        self.discovery_hash = self.ca_certificate.apply(tenant_spec.discovery_hash)
+
+        # Identified by the TenantControlPlane's UID: a CA rotation or a new address updates the provider; only a
+        # re-created control plane (a new cluster) replaces it and what it manages (pulumi-kubernetes DiffConfig).
+        identity = pulumi.Output.all(self.tcp.id, self.tcp.metadata).apply(lambda parts: (parts[1] or {}).get("uid"))
+        self.provider = k8s.Provider(
+            f"{name}-tenant",
+            kubeconfig=self.operator_kubeconfig,
+            cluster_identifier=identity,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+
+        # --- inside the tenant -------------------------------------------------------------------------- #
+        inside = pulumi.ResourceOptions(parent=self, provider=self.provider, deleted_with=self.tcp)
+        _, pod_cidr = tenant_spec.resolved_cidrs(tenant)
+        def proxy_objects(endpoint: str) -> list[dict[str, Any]]:
+            return kube_proxy.kube_proxy_objects(
+                endpoint=endpoint, kubernetes_version=tenant.kubernetes_version, pod_cidr=pod_cidr)
+
+        # Kinds and names do not depend on the endpoint; the content does.
+        live = self.endpoint.apply(proxy_objects)
+        self.kube_proxy = [
+            _object(f"{name}-kube-proxy-{shape['kind'].lower()}", shape, live.apply(lambda objs, i=i: objs[i]), inside)
+            for i, shape in enumerate(proxy_objects("endpoint.invalid:6443"))
+        ]
+        self.workload_namespaces = [
+            k8s.core.v1.NamespacePatch(
+                f"{name}-namespace-{namespace_name}",
+                metadata=tenant_spec.workload_namespace(namespace_name)["metadata"],
+                opts=inside,
+            )
+            for namespace_name in tenant.namespaces
+        ]
+        after_namespaces = pulumi.ResourceOptions.merge(inside, pulumi.ResourceOptions(
+            depends_on=list(self.workload_namespaces)))
+        service_account, *grants = tenant_spec.tenant_user_objects(tenant.namespaces)
+        account = _object(f"{name}-user-{service_account['kind'].lower()}-{service_account['metadata']['namespace']}",
+                          service_account, service_account, after_namespaces)
+        # After the ServiceAccount: kube-controller-manager deletes a token Secret whose account does not exist yet
+        # (pkg/controller/serviceaccount/tokens_controller.go syncSecret).
+        after_account = pulumi.ResourceOptions.merge(after_namespaces, pulumi.ResourceOptions(depends_on=[account]))
+        user = [account] + [
+            _object(f"{name}-user-{obj['kind'].lower()}-{obj['metadata']['namespace']}", obj, obj, after_account)
+            for obj in grants
+        ]
+        token_secret = user[1]
+        user_token = pulumi.Output.secret(token_secret.data.apply(
+            lambda d: tenant_spec.decode_secret_value(d, "token", tenant_spec.TENANT_USER_TOKEN)
+        ))
+        self.user_kubeconfig = pulumi.Output.secret(pulumi.Output.all(self.endpoint, self.ca_certificate, user_token)
+                                                    .apply(lambda parts: tenant_spec.tenant_user_kubeconfig(
+                                                        parts[0], parts[1], parts[2], tcp_name, tenant.namespaces[0])))
+        self.quotas = []
+        for namespace_name in tenant.namespaces:
+            quota = tenant_spec.gpu_resource_quota(tenant.quota, namespace_name)
+            if quota is not None:
+                self.quotas.append(k8s.core.v1.ResourceQuota(
+                    f"{name}-gpu-quota-{namespace_name}", metadata=quota["metadata"], spec=quota["spec"],
+                    opts=after_namespaces))
+
+        self.register_outputs(
+            {
+                "namespace": self.namespace,
+                "endpoint": self.endpoint,
+                "adminKubeconfig": self.admin_kubeconfig,
+                "userKubeconfig": self.user_kubeconfig,
+                "discoveryHash": self.discovery_hash,
+                "dataStore": self.datastore,
+            }
+        )
+
+    def _datastore(self, name: str, args: TenantControlPlaneArgs, namespace: k8s.core.v1.Namespace,
+                   management: pulumi.ResourceOptions) -> tuple[pulumi.Output[str], list[pulumi.Resource]]:
+        """The shared DataStore, or a dedicated etcd in the tenant's namespace with its own DataStore."""
+        tenant = args.tenant
+        store = tenant.data_store
+        if not store.dedicated:
+            return pulumi.Output.from_input(args.shared_datastore), []
+        chart = tenant_spec.ETCD_CHART
+        etcd = helm_release(
+            f"{name}-etcd",
+            type(chart)(chart.release, args.etcd_chart, "", tenant.name),
+            version=None,
+            values=tenant_spec.dedicated_etcd_values(store),
+            timeout=ETCD_TIMEOUT_SECONDS,
+            opts=pulumi.ResourceOptions.merge(management, pulumi.ResourceOptions(
+                depends_on=[namespace, *args.images_ready])),
+        )
+        datastore_name = tenant_spec.dedicated_datastore_name(tenant.name)
+        manifest = tenant_spec.datastore_manifest(
+            datastore_name, tenant_spec.dedicated_datastore_spec(tenant.name, store.replicas), tenant.name)
+        datastore = k8s.apiextensions.CustomResource(
+            f"{name}-datastore", api_version=manifest["apiVersion"], kind=manifest["kind"],
+            metadata=manifest["metadata"], spec=manifest["spec"],
+            opts=pulumi.ResourceOptions.merge(management, pulumi.ResourceOptions(depends_on=[etcd, *args.depends_on])),
+        )
+        return datastore.metadata.apply(lambda m: m["name"]), [datastore]
+
+
+# Kubernetes kinds this module creates from plain data: the resource class and its top-level fields.
+_KINDS: dict[str, tuple[Any, tuple[tuple[str, str], ...]]] = {
+    "ServiceAccount": (k8s.core.v1.ServiceAccount, ()),
+    "ConfigMap": (k8s.core.v1.ConfigMap, (("data", "data"),)),
+    "Secret": (k8s.core.v1.Secret, (("type", "type"), ("data", "data"), ("string_data", "stringData"))),
+    "ClusterRole": (k8s.rbac.v1.ClusterRole, (("rules", "rules"),)),
+    "ClusterRoleBinding": (k8s.rbac.v1.ClusterRoleBinding, (("role_ref", "roleRef"), ("subjects", "subjects"))),
+    "Role": (k8s.rbac.v1.Role, (("rules", "rules"),)),
+    "RoleBinding": (k8s.rbac.v1.RoleBinding, (("role_ref", "roleRef"), ("subjects", "subjects"))),
+    "DaemonSet": (k8s.apps.v1.DaemonSet, (("spec", "spec"),)),
+}
+
+
+def _object(resource_name: str, shape: dict[str, Any], obj: pulumi.Input[dict[str, Any]],
+            opts: pulumi.ResourceOptions) -> Any:
+    """One Kubernetes object given as plain data (possibly an output), as the typed resource of its kind.
+
+    `shape` is the object as far as it is known now: its kind and which top-level fields it sets.
+    """
+    resource_class, fields = _KINDS[shape["kind"]]
+    value = pulumi.Output.from_input(obj)
+    arguments = {arg: value.apply(lambda o, key=key: o[key]) for arg, key in fields if key in shape}
+    return resource_class(resource_name, metadata=value.apply(lambda o: o["metadata"]), opts=opts, **arguments)
+
+
+@dataclass
+class TenantCniArgs:
+    tenant: config.Tenant
+    tenant_provider: k8s.Provider
+    endpoint: pulumi.Input[str]  # "<host>:<port>" of the tenant API server
+    versions: config.Versions
+    # The tenant's worker joins: Calico goes in after them (facts §6: workers joined -> CNI).
+    depends_on: list[pulumi.Resource]
+    # The TenantControlPlane: Calico lives in its cluster and goes with it.
+    deleted_with: pulumi.Resource | None = None
+
+
+class TenantCni(pulumi.ComponentResource):
+    """Calico in one tenant: the CRD chart, then tigera-operator with one VXLAN pool over `podCidr`."""
+
+    releases: list[pulumi.Resource]
+
+    def __init__(self, name: str, args: TenantCniArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(f"{COMPONENT_PREFIX}:TenantCni", name, None, opts)
+        _, pod_cidr = tenant_spec.resolved_cidrs(args.tenant)
+        workers = len(args.tenant.workers)
+        inside = pulumi.ResourceOptions(parent=self, provider=args.tenant_provider, deleted_with=args.deleted_with)
+        calico_crds = helm_release(
+            f"{name}-calico-crds",
+            tenant_spec.CALICO_CRDS_CHART,
+            version=args.versions.calico,
+            create_namespace=True,
+            timeout=CRD_CHART_TIMEOUT_SECONDS,
+            opts=pulumi.ResourceOptions.merge(inside, pulumi.ResourceOptions(depends_on=args.depends_on)),
+        )
+        calico = helm_release(
+            f"{name}-calico",
+            tenant_spec.CALICO_OPERATOR_CHART,
+            version=args.versions.calico,
+            values=pulumi.Output.from_input(args.endpoint).apply(
+                lambda endpoint: tenant_spec.calico_operator_values(pod_cidr, endpoint, workers)
+            ),
+            create_namespace=True,
+            timeout=CALICO_TIMEOUT_SECONDS,
+            opts=pulumi.ResourceOptions.merge(inside, pulumi.ResourceOptions(depends_on=[calico_crds])),
+        )
+        self.releases = [calico_crds, calico]
+        self.register_outputs({"releases": [release.name for release in self.releases]})

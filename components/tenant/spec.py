@@ -1,0 +1,505 @@
+"""Plain-data builders for the tenant plane: namespace isolation, the TenantControlPlane, tenant credentials,
+data stores, Calico values, and inside the tenant the workload namespaces, restricted credential and GPU quota.
+
+Everything here takes and returns plain data, so it is tested without Pulumi.
+`components.tenant.control_plane` wires these functions to resources.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import ipaddress
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from components.helm import Chart
+from config import Quota, Tenant
+from config.cidrs import dns_service_ip
+from config.models import DataStore
+
+# --------------------------------------------------------------------------- #
+# Management cluster: the tenant namespace and its NetworkPolicy
+# --------------------------------------------------------------------------- #
+
+# Kamaji's release must live here (facts §2); its controller and the kamaji-etcd datastore run here.
+KAMAJI_NAMESPACE = "kamaji-system"
+# Label every namespace carries (Kubernetes >= 1.22), so selectors need no labelling of our own.
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+TENANT_LABEL = "gpu-tenancy/tenant"
+PART_OF_LABEL = "app.kubernetes.io/part-of"
+PART_OF = "gpu-tenancy"
+ISOLATION_POLICY_NAME = "tenant-isolation"
+
+
+def namespace_labels(tenant_name: str) -> dict[str, str]:
+    return {PART_OF_LABEL: PART_OF, TENANT_LABEL: tenant_name}
+
+
+def _namespace_selector(name: str) -> dict[str, Any]:
+    return {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: name}}}
+
+
+def isolation_network_policy(namespace: str, worker_networks: Sequence[str]) -> dict[str, Any]:
+    """NetworkPolicy that fences every pod of a tenant namespace on the management cluster.
+
+    Ingress only from: pods of the same namespace, Kamaji (kamaji-system), and the
+    worker networks (in the lab the docker `kind` network: the tenant's workers, the
+    host running Pulumi, and the management nodes, which is where LoadBalancer traffic
+    and kubelet probes come from; on real infrastructure `management.workerCidrs`).
+    Egress only to: the same namespace, kamaji-system (the kamaji-etcd datastore),
+    cluster DNS, and the worker networks. Pods of other tenants' namespaces match
+    none of these in either direction, so tenants cannot reach each other's control planes.
+    """
+    if not worker_networks:
+        raise ValueError("no worker networks: tenant workers could not reach their control plane")
+    blocks = []
+    for cidr in worker_networks:
+        network = ipaddress.ip_network(cidr, strict=False)
+        if network.version != 4:
+            raise ValueError(f"worker network {cidr!r} is not IPv4: NetworkPolicy ipBlocks here are IPv4 only")
+        blocks.append({"ipBlock": {"cidr": str(network)}})
+    same_namespace = {"podSelector": {}}
+    kamaji = _namespace_selector(KAMAJI_NAMESPACE)
+    cluster_dns = {
+        **_namespace_selector("kube-system"),
+        "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+    }
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": ISOLATION_POLICY_NAME,
+            "namespace": namespace,
+            "labels": namespace_labels(namespace),
+        },
+        "spec": {
+            # Every pod of the namespace: the TCP pods and anything Kamaji adds later.
+            "podSelector": {},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [
+                {"from": [same_namespace, kamaji]},
+                # From outside the cluster only the API server and the Konnectivity server are served.
+                {
+                    "from": blocks,
+                    "ports": [
+                        {"protocol": "TCP", "port": API_SERVER_PORT},
+                        {"protocol": "TCP", "port": KONNECTIVITY_PORT},
+                    ],
+                },
+            ],
+            "egress": [
+                {"to": [same_namespace, kamaji, *blocks]},
+                {
+                    "to": [cluster_dns],
+                    "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+                },
+            ],
+        },
+    }
+
+
+# --------------------------------------------------------------------------- #
+# The TenantControlPlane custom resource (facts §3)
+# --------------------------------------------------------------------------- #
+
+TCP_API_VERSION = "kamaji.clastix.io/v1alpha1"
+TCP_KIND = "TenantControlPlane"
+API_SERVER_PORT = 6443
+KONNECTIVITY_PORT = 8132
+# Pulumi does not await custom resources by default; this makes it wait for Kamaji's Ready.
+WAIT_FOR_ANNOTATION = "pulumi.com/waitFor"
+WAIT_FOR_READY = "jsonpath={.status.kubernetesResources.version.status}=Ready"
+DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+# Kamaji's default `spec.kubernetes.admissionControllers` (the CRD default, clastix/kamaji
+# api/v1alpha1/tenantcontrolplane_types.go L136) plus NodeRestriction, which kubeadm enables and Kamaji's list
+# lacks: without it any node's kubelet credential can modify every other Node. The list replaces the default,
+# so it is spelled out whole.
+KAMAJI_DEFAULT_ADMISSION_CONTROLLERS = (
+    "CertificateApproval", "CertificateSigning", "CertificateSubjectRestriction", "DefaultIngressClass",
+    "DefaultStorageClass", "DefaultTolerationSeconds", "LimitRanger", "MutatingAdmissionWebhook",
+    "NamespaceLifecycle", "PersistentVolumeClaimResize", "Priority", "ResourceQuota", "RuntimeClass",
+    "ServiceAccount", "StorageObjectInUseProtection", "TaintNodesByCondition", "ValidatingAdmissionWebhook",
+)
+ADMISSION_CONTROLLERS = (*KAMAJI_DEFAULT_ADMISSION_CONTROLLERS, "NodeRestriction")
+# A changed range of an existing tenant re-creates its control plane (a planned replacement in the preview): the
+# controller manager's --cluster-cidr, Calico's pool and every Service address would otherwise disagree.
+CIDR_REPLACE_ON_CHANGES = ("spec.networkProfile.serviceCidrs", "spec.networkProfile.podCidrs")
+
+
+def _require_dns1035(name: str) -> str:
+    # Kamaji derives Service and Secret names from the TCP name, so it must be a DNS-1035 label.
+    if len(name) > 63 or not DNS1035_LABEL.fullmatch(name):
+        raise ValueError(
+            f"TenantControlPlane name {name!r} is not a DNS-1035 label (lower-case letters, digits, '-', "
+            "starting with a letter); rename the tenant"
+        )
+    return name
+
+
+def resolved_cidrs(tenant: Tenant) -> tuple[str, str]:
+    if tenant.service_cidr is None or tenant.pod_cidr is None:
+        raise ValueError(
+            f"tenant {tenant.name!r} has no resolved serviceCidr/podCidr: build tenants with "
+            "config.load_stack_config, which allocates the missing ranges"
+        )
+    return tenant.service_cidr, tenant.pod_cidr
+
+
+def tenant_control_plane_metadata(tenant: Tenant) -> dict[str, Any]:
+    name = _require_dns1035(tenant.name)
+    return {
+        "name": name,
+        "namespace": name,
+        "labels": namespace_labels(name),
+        "annotations": {WAIT_FOR_ANNOTATION: WAIT_FOR_READY},
+    }
+
+
+def tenant_control_plane_spec(tenant: Tenant, datastore: str, source_ranges: Sequence[str]) -> dict[str, Any]:
+    """The TCP spec: one replica behind a LoadBalancer reachable only from `source_ranges`."""
+    service_cidr, pod_cidr = resolved_cidrs(tenant)
+    if not source_ranges:
+        raise ValueError(f"tenant {tenant.name!r}: no networks may reach its API server")
+    return {
+        "dataStore": datastore,
+        "controlPlane": {
+            # One machine: the CRD's default of 2 replicas buys nothing but memory.
+            "deployment": {"replicas": 1},
+            # MetalLB hands out an address on the docker `kind` network.
+            "service": {"serviceType": "LoadBalancer"},
+        },
+        "kubernetes": {
+            "version": tenant.kubernetes_version,
+            # kindest/node runs containerd with the systemd cgroup driver.
+            "kubelet": {"cgroupfs": "systemd"},
+            "admissionControllers": list(ADMISSION_CONTROLLERS),
+        },
+        "networkProfile": {
+            "port": API_SERVER_PORT,
+            # The list forms: the singular serviceCidr/podCidr are deprecated and Kamaji copies them into the lists
+            # on CREATE only (internal/webhook/handlers/tcp_defaults.go), so a later change would be ignored.
+            "serviceCidrs": [service_cidr],
+            "podCidrs": [pod_cidr],
+            "dnsServiceIPs": [dns_service_ip(service_cidr)],
+            # Copied onto the LoadBalancer Service (internal/resources/k8s_service_resource.go): kube-proxy drops
+            # connections from anywhere else.
+            "loadBalancerSourceRanges": sorted(source_ranges),
+        },
+        # An absent addon is not installed (facts §3): CoreDNS and the Konnectivity tunnel come from Kamaji;
+        # kube-proxy is installed by this program (components/tenant/kube_proxy.py) with conntrack.maxPerCore 0,
+        # because Kamaji's addon keeps kubeadm's default, which writes a host sysctl a container cannot change.
+        "addons": {
+            "coreDNS": {},
+            "konnectivity": {"server": {"port": KONNECTIVITY_PORT}},
+        },
+    }
+
+
+def tenant_control_plane_manifest(tenant: Tenant, datastore: str, source_ranges: Sequence[str]) -> dict[str, Any]:
+    """The whole TenantControlPlane object, as it is validated against Kamaji's CRD."""
+    return {
+        "apiVersion": TCP_API_VERSION,
+        "kind": TCP_KIND,
+        "metadata": tenant_control_plane_metadata(tenant),
+        "spec": tenant_control_plane_spec(tenant, datastore, source_ranges),
+    }
+
+
+def control_plane_endpoint(status: Mapping[str, Any] | None, tcp_name: str) -> str:
+    """`<LB IP>:6443` from a Ready TenantControlPlane's status."""
+    endpoint = (status or {}).get("controlPlaneEndpoint")
+    if not endpoint:
+        raise ValueError(
+            f"TenantControlPlane {tcp_name!r} reports no status.controlPlaneEndpoint: check that MetalLB "
+            f"assigned an address (`kubectl -n {tcp_name} get tcp,svc`)"
+        )
+    return str(endpoint)
+
+
+def split_endpoint(endpoint: str) -> tuple[str, str]:
+    """('172.18.255.200', '6443') from '172.18.255.200:6443'."""
+    host, sep, port = endpoint.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"control plane endpoint {endpoint!r} is not <host>:<port>")
+    return host.strip("[]"), port
+
+
+# --------------------------------------------------------------------------- #
+# Tenant credentials (facts §4)
+# --------------------------------------------------------------------------- #
+
+# Both in the Secret Kamaji names in status.kubeconfig.admin.secretName (clastix/kamaji
+# internal/resources/kubeconfig.go): admin.conf is in group kubeadm:cluster-admins, which has no rights until
+# Kamaji's soot controller binds it after Ready; super-admin.conf is system:masters. Users get admin.conf; the
+# program itself writes with super-admin.conf, so its first writes into a new tenant cannot hit that window.
+ADMIN_KUBECONFIG_KEY = "admin.conf"
+SUPER_ADMIN_KUBECONFIG_KEY = "super-admin.conf"
+
+
+def admin_kubeconfig_secret_name(tcp_name: str) -> str:
+    """The name Kamaji gives the Secret (clastix/kamaji controllers/resources.go `AddTenantPrefix`)."""
+    return f"{tcp_name}-admin-kubeconfig"
+
+
+def admin_secret_id(metadata: Mapping[str, Any] | None, status: Mapping[str, Any] | None, tcp_name: str) -> str:
+    """`<namespace>/<secret>` of the admin kubeconfigs, from Kamaji's own status pointer.
+
+    The status is stripped from a create preview (pulumi-kubernetes provider.go L1849-1854), so this stays
+    unknown - and the read is skipped - until the control plane exists.
+    """
+    name = (((status or {}).get("kubeconfig") or {}).get("admin") or {}).get("secretName")
+    if not name:
+        raise ValueError(f"TenantControlPlane {tcp_name!r} reports no status.kubeconfig.admin.secretName yet")
+    return f"{(metadata or {}).get('namespace') or tcp_name}/{name}"
+
+
+def decode_secret_value(data: Mapping[str, str] | None, key: str, secret: str) -> str:
+    """The text stored base64-encoded under `key` of a Secret's `data`."""
+    encoded = (data or {}).get(key)
+    if not encoded:
+        raise ValueError(f"Secret {secret!r} has no key {key!r}; Kamaji writes it once the control plane is Ready")
+    try:
+        return base64.b64decode(encoded, validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError) as error:
+        raise ValueError(f"Secret {secret!r} key {key!r} is not base64-encoded text ({error})") from None
+
+
+def ca_certificate(kubeconfig: str) -> str:
+    """The cluster CA (PEM) of a kubeconfig's current context: public, and all a worker needs to trust."""
+    document = yaml.safe_load(kubeconfig)
+    context = next(c["context"] for c in document["contexts"] if c["name"] == document["current-context"])
+    cluster = next(c["cluster"] for c in document["clusters"] if c["name"] == context["cluster"])
+    return base64.b64decode(cluster["certificate-authority-data"]).decode()
+
+
+def discovery_hash(ca_pem: str | bytes) -> str:
+    """kubeadm's --discovery-token-ca-cert-hash: sha256 of the CA's DER SubjectPublicKeyInfo."""
+    pem = ca_pem.encode() if isinstance(ca_pem, str) else ca_pem
+    certificate = x509.load_pem_x509_certificate(pem)
+    public_key_info = certificate.public_key().public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
+    digest = hashes.Hash(hashes.SHA256())
+    digest.update(public_key_info)
+    return "sha256:" + digest.finalize().hex()
+
+
+# --------------------------------------------------------------------------- #
+# Data stores (Kamaji DataStore + kamaji-etcd)
+# --------------------------------------------------------------------------- #
+
+# The shared etcd Kamaji's chart deploys (kamaji-etcd subchart: fullnameOverride kamaji-etcd, cert-manager
+# certificates, in kamaji-system; charts/kamaji/values.yaml). This program owns the DataStore object itself, so
+# Helm's uninstall never waits on its finalizer (that only Kamaji's controller removes) and tear-down deletes it
+# while the controller still runs.
+SHARED_DATASTORE = "default"
+SHARED_ETCD_NAME = "kamaji-etcd"
+ETCD_CLIENT_PORT = 2379
+ETCD_CHART = Chart("etcd", "kamaji-etcd", "", "")
+DEDICATED_ETCD_NAME = "etcd"
+
+
+def _etcd_endpoints(fullname: str, namespace: str, replicas: int) -> list[str]:
+    # clastix/kamaji-etcd charts/kamaji-etcd/templates/_helpers.tpl "etcd.endpointsYAML" (headless service).
+    return [f"{fullname}-{i}.{fullname}.{namespace}.svc.cluster.local:{ETCD_CLIENT_PORT}" for i in range(replicas)]
+
+
+def _secret_ref(name: str, namespace: str, key: str) -> dict[str, Any]:
+    return {"secretReference": {"name": name, "namespace": namespace, "keyPath": key}}
+
+
+def _etcd_datastore_spec(fullname: str, namespace: str, replicas: int, ca: tuple[str, str, str],
+                         client: str) -> dict[str, Any]:
+    """An etcd DataStore: the endpoints of kamaji-etcd's headless service, its CA (secret, certificate key, private
+    key key) and its client certificate secret (tls.crt / tls.key)."""
+    ca_secret, ca_cert, ca_key = ca
+    return {
+        "driver": "etcd",
+        "endpoints": _etcd_endpoints(fullname, namespace, replicas),
+        "tlsConfig": {
+            "certificateAuthority": {"certificate": _secret_ref(ca_secret, namespace, ca_cert),
+                                     "privateKey": _secret_ref(ca_secret, namespace, ca_key)},
+            "clientCertificate": {"certificate": _secret_ref(client, namespace, "tls.crt"),
+                                  "privateKey": _secret_ref(client, namespace, "tls.key")},
+        },
+    }
+
+
+def shared_datastore_spec(namespace: str, replicas: int) -> dict[str, Any]:
+    """The DataStore kamaji-etcd would render in cert-manager mode (templates/etcd_datastore.yaml, v0.15.0)."""
+    return _etcd_datastore_spec(SHARED_ETCD_NAME, namespace, replicas,
+                                (f"{SHARED_ETCD_NAME}-ca", "tls.crt", "tls.key"), f"{SHARED_ETCD_NAME}-client-certs")
+
+
+def dedicated_datastore_name(tenant: str) -> str:
+    return f"{tenant}-etcd"
+
+
+def dedicated_datastore_spec(namespace: str, replicas: int) -> dict[str, Any]:
+    """A tenant's own kamaji-etcd (self-signed mode): etcd.caSecretName / etcd.clientSecretName in _helpers.tpl."""
+    return _etcd_datastore_spec(DEDICATED_ETCD_NAME, namespace, replicas,
+                                (f"{DEDICATED_ETCD_NAME}-certs", "ca.crt", "ca.key"),
+                                f"{DEDICATED_ETCD_NAME}-root-client-certs")
+
+
+def _mib_bytes(mib: int) -> str:
+    # A string: a JSON number reaches Go templates as float64 and renders as 1.073741824e+09.
+    return str(mib * 1024 * 1024)
+
+
+def dedicated_etcd_values(store: DataStore) -> dict[str, Any]:
+    """kamaji-etcd chart values of a tenant's own etcd (its DataStore object is this program's)."""
+    return {
+        "fullnameOverride": DEDICATED_ETCD_NAME,
+        "replicas": store.replicas,
+        "persistentVolumeClaim": {"size": store.storage_size, "retentionPolicyWhenDeleted": "Delete"},
+        "quotaBackendBytes": _mib_bytes(store.quota_mib),
+        "datastore": {"enabled": False},
+    }
+
+
+def datastore_manifest(name: str, spec: dict[str, Any], tenant: str | None = None) -> dict[str, Any]:
+    labels = {PART_OF_LABEL: PART_OF, **({TENANT_LABEL: tenant} if tenant else {})}
+    return {"apiVersion": TCP_API_VERSION, "kind": "DataStore", "metadata": {"name": name, "labels": labels},
+            "spec": spec}
+
+
+# --------------------------------------------------------------------------- #
+# Calico (tigera-operator chart, projectcalico/calico charts/ at the pinned tag)
+# --------------------------------------------------------------------------- #
+
+CALICO_CHART_REPO = "https://docs.tigera.io/calico/charts"
+# The operator reads its kubernetes-services-endpoint ConfigMap from the release namespace.
+CALICO_NAMESPACE = "tigera-operator"
+# Since 3.32 the CRDs are a chart of their own, installed before the operator chart.
+CALICO_CRDS_CHART = Chart("calico-crds", "crd.projectcalico.org.v1", CALICO_CHART_REPO, CALICO_NAMESPACE)
+CALICO_OPERATOR_CHART = Chart("calico", "tigera-operator", CALICO_CHART_REPO, CALICO_NAMESPACE)
+CALICO_BLOCK_SIZE = 26
+
+
+def calico_operator_values(pod_cidr: str, endpoint: str, workers: int) -> dict[str, Any]:
+    """tigera-operator chart values: one VXLAN pool over the tenant's pod range."""
+    host, port = split_endpoint(endpoint)
+    return {
+        "installation": {
+            "calicoNetwork": {
+                # VXLAN needs no BGP peering between the worker containers.
+                "bgp": "Disabled",
+                "ipPools": [
+                    {
+                        "cidr": pod_cidr,
+                        "encapsulation": "VXLAN",
+                        "natOutgoing": "Enabled",
+                        "nodeSelector": "all()",
+                        "blockSize": CALICO_BLOCK_SIZE,
+                    }
+                ],
+                # The kubelet's InternalIP is the container's address on the `kind` network.
+                "nodeAddressAutodetectionV4": {"kubernetes": "NodeInternalIP"},
+            },
+            # Typha replicas need distinct nodes; more than the workers would stay Pending.
+            "controlPlaneReplicas": max(1, min(2, workers)),
+        },
+        # The aggregated API server, flow aggregator and UI are not needed and add failure modes.
+        "apiServer": {"enabled": False},
+        "goldmane": {"enabled": False},
+        "whisker": {"enabled": False},
+        # Host-networked operator and calico-node reach the API server directly, not via a Service
+        # that only works once kube-proxy (and so a node) is up.
+        "kubernetesServiceEndpoint": {"host": host, "port": port},
+    }
+
+
+# --------------------------------------------------------------------------- #
+# Inside the tenant: workload namespaces, the restricted credential, the GPU quota
+# --------------------------------------------------------------------------- #
+
+GPU_QUOTA_NAME = "gpu-quota"
+# Pod Security Admission labels (kubernetes.io/docs/concepts/security/pod-security-admission).
+POD_SECURITY = {
+    "pod-security.kubernetes.io/enforce": "baseline",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+}
+TENANT_USER = "tenant-user"
+TENANT_USER_NAMESPACE = "kube-system"
+TENANT_USER_TOKEN = "tenant-user-token"
+
+
+def gpu_quota_hard(quota: Quota | None) -> dict[str, str]:
+    """ResourceQuota `spec.hard` for the quota keys that are set.
+
+    HAMi's quota manager counts memory and cores per allocated device only for `limits.` keys of its own
+    resources (Project-HAMi/HAMi v2.10.0 pkg/device/quota.go managedQuotaName); the card count is a native
+    extended-resource quota (`requests.`), which kube-apiserver enforces.
+    """
+    if quota is None:
+        return {}
+    hard = {}
+    for resource, value in (
+        ("requests.nvidia.com/gpu", quota.gpus),
+        ("limits.nvidia.com/gpumem", quota.memory_mib),
+        ("limits.nvidia.com/gpucores", quota.cores),
+    ):
+        if value is not None:
+            hard[resource] = str(value)
+    return hard
+
+
+def gpu_resource_quota(quota: Quota | None, namespace: str) -> dict[str, Any] | None:
+    hard = gpu_quota_hard(quota)
+    if not hard:
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": GPU_QUOTA_NAME, "namespace": namespace, "labels": {PART_OF_LABEL: PART_OF}},
+        "spec": {"hard": hard},
+    }
+
+
+def workload_namespace(name: str) -> dict[str, Any]:
+    """A namespace the tenant's users work in, with Pod Security `baseline` enforced (no privileged pods,
+    host namespaces or hostPath: in the lab a privileged pod would be root on the Docker host)."""
+    return {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": name, "labels": {PART_OF_LABEL: PART_OF, **POD_SECURITY}}}
+
+
+def tenant_user_objects(namespaces: Sequence[str]) -> list[dict[str, Any]]:
+    """The restricted tenant credential: a ServiceAccount with the built-in `edit` role in each workload namespace
+    only (no cluster-scoped writes), and a long-lived token Secret for its kubeconfig."""
+    subject = {"kind": "ServiceAccount", "name": TENANT_USER, "namespace": TENANT_USER_NAMESPACE}
+    labels = {PART_OF_LABEL: PART_OF}
+    objects: list[dict[str, Any]] = [
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": TENANT_USER, "namespace": TENANT_USER_NAMESPACE, "labels": labels}},
+        {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+         "metadata": {"name": TENANT_USER_TOKEN, "namespace": TENANT_USER_NAMESPACE, "labels": labels,
+                      "annotations": {"kubernetes.io/service-account.name": TENANT_USER}}},
+    ]
+    for namespace in namespaces:
+        objects.append({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": f"{TENANT_USER}-edit", "namespace": namespace, "labels": labels},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+            "subjects": [subject],
+        })
+    return objects
+
+
+def tenant_user_kubeconfig(endpoint: str, ca_pem: str, token: str, tenant: str, namespace: str) -> str:
+    """A kubeconfig for the restricted credential (server and CA as in admin.conf)."""
+    return yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": tenant, "cluster": {
+            "server": f"https://{endpoint}",
+            "certificate-authority-data": base64.b64encode(ca_pem.encode()).decode()}}],
+        "users": [{"name": f"{tenant}-user", "user": {"token": token}}],
+        "contexts": [{"name": tenant, "context": {"cluster": tenant, "user": f"{tenant}-user",
+                                                  "namespace": namespace}}],
+        "current-context": tenant,
+    }, sort_keys=False)

@@ -1,0 +1,280 @@
+"""WorkerNode: a worker joined to a tenant's hosted control plane -- a local container or a real machine.
+
+A worker without `ssh` is a kindest/node container on the kind network, started the way kind starts its own
+nodes (kubernetes-sigs/kind pkg/cluster/internal/providers/docker/provision.go), described as plain data by
+`node_container_spec` and wired to `pulumi_docker.Container`. A worker with `ssh` is an existing machine.
+
+A worker that pulls through image mirrors first gets `<node>-mirrors` (components/management/image_cache.py: its
+containerd's hosts.toml files). Either way, membership is three resources, in this order:
+
+1. `<node>-membership` (Pulumi host, components.host_operations): mints a one-time join token for this worker; when
+   the worker leaves, it removes the Node object from the tenant.
+2. `<node>-join` (on the node, components/worker/scripts/node-join.sh and node-leave.sh): `kubeadm join`, and
+   `kubeadm reset -f` when the worker leaves. It needs no credential beyond the join token.
+3. `<node>-registered` (Pulumi host): waits for the Node to register, then revokes the token.
+
+Destroy runs them backwards: the node stops being a member (reset) before its Node object is removed, so a
+running kubelet cannot register it again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_command as command
+import pulumi_docker as docker
+
+import config
+from components import host_operations
+from components import shell as node_scripts
+from components.management import image_cache as registry_mirror
+from components.naming import COMPONENT_PREFIX, KIND_NETWORK, node_name
+from components.worker.access import NodeAccess, NodeScript, node_access, run_on_node
+from config.models import KIND_NODE_IMAGES
+
+# Docker labels on every worker container, for `docker ps --filter label=...` and cleanup checks.
+LABEL_PREFIX = "gpu-tenancy"
+LABEL_STACK = f"{LABEL_PREFIX}.stack"
+LABEL_TENANT = f"{LABEL_PREFIX}.tenant"
+LABEL_WORKER = f"{LABEL_PREFIX}.worker"
+LABEL_ROLE = f"{LABEL_PREFIX}.role"
+
+
+def worker_image(tenant: config.Tenant) -> str:
+    """The tenant's `nodeImage`, or the kindest/node image published for its version (pinned by digest)."""
+    if tenant.node_image is not None:
+        return tenant.node_image
+    try:
+        return KIND_NODE_IMAGES[tenant.kubernetes_version]
+    except KeyError:
+        raise ValueError(
+            f"tenant {tenant.name}: no kindest/node image is known for {tenant.kubernetes_version}; set nodeImage"
+        ) from None
+
+
+@dataclass(frozen=True)
+class NodeContainerSpec:
+    """A node container as `docker run` flags would describe it (kind's provision.go, as data)."""
+
+    name: str
+    hostname: str
+    image: str
+    network: str
+    labels: dict[str, str]
+    # Nested containerd/systemd need it; it also sets up mounts docker would otherwise restrict.
+    privileged: bool = True
+    security_opts: tuple[str, ...] = ("seccomp=unconfined", "apparmor=unconfined")
+    # Various things need a working /tmp; systemd wants a writable /run.
+    tmpfs: dict[str, str] = field(default_factory=lambda: {"/tmp": "", "/run": ""})
+    # Pods, images and logs live on an anonymous volume, not on the container filesystem.
+    anonymous_volumes: tuple[str, ...] = ("/var",)
+    # Some Kubernetes components read kernel modules; read-only from the host.
+    read_only_binds: tuple[str, ...] = ("/lib/modules",)
+    cgroupns_mode: str = "private"
+    # Allocates a tty for the entrypoint's logs.
+    tty: bool = True
+    # The entrypoint must be PID 1 (systemd), never docker-init, even if the daemon defaults to it.
+    init: bool = False
+    # Restart on host/dockerd reboot but not in a loop on real failures (kind's choice).
+    restart: str = "on-failure"
+    max_retry_count: int = 1
+
+
+def node_container_spec(
+    *, tenant: str, worker: str, image: str, network: str = KIND_NETWORK, stack: str
+) -> NodeContainerSpec:
+    """How to run worker `worker` of `tenant`: container name = hostname = Node name."""
+    name = node_name(tenant, worker)
+    return NodeContainerSpec(
+        name=name,
+        hostname=name,
+        image=image,
+        network=network,
+        labels={LABEL_STACK: stack, LABEL_TENANT: tenant, LABEL_WORKER: worker, LABEL_ROLE: "worker"},
+    )
+
+
+@dataclass
+class TenantAccess:
+    """What a worker needs to know about its tenant (TenantControlPlane outputs)."""
+
+    name: str
+    namespace: pulumi.Input[str]
+    kubernetes_version: str
+    endpoint: pulumi.Input[str]  # "<LB IP>:6443"
+    ca_certificate: pulumi.Input[str]  # tenant CA, PEM (public)
+    discovery_hash: pulumi.Input[str]  # "sha256:<hex>"
+    operator_kubeconfig: pulumi.Input[str]  # secret; used on the Pulumi host only
+    management_kubeconfig: pulumi.Input[str]  # secret; to tell a dead tenant from a gone one
+    control_plane: pulumi.Resource  # the TenantControlPlane: tenant-side objects go with it
+
+
+@dataclass
+class WorkerNodeArgs:
+    tenant: TenantAccess
+    # Configured worker; `worker.ssh` set means a real machine joined over SSH instead of a local container.
+    worker: config.Worker
+    # The worker image (containers only).
+    image: str | None = None
+    # The docker network "kind" exists only after the management cluster (containers only).
+    management_cluster: pulumi.Resource | None = None
+    network_name: str = KIND_NETWORK
+    # Registry host -> pull-through mirror URL this node's containerd tries first (management/image_cache.py).
+    mirrors: dict[str, str] = field(default_factory=dict)
+
+
+class WorkerNode(pulumi.ComponentResource):
+    """One worker joined with kubeadm to a Kamaji tenant control plane: a kindest/node container or an SSH machine."""
+
+    node_name: pulumi.Output[str]
+    access: NodeAccess
+    container: docker.Container | None  # None for an SSH worker
+    mirrors: pulumi.Resource | None  # the node's image-mirror configuration, if it uses mirrors
+    membership: pulumi.Resource
+    join: command.local.Command | command.remote.Command
+    registered: pulumi.Resource
+
+    def __init__(self, name: str, args: WorkerNodeArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__(f"{COMPONENT_PREFIX}:WorkerNode", name, None, opts)
+        tenant = args.tenant
+        self.access = node_access(tenant.name, args.worker)
+        node = self.access.node_name
+        self.container = None
+
+        if self.access.ssh is None:
+            self.container = self._container(name, args)
+            # A new container (new id) is a new machine.
+            machine: pulumi.Input[str] = self.container.id
+            depends_on: list[pulumi.Resource] = [self.container]
+        else:
+            # Another host is another machine.
+            machine = self.access.ssh.host
+            depends_on = []
+
+        host_side = pulumi.ResourceOptions(parent=self, deleted_with=tenant.control_plane)
+        # A new machine or a new control plane (endpoint or CA) is a new membership: leave and join again.
+        self.membership = host_operations.resource(
+            host_operations.NodeMembershipProvider(),
+            f"{name}-membership",
+            {
+                "kubeconfig": tenant.operator_kubeconfig,
+                "management_kubeconfig": tenant.management_kubeconfig,
+                "control_plane_namespace": tenant.namespace,
+                "control_plane_name": tenant.name,
+                "node_name": node,
+                "machine": machine,
+                "endpoint": tenant.endpoint,
+                "ca_cert_hash": tenant.discovery_hash,
+            },
+            pulumi.ResourceOptions.merge(host_side, pulumi.ResourceOptions(depends_on=depends_on)),
+            outputs=("token", "token_id", "expiration"),
+            secret_outputs=("token",),
+        )
+
+        self.mirrors = None
+        if args.mirrors:
+            # Before the join: the kubelet's first pulls (pause, kube-proxy, Calico) already go through the mirror.
+            self.mirrors = registry_mirror.configure_node(
+                f"{name}-mirrors", self.access, args.mirrors, machine=machine,
+                # A container's files go with the container.
+                opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on, deleted_with=self.container),
+            )
+            depends_on = [*depends_on, self.mirrors]
+
+        node_kind = node_scripts.NODE_KIND_MACHINE if self.access.is_ssh else node_scripts.NODE_KIND_CONTAINER
+        join = NodeScript(
+            node_scripts.script_text(node_scripts.NODE_JOIN),
+            {
+                node_scripts.NODE_NAME_ENV: node,
+                node_scripts.TENANT_ENDPOINT_ENV: tenant.endpoint,
+                node_scripts.JOIN_TOKEN_ENV: self.membership.token,  # type: ignore[attr-defined]
+                node_scripts.CA_CERT_HASH_ENV: tenant.discovery_hash,
+                node_scripts.TENANT_CA_CERT_ENV: tenant.ca_certificate,
+                node_scripts.TENANT_VERSION_ENV: tenant.kubernetes_version,
+                node_scripts.NODE_KIND_ENV: node_kind,
+            },
+        )
+        leave = NodeScript(
+            node_scripts.script_text(node_scripts.NODE_LEAVE),
+            {node_scripts.NODE_NAME_ENV: node},
+            gone_hint=f"If Node {node} remains in the tenant, the next removal of this worker deletes it.",
+        )
+        self.join = run_on_node(
+            f"{name}-join",
+            self.access,
+            create=join,
+            delete=leave,
+            # The membership's id first: when it is replaced (delete-before-replace) the join is a dependent
+            # replacement and resets the node before the membership removes its Node object.
+            triggers=[self.membership.id, machine, tenant.endpoint, tenant.discovery_hash],
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=depends_on,
+                # The same node name joins again only after the old membership is undone.
+                delete_before_replace=True,
+            ),
+        )
+        self.registered = host_operations.resource(
+            host_operations.NodeRegistrationProvider(),
+            f"{name}-registered",
+            {
+                "kubeconfig": tenant.operator_kubeconfig,
+                "node_name": node,
+                "join": self.join.id,
+                "token_id": self.membership.token_id,  # type: ignore[attr-defined]
+            },
+            host_side,
+        )
+        # Resolves only once the Node has registered, so whatever uses the name waits for it.
+        self.node_name = self.registered.id.apply(lambda _: node)
+
+        self.register_outputs({"node_name": self.node_name})
+
+    def _container(self, name: str, args: WorkerNodeArgs) -> docker.Container:
+        """The kindest/node container of a local worker, run like kind runs its nodes."""
+        if args.management_cluster is None or args.image is None:
+            raise ValueError(
+                f"worker {args.worker.name} of tenant {args.tenant.name} is a local container: "
+                "WorkerNodeArgs.management_cluster and image are required (the kind network must exist first)"
+            )
+        spec = node_container_spec(
+            tenant=args.tenant.name, worker=args.worker.name, image=args.image, network=args.network_name,
+            stack=pulumi.get_stack(),
+        )
+        image = docker.RemoteImage(
+            f"{name}-image",
+            name=spec.image,
+            # The management cluster and other workers use the same image: never delete it.
+            keep_locally=True,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        return docker.Container(
+            f"{name}-container",
+            name=spec.name,
+            hostname=spec.hostname,
+            # The image id, not its name: a name makes the provider replace the container on every run
+            # (pulumi/pulumi-docker#325).
+            image=image.image_id,
+            privileged=spec.privileged,
+            security_opts=list(spec.security_opts),
+            tmpfs=dict(spec.tmpfs),
+            volumes=[docker.ContainerVolumeArgs(container_path=path) for path in spec.anonymous_volumes],
+            mounts=[
+                docker.ContainerMountArgs(target=path, source=path, type="bind", read_only=True)
+                for path in spec.read_only_binds
+            ],
+            cgroupns_mode=spec.cgroupns_mode,
+            tty=spec.tty,
+            init=spec.init,
+            networks_advanced=[docker.ContainerNetworksAdvancedArgs(name=spec.network)],
+            restart=spec.restart,
+            max_retry_count=spec.max_retry_count,
+            labels=[docker.ContainerLabelArgs(label=key, value=value) for key, value in spec.labels.items()],
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=[args.management_cluster],
+                # The container name is fixed, so the old one must go before a replacement starts.
+                delete_before_replace=True,
+            ),
+        )

@@ -1,0 +1,1 @@
+"""Operator commands: preflight, status, verify, kubeconfig, passphrase, upstream, graph."""

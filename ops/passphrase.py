@@ -1,0 +1,78 @@
+"""`make backend`: the local backend's passphrase file, generated once with mode 600 (and kept at 600).
+
+    python -m ops.passphrase <path> [--stack NAME --state-dir DIR]
+
+A new passphrase is never generated for a stack that already has state: that state was encrypted with another
+one (typically the project moved, and the file name carries a hash of its path), which is listed instead.
+"""
+
+from __future__ import annotations
+
+import secrets
+import stat
+import sys
+from pathlib import Path
+
+from ops.private_file import write_private
+
+
+def ensure_passphrase(path: Path) -> str:
+    """Create `path` with a random passphrase unless it holds one; either way leave it readable by its owner only."""
+    if path.exists() and path.read_text(encoding="utf-8").strip():
+        if stat.S_IMODE(path.stat().st_mode) & 0o077:
+            path.chmod(0o600)
+            return f"{path}: was readable by others; now mode 600"
+        return ""
+    write_private(path, secrets.token_urlsafe(32) + "\n")
+    return f"generated {path} (keep it: it is the only key to the secrets in the stack's state)"
+
+
+def stack_state_files(state_dir: Path, stack: str, project: str = "gpu-tenancy") -> list[Path]:
+    """The local backend's state file(s) of `stack` (project-scoped layout, and the older flat one)."""
+    candidates = [state_dir / ".pulumi" / "stacks" / project / f"{stack}.json",
+                  state_dir / ".pulumi" / "stacks" / f"{stack}.json"]
+    return [path for path in candidates if path.exists()]
+
+
+class PassphraseError(Exception):
+    pass
+
+
+def refuse_new_passphrase_for_existing_state(path: Path, stack: str, state_dir: Path) -> None:
+    if path.exists() and path.read_text(encoding="utf-8").strip():
+        return
+    states = stack_state_files(state_dir, stack)
+    if not states:
+        return
+    others = sorted(str(p) for p in path.parent.glob(f"{stack}-*.passphrase")) if path.parent.is_dir() else []
+    where = ("; the passphrase files for this stack name here are: " + ", ".join(others)) if others else ""
+    raise PassphraseError(
+        f"stack {stack!r} already has state ({states[0]}) but there is no passphrase at {path}: a new one would not "
+        f"decrypt it. If the project moved, copy its old passphrase file there (mode 600){where}; or export "
+        "PULUMI_CONFIG_PASSPHRASE(_FILE) yourself"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m ops.passphrase")
+    parser.add_argument("path")
+    parser.add_argument("--stack")
+    parser.add_argument("--state-dir", type=Path)
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    path = Path(args.path).expanduser()
+    if args.stack and args.state_dir:
+        try:
+            refuse_new_passphrase_for_existing_state(path, args.stack, args.state_dir)
+        except PassphraseError as error:
+            print(f"make backend: {error}", file=sys.stderr)
+            return 1
+    message = ensure_passphrase(path)
+    if message:
+        print(message)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1124 @@
+"""The checks behind `make verify`: plain functions over `KubeApi`, returning one result per check.
+
+Each result names the broken link and a likely fix. Objects are the API's JSON
+(dicts); the only side effects are the probe pods (the GPU probe, and the network
+probes that try to reach other tenants), which are always deleted again.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes.utils import parse_quantity
+
+from components.images import PAUSE_IMAGE
+from components.management.kamaji import KAMAJI_NAMESPACE, etcd_network_policy
+from components.tenant.spec import ISOLATION_POLICY_NAME, KONNECTIVITY_PORT
+from config import Versions
+from ops.verify_api import ApiError, Connect, Json, KubeApi
+
+# Kamaji installs the agent under this name in the tenant's kube-system
+# (clastix/kamaji internal/resources/konnectivity/constants.go: AgentName).
+KONNECTIVITY_AGENT = "konnectivity-agent"
+# HAMi release `hami` in kube-system: charts/hami/templates/_helpers.tpl names the
+# scheduler `<fullname>-scheduler` and the webhook configuration `<fullname>-webhook`.
+HAMI_NAMESPACE = "kube-system"
+HAMI_SCHEDULER = "hami-scheduler"
+HAMI_WEBHOOK = "hami-webhook"
+HAMI_SCHEDULER_NAME = "hami-scheduler"
+HAMI_EXTENDER_CONTAINER = "vgpu-scheduler-extender"
+# Set by HAMi's scheduler when it allocates a device (facts §7).
+VGPU_NODE = "hami.io/vgpu-node"
+VGPU_DEVICES = "hami.io/vgpu-devices-allocated"
+GPU, GPU_MEMORY, GPU_CORES = "nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores"
+
+PROBE_NAMESPACE = "default"
+PROBE_PREFIX = "verify-gpu-"
+# The smoke-test pod's image (pinned by digest), so every worker already has it; the mock plugin's Allocate
+# injects nothing.
+PROBE_IMAGE = PAUSE_IMAGE
+PROBE_LABELS = {"app.kubernetes.io/name": "gpu-tenancy-verify", "app.kubernetes.io/part-of": "gpu-tenancy"}
+# pause's own non-root user: the probe passes the `restricted` Pod Security level.
+PROBE_UID = 65535
+
+# The network probe: a pod in one tenant that opens a TCP connection to another tenant's endpoints. Its image is
+# calico-node's, which every tenant worker already holds (Calico's DaemonSet), and which has bash for /dev/tcp.
+NETWORK_PROBE_PREFIX = "verify-net-"
+NETWORK_PROBE_COMPONENT = "network-probe"
+NETWORK_PROBE_SCRIPT = "exec 3<>/dev/tcp/$HOST/$PORT"
+# activeDeadlineSeconds: the kubelet stops a connect that no one answers (a dropped SYN) after this long.
+NETWORK_PROBE_DEADLINE = 10
+# A probe still running this long after its deadline counts as unanswered (the kubelet has not acted yet).
+NETWORK_PROBE_GRACE = 5
+# nobody: the probe needs no privilege at all (it passes `restricted`, hence the tenants' `baseline`).
+NETWORK_PROBE_UID = 65534
+TARGET_ANNOTATION = "gpu-tenancy.io/probe-target"
+# What bash prints when the name does not resolve (lib/sh/netopen.c: "host unknown" or gai_strerror's text).
+UNRESOLVED_MESSAGES = ("host unknown", "name or service not known", "name does not resolve",
+                       "temporary failure in name resolution", "no address associated")
+
+
+# The management NetworkPolicies the program creates: each tenant namespace's fence
+# (components/tenant/spec.py isolation_network_policy) and the shared etcd's (components/management/kamaji.py).
+ETCD_POLICY = etcd_network_policy()
+ETCD_POLICY_NAME = ETCD_POLICY["metadata"]["name"]
+ETCD_POLICY_NAMESPACE = ETCD_POLICY["metadata"].get("namespace") or KAMAJI_NAMESPACE
+ETCD_POD_SELECTOR = ETCD_POLICY["spec"]["podSelector"]
+
+OK, FAIL, SKIP = "OK", "FAIL", "SKIP"
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One row of a verify table: OK (the check holds), FAIL (it does not, or could not be run: fails the run) or,
+    with `skipped`, SKIP: nothing could be tried by construction (printed with the reason; does not fail the run,
+    and is not counted as OK)."""
+
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+    skipped: bool = False
+
+    def __post_init__(self) -> None:
+        if self.ok and self.skipped:
+            raise ValueError(f"{self.name}: a check is either OK or skipped")
+
+    @property
+    def status(self) -> str:
+        return SKIP if self.skipped else OK if self.ok else FAIL
+
+    @property
+    def failed(self) -> bool:
+        return self.status == FAIL
+
+
+def skip(name: str, detail: str, fix: str = "") -> CheckResult:
+    return CheckResult(name, False, detail, fix, skipped=True)
+
+
+def calico_node_image(calico_version: str) -> str:
+    return f"quay.io/calico/node:{calico_version}"
+
+
+@dataclass(frozen=True)
+class ProbeRequest:
+    """The fractional GPU the probe pod asks for (the plan's smokeTest)."""
+
+    gpus: int
+    memory_mib: int
+    cores: int
+
+
+@dataclass(frozen=True)
+class TenantTarget:
+    """One tenant as the stack outputs describe it."""
+
+    name: str
+    namespace: str
+    control_plane: str
+    # The tenant's admin kubeconfig (tenantAdminKubeconfigs): nodes, kube-system, the GPU probe.
+    kubeconfig: Json
+    # node name -> planned cards, as in the plan output (uuid, memoryMiB, cores, slots, ...)
+    workers: Mapping[str, list[Json]]
+    # The restricted credential the tenant's users get (tenantKubeconfigs): the network probes run as it.
+    user_kubeconfig: Json | None = None
+    # host:port of the tenant's API server (outputs tenants.<name>.endpoint).
+    endpoint: str | None = None
+    # Who may connect to its API and Konnectivity server (loadBalancerSourceRanges); None: not in the outputs.
+    source_ranges: tuple[str, ...] | None = None
+    # Where its workers connect from: the shared outputs.workerNetworks plus its own plan workerCidrs.
+    worker_networks: tuple[str, ...] = ()
+    # The DataStore the outputs name (the TenantControlPlane's status wins when it answers).
+    data_store: str | None = None
+    # Its pod and service networks (plan): an address inside them is the tenant's own, not another cluster's.
+    own_networks: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Platform:
+    management_cluster: str
+    gpu_mode: str
+    probe: ProbeRequest
+    tenants: Mapping[str, TenantTarget]
+    # tenant -> what the stack outputs lack for it
+    incomplete: Mapping[str, str] = field(default_factory=dict)
+    network_probe_image: str = calico_node_image(Versions().calico)
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """How long and how often the probe polls; tests pass a fake clock."""
+
+    timeout: float = 60.0
+    interval: float = 1.0
+    now: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+
+
+def _dig(obj: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(obj, Mapping):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def _name(obj: Json) -> str:
+    return _dig(obj, "metadata", "name") or "?"
+
+
+# --- kubeconfigs ------------------------------------------------------------------------------
+
+
+def _entry(entries: Any, name: str, kind: str) -> Json:
+    for entry in entries or []:
+        if isinstance(entry, Mapping) and entry.get("name") == name:
+            return entry
+    raise ValueError(f"kubeconfig has no {kind} named {name!r}")
+
+
+def current_entries(kubeconfig: Json) -> tuple[Json, Json]:
+    """The (cluster, user) entries the kubeconfig's current context points at."""
+    if not isinstance(kubeconfig, Mapping):
+        raise ValueError("kubeconfig is not a YAML mapping")
+    contexts = kubeconfig.get("contexts") or []
+    name = kubeconfig.get("current-context") or (contexts[0].get("name") if len(contexts) == 1 else None)
+    if not name:
+        raise ValueError("kubeconfig has no current-context")
+    context = _entry(contexts, name, "context").get("context") or {}
+    return (
+        _entry(kubeconfig.get("clusters"), context.get("cluster"), "cluster"),
+        _entry(kubeconfig.get("users"), context.get("user"), "user"),
+    )
+
+
+def api_server(kubeconfig: Json) -> str:
+    cluster, _ = current_entries(kubeconfig)
+    return str(_dig(cluster, "cluster", "server") or "?")
+
+
+def context_namespace(kubeconfig: Json) -> str:
+    """The namespace of the kubeconfig's current context (kubectl's default: `default`)."""
+    contexts = kubeconfig.get("contexts") or []
+    name = kubeconfig.get("current-context") or (contexts[0].get("name") if len(contexts) == 1 else None)
+    context = _entry(contexts, name, "context").get("context") or {}
+    return str(context.get("namespace") or PROBE_NAMESPACE)
+
+
+def cross_tenant_kubeconfig(own: Json, other: Json) -> Json:
+    """This tenant's user credentials aimed at the other tenant's API server (its server and CA)."""
+    _, own_user = current_entries(own)
+    other_cluster, _ = current_entries(other)
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "other-tenant", "cluster": dict(other_cluster.get("cluster") or {})}],
+        "users": [{"name": "this-tenant", "user": dict(own_user.get("user") or {})}],
+        "contexts": [{"name": "cross-tenant", "context": {"cluster": "other-tenant", "user": "this-tenant"}}],
+        "current-context": "cross-tenant",
+    }
+
+
+# --- management cluster -----------------------------------------------------------------------
+
+
+def check_control_plane(management: KubeApi, tenant: TenantTarget, cluster: str) -> CheckResult:
+    name = "control plane Ready"
+    where = f"TenantControlPlane {tenant.namespace}/{tenant.control_plane}"
+    fix = (f"kubectl --context kind-{cluster} -n {tenant.namespace} describe tcp {tenant.control_plane}; "
+           f"kubectl --context kind-{cluster} -n kamaji-system logs deploy/kamaji")
+    try:
+        tcp = management.get_tenant_control_plane(tenant.namespace, tenant.control_plane)
+    except ApiError as error:
+        return CheckResult(name, False, f"cannot read {where} from the management cluster ({error})",
+                           f"is the kind cluster running? docker ps --filter name={cluster}-control-plane")
+    if tcp is None:
+        return CheckResult(name, False, f"{where} not found → the tenant has no control plane",
+                           "run `make up` to re-create it")
+    version = _dig(tcp, "status", "kubernetesResources", "version") or {}
+    status = version.get("status") or "no status yet"
+    if status != "Ready":
+        return CheckResult(name, False, f"{where} is {status} → the tenant API server is not serving", fix)
+    endpoint = _dig(tcp, "status", "controlPlaneEndpoint") or "no endpoint"
+    return CheckResult(name, True, f"{where} Ready ({version.get('version') or '?'} at {endpoint})")
+
+
+def _selects_all(selector: Any) -> bool:
+    """An empty LabelSelector (or none) selects every pod of the namespace."""
+    selector = selector or {}
+    return not selector.get("matchLabels") and not selector.get("matchExpressions")
+
+
+def _policy_types(policy: Json) -> list[str]:
+    """spec.policyTypes as the API server defaults it: Ingress, plus Egress when there are egress rules."""
+    spec = policy.get("spec") or {}
+    return list(spec.get("policyTypes") or ["Ingress", *(["Egress"] if spec.get("egress") else [])])
+
+
+def _isolation_problem(policies: list[Json], namespace: str) -> str | None:
+    where = f"{namespace}/{ISOLATION_POLICY_NAME}"
+    policy = next((p for p in policies if _name(p) == ISOLATION_POLICY_NAME), None)
+    if policy is None:
+        present = ", ".join(sorted(_name(p) for p in policies)) or "none"
+        return (f"NetworkPolicy {where} not found (present: {present}) → the tenant's control-plane pods are "
+                "reachable from every other namespace")
+    problems = []
+    selector = _dig(policy, "spec", "podSelector")
+    if not _selects_all(selector):
+        problems.append(f"its podSelector {selector} leaves some pods unfenced")
+    missing = [kind for kind in ("Ingress", "Egress") if kind not in _policy_types(policy)]
+    if missing:
+        problems.append(f"its policyTypes lack {' and '.join(missing)}")
+    if not problems:
+        return None
+    return f"NetworkPolicy {where}: {'; '.join(problems)} → the tenant's control-plane pods are not fully fenced"
+
+
+def _etcd_problem(policies: list[Json]) -> str | None:
+    where = f"{ETCD_POLICY_NAMESPACE}/{ETCD_POLICY_NAME}"
+    policy = next((p for p in policies if _name(p) == ETCD_POLICY_NAME), None)
+    if policy is None:
+        return f"NetworkPolicy {where} not found → every pod of the management cluster reaches the shared etcd"
+    problems = []
+    selector = _dig(policy, "spec", "podSelector")
+    if selector != ETCD_POD_SELECTOR:
+        problems.append(f"its podSelector {selector} is not the etcd pods' {ETCD_POD_SELECTOR}")
+    if "Ingress" not in _policy_types(policy):
+        problems.append("its policyTypes lack Ingress")
+    return f"NetworkPolicy {where}: {'; '.join(problems)} → the shared etcd is not fenced" if problems else None
+
+
+def check_network_policies(management: KubeApi, tenant: TenantTarget) -> CheckResult:
+    """The tenant namespace's fence (all pods, ingress and egress) and the shared etcd's, by name and shape."""
+    name = "NetworkPolicies (management)"
+    fix = "run `make up` to re-create the management NetworkPolicies"
+    try:
+        own = management.list_network_policies(tenant.namespace)
+        etcd = management.list_network_policies(ETCD_POLICY_NAMESPACE)
+    except ApiError as error:
+        return CheckResult(name, False, f"cannot list NetworkPolicies ({error})",
+                           "see the control plane row: is the management cluster answering?")
+    problems = [problem for problem in (_isolation_problem(own, tenant.namespace), _etcd_problem(etcd)) if problem]
+    if problems:
+        return CheckResult(name, False, "; ".join(problems), fix)
+    return CheckResult(name, True, f"{tenant.namespace}/{ISOLATION_POLICY_NAME} fences every pod (Ingress and "
+                                   f"Egress); {ETCD_POLICY_NAMESPACE}/{ETCD_POLICY_NAME} fences the etcd pods")
+
+
+# --- tenant cluster ---------------------------------------------------------------------------
+
+
+def check_tenant_api(tenant: TenantTarget, connect: Connect) -> tuple[CheckResult, KubeApi | None, list[Json]]:
+    """Reach the tenant API server with the stack's admin kubeconfig; returns its nodes for later checks."""
+    name = "tenant API answers"
+    try:
+        server = api_server(tenant.kubeconfig)
+        api = connect(tenant.kubeconfig)
+    except ValueError as error:
+        return CheckResult(name, False, f"the tenant kubeconfig in the stack outputs is unusable: {error}",
+                           "run `make up` to refresh the stack outputs"), None, []
+    try:
+        nodes = api.list_nodes()
+    except ApiError as error:
+        if error.status in (401, 403):
+            return CheckResult(
+                name, False, f"{server} refused the stack's admin credentials ({error}) → the kubeconfig in the "
+                "outputs is stale (control plane re-created?)",
+                "run `make up` to refresh the stack outputs"), None, []
+        return CheckResult(
+            name, False, f"{server} did not answer ({error}) → the control plane's LoadBalancer IP is unreachable",
+            f"see the control plane row; kubectl -n {tenant.namespace} get svc,pods on the management cluster "
+            "and kubectl -n metallb-system get pods",
+        ), None, []
+    return CheckResult(name, True, f"{server} lists {len(nodes)} node(s)"), api, nodes
+
+
+def _condition(obj: Json, kind: str) -> Json | None:
+    for condition in _dig(obj, "status", "conditions") or []:
+        if condition.get("type") == kind:
+            return condition
+    return None
+
+
+def check_nodes(nodes: Iterable[Json], expected: Iterable[str]) -> list[CheckResult]:
+    by_name = {_name(node): node for node in nodes}
+    results = []
+    for node_name in expected:
+        name = f"node {node_name} Ready"
+        node = by_name.get(node_name)
+        if node is None:
+            results.append(CheckResult(
+                name, False, f"{node_name} is not registered in the tenant → the worker did not join",
+                f"docker logs {node_name}; docker exec {node_name} journalctl -u kubelet --no-pager -n 50; "
+                "`make up` retries the join",
+            ))
+            continue
+        ready = _condition(node, "Ready") or {}
+        if ready.get("status") == "True":
+            results.append(CheckResult(name, True, "Ready=True"))
+        else:
+            reason = ": ".join(part for part in (ready.get("reason"), ready.get("message")) if part)
+            results.append(CheckResult(
+                name, False, f"Ready={ready.get('status') or 'unknown'} ({reason or 'no condition'}) → "
+                "the node cannot run pods",
+                f"usually the CNI: in the tenant, kubectl -n calico-system get pods -o wide; "
+                f"docker exec {node_name} journalctl -u kubelet --no-pager -n 50",
+            ))
+    return results
+
+
+def expected_capacity(cards: Iterable[Json]) -> dict[str, int]:
+    """What HAMi's mock plugin advertises for these cards: Σ slots, Σ memoryMiB, Σ cores."""
+    cards = list(cards)
+    return {
+        GPU: sum(int(card["slots"]) for card in cards),
+        GPU_MEMORY: sum(int(card["memoryMiB"]) for card in cards),
+        GPU_CORES: sum(int(card["cores"]) for card in cards),
+    }
+
+
+def advertised_capacity(node: Json) -> dict[str, int]:
+    capacity = _dig(node, "status", "capacity") or {}
+    return {resource: int(parse_quantity(capacity.get(resource, "0"))) for resource in (GPU, GPU_MEMORY, GPU_CORES)}
+
+
+def _short(capacity: Mapping[str, int]) -> str:
+    return " ".join(f"{resource.split('/')[1]}={value}" for resource, value in capacity.items())
+
+
+def check_gpu_capacity(node: Json, cards: list[Json], gpu_mode: str) -> CheckResult:
+    node_name = _name(node)
+    name = f"node {node_name} GPU capacity"
+    try:
+        advertised = advertised_capacity(node)
+    except (ValueError, ArithmeticError) as error:
+        return CheckResult(name, False, f"unreadable GPU capacity ({error})", f"kubectl describe node {node_name}")
+    if gpu_mode != "mock":
+        if advertised[GPU] > 0:
+            return CheckResult(name, True, f"advertises {_short(advertised)}")
+        return CheckResult(
+            name, False, f"advertises no {GPU} → HAMi's device plugin found no GPU on {node_name}",
+            f"in the tenant: kubectl -n {HAMI_NAMESPACE} logs ds/hami-device-plugin; the node needs the label "
+            "gpu=on, the NVIDIA driver and nvidia-container-toolkit",
+        )
+    expected = expected_capacity(cards)
+    if advertised == expected:
+        return CheckResult(name, True, _short(advertised))
+    detail = f"advertises {_short(advertised)}, plan expects {_short(expected)}"
+    if advertised[GPU] != expected[GPU]:
+        return CheckResult(
+            name, False, f"{detail} → the {GPU} status patch is missing or stale",
+            "run `make up` to re-apply the node's GPU capacity patch",
+        )
+    return CheckResult(
+        name, False, f"{detail} → the mock device plugin has not registered the node's cards",
+        f"in the tenant: kubectl -n {HAMI_NAMESPACE} logs ds/hami-mock-device-plugin; check the node annotation "
+        "hami.io/node-nvidia-register",
+    )
+
+
+def check_konnectivity_agent(api: KubeApi) -> CheckResult:
+    name = "Konnectivity agent ready"
+    logs = f"check `kubectl -n kube-system logs ds/{KONNECTIVITY_AGENT}` and the CNI (in the tenant)"
+    try:
+        agent = api.read_daemon_set("kube-system", KONNECTIVITY_AGENT)
+    except ApiError as error:
+        return CheckResult(name, False, f"cannot read DaemonSet kube-system/{KONNECTIVITY_AGENT} ({error})", logs)
+    if agent is None:
+        return CheckResult(
+            name, False, f"DaemonSet kube-system/{KONNECTIVITY_AGENT} not found → the tenant API server has no "
+            "tunnel to webhooks, logs or exec",
+            "the TenantControlPlane needs spec.addons.konnectivity; run `make up`",
+        )
+    ready = _dig(agent, "status", "numberReady") or 0
+    desired = _dig(agent, "status", "desiredNumberScheduled") or 0
+    if desired > 0 and ready == desired:
+        return CheckResult(name, True, f"{ready}/{desired} agents ready")
+    return CheckResult(
+        name, False, f"{ready}/{desired} agents ready → Konnectivity agent not ready → tenant API server "
+        "cannot reach webhooks", logs,
+    )
+
+
+def check_hami_scheduler(api: KubeApi) -> CheckResult:
+    name = "HAMi scheduler ready"
+    where = f"Deployment {HAMI_NAMESPACE}/{HAMI_SCHEDULER}"
+    fix = (f"in the tenant: kubectl -n {HAMI_NAMESPACE} describe deploy/{HAMI_SCHEDULER}; "
+           f"kubectl -n {HAMI_NAMESPACE} logs deploy/{HAMI_SCHEDULER} -c {HAMI_EXTENDER_CONTAINER}")
+    try:
+        deployment = api.read_deployment(HAMI_NAMESPACE, HAMI_SCHEDULER)
+    except ApiError as error:
+        return CheckResult(name, False, f"cannot read {where} ({error})", fix)
+    if deployment is None:
+        return CheckResult(name, False, f"{where} not found → HAMi is not installed in the tenant",
+                           "run `make up` to install the HAMi release")
+    ready = _dig(deployment, "status", "readyReplicas") or 0
+    if ready >= 1:
+        return CheckResult(name, True, f"{ready} replica(s) ready")
+    return CheckResult(name, False, f"{where} has no ready replica → GPU pods stay Pending and the webhook "
+                                    "has no backend", fix)
+
+
+def check_hami_webhook(api: KubeApi) -> CheckResult:
+    name = "HAMi webhook (failurePolicy Fail)"
+    where = f"MutatingWebhookConfiguration {HAMI_WEBHOOK}"
+    try:
+        config = api.read_mutating_webhook_configuration(HAMI_WEBHOOK)
+    except ApiError as error:
+        return CheckResult(name, False, f"cannot read {where} ({error})", "see the tenant API row")
+    if config is None or not config.get("webhooks"):
+        return CheckResult(
+            name, False, f"{where} {'not found' if config is None else 'has no webhooks'} → GPU pods are "
+            "admitted without HAMi and land on default-scheduler",
+            "run `make up` (HAMi's scheduler.admissionWebhook.enabled must stay true)",
+        )
+    lax = [f"{hook.get('name')}={hook.get('failurePolicy') or 'unset'}" for hook in config["webhooks"]
+           if hook.get("failurePolicy") != "Fail"]
+    if lax:
+        return CheckResult(
+            name, False, f"failurePolicy {', '.join(lax)} → a broken tunnel silently admits GPU pods to "
+            "default-scheduler instead of failing loudly",
+            "set scheduler.admissionWebhook.failurePolicy=Fail in the HAMi release; run `make up`",
+        )
+    return CheckResult(name, True, f"{', '.join(h.get('name') or '?' for h in config['webhooks'])}: Fail")
+
+
+# --- the probe pod ----------------------------------------------------------------------------
+
+
+def probe_pod(request: ProbeRequest) -> Json:
+    """A fresh GPU pod without schedulerName: only HAMi's webhook can set it."""
+    limits = {GPU: str(request.gpus), GPU_MEMORY: str(request.memory_mib), GPU_CORES: str(request.cores)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"generateName": PROBE_PREFIX, "namespace": PROBE_NAMESPACE, "labels": dict(PROBE_LABELS)},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 0,
+            "automountServiceAccountToken": False,
+            "securityContext": {"runAsNonRoot": True, "runAsUser": PROBE_UID,
+                                "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "probe",
+                "image": PROBE_IMAGE,
+                "resources": {"limits": limits},
+                # HAMi's webhook denies privileged GPU pods.
+                "securityContext": {"privileged": False, "allowPrivilegeEscalation": False,
+                                    "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}},
+            }],
+        },
+    }
+
+
+def allocation(pod: Json) -> tuple[bool, str]:
+    """Whether HAMi bound the pod and recorded its devices, and a description of how far it got."""
+    annotations = _dig(pod, "metadata", "annotations") or {}
+    node = _dig(pod, "spec", "nodeName")
+    if node and annotations.get(VGPU_NODE) and annotations.get(VGPU_DEVICES):
+        return True, f"bound to {node}, devices {annotations[VGPU_DEVICES]}"
+    if not node:
+        scheduled = _condition(pod, "PodScheduled") or {}
+        if scheduled.get("status") == "False":
+            return False, f"not bound: {scheduled.get('reason') or 'Unschedulable'}: {scheduled.get('message') or ''}"
+        return False, "not bound to a node"
+    missing = [key for key in (VGPU_NODE, VGPU_DEVICES) if not annotations.get(key)]
+    return False, f"bound to {node} without {', '.join(missing)}"
+
+
+def _admission_rejected(error: ApiError) -> CheckResult:
+    name = "probe admitted by HAMi webhook"
+    if error.status is not None and "webhook" in error.message.lower():
+        return CheckResult(
+            name, False, f"pod creation rejected by the webhook ({error}) → the tenant API server cannot reach "
+            "HAMi's webhook through the Konnectivity tunnel",
+            f"check the Konnectivity agent row; in the tenant: kubectl -n kube-system logs ds/{KONNECTIVITY_AGENT}; "
+            f"kubectl -n {HAMI_NAMESPACE} get pods -l app.kubernetes.io/component={HAMI_SCHEDULER}",
+        )
+    return CheckResult(name, False, f"could not create the probe pod in {PROBE_NAMESPACE} ({error})",
+                       "a ResourceQuota or the tenant API server refused it: read the message")
+
+
+def _check_admitted(pod: Json) -> CheckResult:
+    name = "probe admitted by HAMi webhook"
+    scheduler = _dig(pod, "spec", "schedulerName") or "unset"
+    if scheduler == HAMI_SCHEDULER_NAME:
+        return CheckResult(name, True, f"{_name(pod)} got schedulerName {scheduler}")
+    return CheckResult(
+        name, False, f"schedulerName is {scheduler} → admission did not go through HAMi's webhook "
+        "(Konnectivity tunnel or hami-webhook down)",
+        "check the Konnectivity agent and HAMi webhook rows; in the tenant: "
+        f"kubectl -n {HAMI_NAMESPACE} logs deploy/{HAMI_SCHEDULER} -c {HAMI_EXTENDER_CONTAINER}",
+    )
+
+
+def _wait_for_allocation(api: KubeApi, pod_name: str, waiting: Waiting) -> CheckResult:
+    name = "probe got a GPU slice"
+    deadline = waiting.now() + waiting.timeout
+    progress = "not read yet"
+    while True:
+        try:
+            pod = api.read_pod(PROBE_NAMESPACE, pod_name)
+        except ApiError as error:  # keep polling: one failed read is not a verdict
+            progress = f"last read failed ({error})"
+        else:
+            if pod is None:
+                return CheckResult(name, False, f"{pod_name} disappeared before it was scheduled",
+                                   "something deleted or evicted it; run verify again")
+            done, progress = allocation(pod)
+            if done:
+                return CheckResult(name, True, progress)
+        if waiting.now() >= deadline:
+            break
+        waiting.sleep(waiting.interval)
+    return CheckResult(
+        name, False, f"no GPU allocated within {waiting.timeout:g} s ({progress}) → HAMi's scheduler did not "
+        "place the pod on a simulated GPU",
+        f"in the tenant: kubectl -n {HAMI_NAMESPACE} logs deploy/{HAMI_SCHEDULER} -c {HAMI_EXTENDER_CONTAINER}; "
+        "check the GPU capacity rows; the card needs room for this probe next to the smoke-test pod, and a pod "
+        "still holding HAMi's node lock delays the next one",
+    )
+
+
+def probe_gpu_pod(api: KubeApi, request: ProbeRequest, waiting: Waiting) -> list[CheckResult]:
+    """Create a GPU pod, prove the webhook mutated it and HAMi allocated it, then delete it."""
+    try:
+        created = api.create_pod(PROBE_NAMESPACE, probe_pod(request))
+    except ApiError as error:
+        return [_admission_rejected(error)]
+    pod_name = _name(created)
+    results: list[CheckResult] = []
+    try:
+        results.append(_check_admitted(created))
+        if results[-1].ok:
+            results.append(_wait_for_allocation(api, pod_name, waiting))
+    finally:
+        try:
+            api.delete_pod(PROBE_NAMESPACE, pod_name)
+        except ApiError as error:
+            results.append(CheckResult("probe pod deleted", False, f"could not delete {pod_name} ({error})",
+                                       f"in the tenant: kubectl -n {PROBE_NAMESPACE} delete pod {pod_name}"))
+    return results
+
+
+# --- isolation: credentials -------------------------------------------------------------------
+
+
+def _cross_tenant_answer(tenant: TenantTarget, other: TenantTarget, credential: Json, connect: Connect
+                         ) -> tuple[str, str]:
+    """("refused" | "accepted" | "no answer" | "other", what happened) for one of the tenant's credentials."""
+    api = connect(cross_tenant_kubeconfig(credential, other.kubeconfig))
+    try:
+        nodes = api.list_nodes()
+    except ApiError as error:
+        if error.status in (401, 403):
+            return "refused", f"HTTP {error.status}"
+        return ("no answer" if error.status is None else "other"), str(error)
+    finally:
+        api.close()  # one request per client: release its memory files now, not at the end of a long run
+    return "accepted", f"listed {len(nodes)} node(s)"
+
+
+def check_isolation(tenant: TenantTarget, other: TenantTarget, connect: Connect) -> CheckResult:
+    """The other tenant's API server refuses every credential this tenant has (admin and user)."""
+    name = f"isolated from {other.name}"
+    credentials = {"admin": tenant.kubeconfig}
+    if tenant.user_kubeconfig is not None:
+        credentials["user"] = tenant.user_kubeconfig
+    try:
+        server = api_server(other.kubeconfig)
+        answers = {kind: _cross_tenant_answer(tenant, other, credential, connect)
+                   for kind, credential in credentials.items()}
+    except ValueError as error:
+        return CheckResult(name, False, f"cannot build the cross-tenant kubeconfig ({error})",
+                           "run `make up` to refresh the stack outputs")
+    accepted = [f"{kind} credentials {what}" for kind, (verdict, what) in answers.items() if verdict == "accepted"]
+    if accepted:
+        return CheckResult(
+            name, False, f"{tenant.name}'s {' and '.join(accepted)} of {other.name} → the tenants share a CA or "
+            "credentials",
+            f"each TenantControlPlane must have its own CA (Secret <tcp>-ca); compare the {tenant.name} and "
+            f"{other.name} kubeconfigs in the stack outputs",
+        )
+    silent = [what for verdict, what in answers.values() if verdict == "no answer"]
+    if silent:
+        return CheckResult(name, False, f"{server} did not answer ({silent[0]}): isolation could not be tested",
+                           f"see {other.name}'s table")
+    odd = [f"{kind} credentials with {what}" for kind, (verdict, what) in answers.items() if verdict == "other"]
+    if odd:
+        return CheckResult(name, False, f"{server} answered {tenant.name}'s {' and '.join(odd)}, not 401/403",
+                           f"in {other.name}: kubectl auth can-i --list as {tenant.name}'s user")
+    codes = sorted({what for _, what in answers.values()})
+    return CheckResult(name, True, f"{other.name}'s API server refused {tenant.name}'s "
+                                   f"{' and '.join(credentials)} credentials ({', '.join(codes)})")
+
+
+# --- isolation: the network, from a pod in the tenant -----------------------------------------
+
+
+def network_probe_pod(image: str, host: str, port: int, namespace: str, target: str) -> Json:
+    """A pod that opens one TCP connection to host:port and exits: 0 connected, 1 refused or unresolvable;
+    a connect no one answers runs into activeDeadlineSeconds. Nothing privileged, no token, no GPU."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": NETWORK_PROBE_PREFIX,
+            "namespace": namespace,
+            "labels": {**PROBE_LABELS, "app.kubernetes.io/component": NETWORK_PROBE_COMPONENT},
+            "annotations": {TARGET_ANNOTATION: f"{target} ({host}:{port})"},
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "activeDeadlineSeconds": NETWORK_PROBE_DEADLINE,
+            "terminationGracePeriodSeconds": 0,
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "securityContext": {"runAsNonRoot": True, "runAsUser": NETWORK_PROBE_UID,
+                                "runAsGroup": NETWORK_PROBE_UID, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "probe",
+                "image": image,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["bash", "-c", NETWORK_PROBE_SCRIPT],
+                "env": [{"name": "HOST", "value": host}, {"name": "PORT", "value": str(port)}],
+                # bash's error ("Connection refused", "Name or service not known") as the termination message.
+                "terminationMessagePolicy": "FallbackToLogsOnError",
+                "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
+                              "limits": {"cpu": "100m", "memory": "64Mi"}},
+                "securityContext": {"privileged": False, "allowPrivilegeEscalation": False,
+                                    "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}},
+            }],
+        },
+    }
+
+
+def _container_state(pod: Json) -> Json:
+    statuses = _dig(pod, "status", "containerStatuses") or []
+    return (statuses[0].get("state") or {}) if statuses and isinstance(statuses[0], Mapping) else {}
+
+
+def _started(state: Json) -> bool:
+    return bool(state.get("running") or _dig(state, "terminated", "startedAt"))
+
+
+def _first_line(message: Any) -> str:
+    lines = [line.strip() for line in str(message or "").splitlines() if line.strip()]
+    return lines[0] if lines else ""
+
+
+def probe_verdict(pod: Json) -> tuple[str, str] | None:
+    """How far a network probe pod got: ("connected" | "refused" | "unresolvable" | "filtered" | "not run",
+    detail), or None while it is still pending or running."""
+    status = pod.get("status") or {}
+    phase = status.get("phase")
+    state = _container_state(pod)
+    terminated = state.get("terminated") or {}
+    if status.get("reason") == "DeadlineExceeded":
+        if _started(state):
+            return "filtered", f"no answer within {NETWORK_PROBE_DEADLINE} s"
+        waiting = state.get("waiting") or {}
+        reason = ": ".join(part for part in (waiting.get("reason"), waiting.get("message")) if part)
+        return "not run", f"the deadline passed before the container started ({reason or 'no container status'})"
+    if phase == "Succeeded" or (terminated and terminated.get("exitCode") == 0):
+        return "connected", "connected"
+    if terminated:
+        message = _first_line(terminated.get("message"))
+        if any(text in message.lower() for text in UNRESOLVED_MESSAGES):
+            return "unresolvable", message
+        return "refused", message or f"exit code {terminated.get('exitCode')}"
+    if phase == "Failed":
+        reason = ": ".join(part for part in (status.get("reason"), status.get("message")) if part)
+        return "not run", f"the pod failed ({reason or 'no reason given'})"
+    return None
+
+
+def _pending_reason(pod: Json | None) -> str:
+    if pod is None:
+        return "not read"
+    waiting = _container_state(pod).get("waiting") or {}
+    if waiting:
+        return ": ".join(part for part in (waiting.get("reason"), waiting.get("message")) if part)
+    scheduled = _condition(pod, "PodScheduled") or {}
+    if scheduled.get("status") == "False":
+        return f"{scheduled.get('reason') or 'Unschedulable'}: {scheduled.get('message') or ''}".rstrip(": ")
+    return str(_dig(pod, "status", "phase") or "Pending")
+
+
+@dataclass
+class _Probe:
+    host: str
+    port: int
+    pod: str | None = None
+    verdict: tuple[str, str] | None = None
+    last: Json | None = None
+    read_error: str | None = None
+    running_since: float | None = None
+
+    @property
+    def where(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+@dataclass
+class _Reach:
+    """One row: what the tenant's pod must (not) reach of another tenant."""
+
+    row: str
+    other: TenantTarget
+    what: str
+    probes: list[_Probe]
+    # Networks both sides admit (a connection is by design), () when none, None when the outputs do not say.
+    shared: tuple[str, ...] | None = ()
+    # Why it could not be probed at all.
+    error: tuple[str, str] | None = None
+    # Where the probing tenant's workers connect from.
+    workers: tuple[str, ...] = ()
+    # What was deliberately not probed: (address, why).
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+
+def split_host_port(endpoint: str) -> tuple[str, int]:
+    """`host:port` or `[v6]:port` -> (host, port); ValueError otherwise."""
+    host, sep, port = str(endpoint).rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"{endpoint!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+def shared_networks(own_workers: Sequence[str], other_admits: Sequence[str]) -> tuple[str, ...]:
+    """The networks this tenant's workers connect from that the other tenant's control plane admits."""
+    shared = []
+    for own in own_workers:
+        try:
+            network = ipaddress.ip_network(own, strict=False)
+        except ValueError:
+            continue
+        for admitted in other_admits:
+            try:
+                overlaps = network.overlaps(ipaddress.ip_network(admitted, strict=False))
+            except (ValueError, TypeError):
+                continue
+            if overlaps:
+                shared.append(own if own == admitted else f"{own} (within {admitted})")
+                break
+    return tuple(dict.fromkeys(shared))
+
+
+def _data_store_endpoints(management: KubeApi, other: TenantTarget) -> tuple[str, list[str], Json | None]:
+    """(DataStore name, its spec.endpoints, the TenantControlPlane); ValueError says why they are unknown."""
+    try:
+        tcp = management.get_tenant_control_plane(other.namespace, other.control_plane)
+        name = (_dig(tcp, "status", "storage", "dataStoreName") or _dig(tcp, "spec", "dataStore")
+                or other.data_store)
+        if not name:
+            raise ValueError(f"TenantControlPlane {other.namespace}/{other.control_plane} names no DataStore yet")
+        store = management.get_datastore(name)
+    except ApiError as error:
+        raise ValueError(f"cannot read {other.name}'s DataStore from the management cluster ({error})") from None
+    if store is None:
+        raise ValueError(f"DataStore {name} not found on the management cluster")
+    endpoints = [str(endpoint) for endpoint in _dig(store, "spec", "endpoints") or []]
+    if not endpoints:
+        raise ValueError(f"DataStore {name} lists no endpoints")
+    return name, endpoints, tcp
+
+
+def _pod_address(management: KubeApi, host: str) -> str | None:
+    """The pod IP behind a StatefulSet DNS name `<pod>.<service>.<namespace>.svc...`, read on the management
+    cluster: a tenant pod cannot resolve the name, so the address is probed as well (is it routed?)."""
+    labels = host.split(".")
+    if len(labels) < 4 or labels[3] != "svc":
+        return None
+    try:
+        pod = management.read_pod(labels[2], labels[0])
+    except ApiError:
+        return None
+    return _dig(pod, "status", "podIP") or None
+
+
+def _inside(address: str, networks: Iterable[str]) -> str | None:
+    """The first of `networks` that holds `address`, if any."""
+    for network in networks:
+        try:
+            if ipaddress.ip_address(address) in ipaddress.ip_network(network, strict=False):
+                return network
+        except ValueError:
+            continue
+    return None
+
+
+def _reach_targets(tenant: TenantTarget, platform: Platform, management: KubeApi) -> list[_Reach]:
+    targets: list[_Reach] = []
+    for other in platform.tenants.values():
+        if other.name == tenant.name:
+            continue
+        workers = tenant.worker_networks or tenant.source_ranges or ()
+        shared = None if other.source_ranges is None else shared_networks(workers, other.source_ranges)
+        tcp: Json | None = None
+        try:
+            store, endpoints, tcp = _data_store_endpoints(management, other)
+        except ValueError as error:
+            store_reach = _Reach(f"pod → {other.name} data store", other, "data store", [],
+                                 error=(str(error), "see the control plane rows; kubectl get datastores on the "
+                                                    "management cluster"))
+        else:
+            probes, bad, skipped = [], [], []
+            for endpoint in endpoints:
+                try:
+                    host, port = split_host_port(endpoint)
+                except ValueError:
+                    bad.append(endpoint)
+                    continue
+                probes.append(_Probe(host, port))
+                address = _pod_address(management, host)
+                own = _inside(address, tenant.own_networks) if address else None
+                if own:
+                    # The same address inside the tenant is one of its own pods or services, not the data store.
+                    skipped.append((address, f"inside {tenant.name}'s own {own}"))
+                elif address:
+                    probes.append(_Probe(address, port))
+            store_reach = _Reach(f"pod → {other.name} data store", other, f"data store {store}", probes,
+                                 skipped=skipped)
+            if bad and not probes:
+                store_reach.error = (f"DataStore {store} endpoints {', '.join(bad)} are not host:port",
+                                     "kubectl get datastore " + store + " -o yaml on the management cluster")
+        konnectivity_port = _dig(tcp, "spec", "addons", "konnectivity", "server", "port") or KONNECTIVITY_PORT
+        try:
+            host, api_port = split_host_port(other.endpoint or "")
+        except ValueError:
+            missing = (f"the stack outputs give no usable endpoint for {other.name} ({other.endpoint!r})",
+                       "run `make up` to refresh the stack outputs")
+            targets += [_Reach(f"pod → {other.name} API", other, "API server", [], shared, missing, workers),
+                        _Reach(f"pod → {other.name} Konnectivity", other, "Konnectivity server", [], shared,
+                               missing, workers)]
+        else:
+            targets += [_Reach(f"pod → {other.name} API", other, "API server", [_Probe(host, api_port)], shared,
+                               workers=workers),
+                        _Reach(f"pod → {other.name} Konnectivity", other, "Konnectivity server",
+                               [_Probe(host, int(konnectivity_port))], shared, workers=workers)]
+        targets.append(store_reach)
+    return targets
+
+
+def _poll(api: KubeApi, namespace: str, probe: _Probe, waiting: Waiting) -> None:
+    """Read one probe pod and record its verdict once it has one."""
+    try:
+        pod = api.read_pod(namespace, probe.pod or "")
+    except ApiError as error:  # one failed read is not a verdict
+        probe.read_error = str(error)
+        return
+    if pod is None:
+        probe.verdict = ("not run", f"{probe.pod} disappeared before it finished")
+        return
+    probe.last, probe.read_error = pod, None
+    probe.verdict = probe_verdict(pod)
+    if probe.verdict is None and _container_state(pod).get("running"):
+        if probe.running_since is None:
+            probe.running_since = waiting.now()
+        waited = NETWORK_PROBE_DEADLINE + NETWORK_PROBE_GRACE
+        if waiting.now() - probe.running_since >= waited:
+            probe.verdict = ("filtered", f"no answer: still connecting {waited} s after it started")
+
+
+def _unfinished(probe: _Probe, waiting: Waiting) -> str:
+    if probe.running_since is not None:
+        return (f"{probe.pod} was still connecting when the wait ended ({waiting.timeout:g} s): too short to tell "
+                "a dropped connection from a slow one")
+    why = f"last read failed: {probe.read_error}" if probe.read_error else _pending_reason(probe.last)
+    return f"{probe.pod} did not start within {waiting.timeout:g} s ({why})"
+
+
+def _run_probes(api: KubeApi, namespace: str, image: str, targets: list[_Reach], waiting: Waiting,
+                tenant: str) -> list[CheckResult]:
+    """Create every probe pod, poll them together until each has a verdict, delete them all."""
+    probes = [(reach, probe) for reach in targets if reach.error is None for probe in reach.probes]
+    problems: list[CheckResult] = []
+    try:
+        refusal: str | None = None
+        for reach, probe in probes:
+            if refusal is not None:  # the same pod in the same namespace: the next one would be refused too
+                probe.verdict = ("not run", refusal)
+                continue
+            try:
+                created = api.create_pod(namespace, network_probe_pod(
+                    image, probe.host, probe.port, namespace, f"{reach.other.name} {reach.what}"))
+            except ApiError as error:
+                refusal = f"could not create the probe pod in {namespace} ({error})"
+                probe.verdict = ("not run", refusal)
+                continue
+            probe.pod = _name(created)
+        deadline = waiting.now() + waiting.timeout
+        while True:
+            for probe in [probe for _, probe in probes if probe.pod and probe.verdict is None]:
+                _poll(api, namespace, probe, waiting)
+            if all(probe.verdict is not None for _, probe in probes):
+                break
+            if waiting.now() >= deadline:
+                for _, probe in probes:
+                    if probe.verdict is None:
+                        probe.verdict = ("not run", _unfinished(probe, waiting))
+                break
+            waiting.sleep(waiting.interval)
+    finally:
+        for _, probe in probes:
+            if probe.pod:
+                try:
+                    api.delete_pod(namespace, probe.pod)
+                except ApiError as error:
+                    problems.append(CheckResult(
+                        f"probe pod {probe.pod} deleted", False, f"could not delete {probe.pod} ({error})",
+                        f"in the tenant: kubectl -n {namespace} delete pod {probe.pod}"))
+    return [_reach_result(reach, tenant, namespace, image) for reach in targets] + problems
+
+
+def _outcomes(verdicts: list[tuple[_Probe, tuple[str, str]]]) -> list[str]:
+    """"<where>, <where> <outcome> (<why>)" per outcome, in the order they first occur (names say it all when
+    they do not resolve)."""
+    groups: dict[str, tuple[list[str], str]] = {}
+    for probe, (outcome, detail) in verdicts:
+        if outcome in ("not run", "connected"):
+            continue
+        wheres, why = groups.setdefault(outcome, ([], "" if outcome == "unresolvable" else detail))
+        wheres.append(probe.where)
+    return [f"{', '.join(wheres)} {outcome}" + (f" ({why})" if why else "")
+            for outcome, (wheres, why) in groups.items()]
+
+
+def _not_run_fix(namespace: str, image: str) -> str:
+    return (f"in the tenant: kubectl -n {namespace} get events; the probe needs {image} (calico-node's image, "
+            "on every worker) and a user allowed to create pods there")
+
+
+def _reach_result(reach: _Reach, tenant: str, namespace: str, image: str) -> CheckResult:
+    other = reach.other
+    if reach.error is not None:
+        return CheckResult(reach.row, False, f"not tested: {reach.error[0]}", reach.error[1])
+    verdicts = [(probe, probe.verdict or ("not run", "no verdict")) for probe in reach.probes]
+    connected = [probe.where for probe, (outcome, _) in verdicts if outcome == "connected"]
+    not_run = [f"{probe.where}: {detail}" for probe, (outcome, detail) in verdicts if outcome == "not run"]
+    skipped: dict[str, list[str]] = {}
+    for address, why in reach.skipped:
+        skipped.setdefault(why, []).append(address)
+    outcomes = "; ".join([*_outcomes(verdicts),
+                          *(f"{', '.join(addresses)} not probed ({why})" for why, addresses in skipped.items())])
+    # A name the pod cannot resolve, or an address it was not sent to, tested nothing.
+    tried = [probe for probe, (outcome, _) in verdicts if outcome not in ("unresolvable", "not run")]
+    untested = skip(reach.row, f"not tested: {outcomes or 'no endpoint to try'} → no address of {other.name}'s "
+                               f"{reach.what} was tried from {tenant}'s pods")
+    if reach.what.startswith("data store"):
+        if connected:
+            return CheckResult(
+                reach.row, False, f"{tenant}'s pod connected to {', '.join(connected)} → {other.name}'s "
+                f"{reach.what} is reachable from tenant workloads",
+                "the DataStore must not be exposed beyond the management cluster: on the management cluster "
+                "kubectl get svc -A -o wide | grep -E 'LoadBalancer|NodePort' and check the routes to its pod "
+                "network",
+            )
+        if not_run:
+            return CheckResult(reach.row, False, f"not tested: {'; '.join(not_run)}", _not_run_fix(namespace, image))
+        if not tried:
+            return untested
+        return CheckResult(reach.row, True, f"{reach.what}: {outcomes}")
+    if not_run:
+        return CheckResult(reach.row, False, f"not tested: {'; '.join(not_run)}", _not_run_fix(namespace, image))
+    if not tried:
+        return untested
+    ranges = ", ".join(other.source_ranges or ()) or "nothing"
+    workers = ", ".join(reach.workers) or "unknown"
+    if connected:
+        if reach.shared:
+            return CheckResult(
+                reach.row, True, f"connected to {connected[0]}: reachable by design: both admit "
+                f"{', '.join(reach.shared)}; separate them with tenants[].workerCidrs; {other.name} still refuses "
+                f"{tenant}'s credentials, see 'isolated from {other.name}'",
+            )
+        if reach.shared is None:
+            return CheckResult(
+                reach.row, False, f"connected to {connected[0]}, and the stack outputs do not say whether "
+                f"{other.name} admits {tenant}'s workers (no tenants.{other.name}.sourceRanges)",
+                "run `make up` to refresh the stack outputs, then verify again",
+            )
+        return CheckResult(
+            reach.row, False, f"{tenant}'s pod connected to {other.name}'s {reach.what} at {connected[0]} → "
+            f"{other.name} admits only {ranges}, none of {tenant}'s worker networks ({workers})",
+            f"on the management cluster: kubectl -n {other.namespace} get svc {other.control_plane} -o "
+            "jsonpath='{.spec.loadBalancerSourceRanges}' must list exactly those networks, and kube-proxy must "
+            "enforce them (kubectl -n kube-system logs ds/kube-proxy; the client address must reach it un-NATed)",
+        )
+    context = (f"although both admit {', '.join(reach.shared)} (is {other.name} up? see its table)" if reach.shared
+               else f"{other.name} admits only {ranges}")
+    return CheckResult(reach.row, True, f"{outcomes}: {context}")
+
+
+def check_network_isolation(platform: Platform, tenant: TenantTarget, management: KubeApi, connect: Connect,
+                            waiting: Waiting) -> list[CheckResult]:
+    """From a pod in this tenant (as its restricted user), try every other tenant's API, Konnectivity and data
+    store endpoints; a connection the source ranges do not explain is a failure."""
+    targets = _reach_targets(tenant, platform, management)
+    if not targets:
+        return []
+    if tenant.user_kubeconfig is None:
+        return [CheckResult(reach.row, False, f"not tested: the stack outputs have no tenantKubeconfigs.{tenant.name}",
+                            "run `make up` to refresh the stack outputs") for reach in targets]
+    try:
+        namespace = context_namespace(tenant.user_kubeconfig)
+        api = connect(tenant.user_kubeconfig)
+    except ValueError as error:
+        return [CheckResult(reach.row, False, f"not tested: the tenant user kubeconfig is unusable ({error})",
+                            "run `make up` to refresh the stack outputs") for reach in targets]
+    try:
+        return _run_probes(api, namespace, platform.network_probe_image, targets, waiting, tenant.name)
+    finally:
+        api.close()
+
+
+# --- one tenant -------------------------------------------------------------------------------
+
+
+def verify_tenant(
+    platform: Platform, tenant: TenantTarget, management: KubeApi, connect: Connect, waiting: Waiting
+) -> list[CheckResult]:
+    results = [check_control_plane(management, tenant, platform.management_cluster)]
+    api_result, api, nodes = check_tenant_api(tenant, connect)
+    results.append(api_result)
+    if api is not None:
+        results += check_nodes(nodes, tenant.workers)
+        present = {_name(node): node for node in nodes}
+        results += [check_gpu_capacity(present[node], cards, platform.gpu_mode)
+                    for node, cards in tenant.workers.items() if node in present]
+        results += [check_konnectivity_agent(api), check_hami_scheduler(api), check_hami_webhook(api)]
+        results += probe_gpu_pod(api, platform.probe, waiting)
+        api.close()
+    others = [other for other_name, other in platform.tenants.items() if other_name != tenant.name]
+    results += [check_isolation(tenant, other, connect) for other in others]
+    if others and api is None:
+        results.append(CheckResult("network isolation probes", False,
+                                   f"not run: {tenant.name}'s API server does not answer (see 'tenant API answers')",
+                                   "fix the tenant API first, then verify again"))
+    elif others:
+        network = check_network_isolation(platform, tenant, management, connect, waiting)
+        # Each other tenant's rows next to its credential row.
+        results = _grouped(results, network, [other.name for other in others])
+    results.append(check_network_policies(management, tenant))
+    return results
+
+
+def _grouped(results: list[CheckResult], network: list[CheckResult], others: list[str]) -> list[CheckResult]:
+    """Insert each other tenant's network rows after its `isolated from` row; leftovers (deletion failures) last."""
+    grouped: list[CheckResult] = []
+    placed: set[int] = set()
+    for result in results:
+        grouped.append(result)
+        for other in others:
+            if result.name == f"isolated from {other}":
+                for index, row in enumerate(network):
+                    if row.name.startswith(f"pod → {other} "):
+                        grouped.append(row)
+                        placed.add(index)
+    return grouped + [row for index, row in enumerate(network) if index not in placed]

@@ -1,0 +1,1 @@
+"""Test machinery: the lifecycle simulator, its runner, fakes, stubs and fixture helpers."""

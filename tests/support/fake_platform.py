@@ -1,0 +1,560 @@
+"""A fake running platform for tests of `ops.verify`: recorded API objects behind the `KubeApi` protocol.
+
+Each `FakeCluster` is one API server holding objects shaped like the API's JSON
+and the bearer tokens it accepts: admin tokens may do anything, a tenant user's
+token only touch pods in its namespace (the `edit` role), and Pod Security
+`baseline` is enforced in the workload namespaces. `FakeConnect` routes a
+kubeconfig to the cluster its current context's server names and authenticates
+its user's token, as a real API server would (unknown credentials: 401; unknown
+server: no answer). Network probe pods run to the outcome the source cluster's
+`reach` table gives their HOST/PORT. `FakeDocker` answers `docker exec <cache>
+wget .../debug/vars` with distribution's expvar JSON. `healthy_platform()` builds
+an all-green platform plus the stack outputs that describe it (the contract
+`__main__.py` exports, and the management NetworkPolicies as the components build
+them); tests then break one link.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import hashlib
+import ipaddress
+import json
+import subprocess
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from components.management.kamaji import etcd_network_policy
+from components.tenant.spec import isolation_network_policy
+from ops.verify_api import ApiError
+
+Json = dict[str, Any]
+
+TENANT_USER = "system:serviceaccount:kube-system:tenant-user"
+CALICO_VERSION = "v3.32.1"
+LAB_NETWORK = "172.18.0.0/16"
+# Network probe outcomes (see FakeSession._advance_network_probe).
+OUTCOMES = ("connected", "refused", "unresolvable", "filtered", "hang", "pending", "unstarted-deadline")
+# How many reads a "filtered" probe stays Running before the kubelet enforces activeDeadlineSeconds.
+FILTERED_RUNNING_READS = 3
+# Pod Security Standards, baseline (kubernetes.io/docs/concepts/security/pod-security-standards):
+# capabilities a container may add, and the sysctls a pod may set.
+BASELINE_CAPABILITIES = {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
+                         "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}
+BASELINE_SYSCTLS = {"kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.ip_unprivileged_port_start",
+                    "net.ipv4.tcp_syncookies", "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
+                    "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl",
+                    "net.ipv4.tcp_keepalive_probes"}
+
+GPU, GPU_MEMORY, GPU_CORES = "nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores"
+# What a Konnectivity server without a connected agent answers (apiserver-network-proxy).
+WEBHOOK_REJECTION = (
+    'Internal error occurred: failed calling webhook "vgpu.hami.io": failed to call webhook: Post '
+    '"https://hami-scheduler.kube-system.svc:443/webhook/mutating?timeout=10s": No agent available'
+)
+QUOTA_REJECTION = (
+    'pods "verify-gpu-" is forbidden: exceeded quota: gpu, requested: nvidia.com/gpu=1, used: nvidia.com/gpu=1, '
+    'limited: nvidia.com/gpu=1'
+)
+
+
+def _suffix(index: int) -> str:
+    """Five characters like the API server's generateName suffix, deterministic per creation."""
+    return hashlib.sha256(str(index).encode()).hexdigest()[:5]
+
+
+class FakeClock:
+    """Monotonic time that only moves when the code under test sleeps."""
+
+    def __init__(self) -> None:
+        self.time = 1000.0
+        self.sleeps: list[float] = []
+
+    def now(self) -> float:
+        return self.time
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.time += seconds
+
+
+def node(name: str, capacity: dict[str, str] | None = None, ready: str = "True",
+         reason: str = "KubeletReady", message: str = "kubelet is posting ready status") -> Json:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "status": {
+            "capacity": {"cpu": "8", "memory": "16318412Ki", "pods": "110", **(capacity or {})},
+            "conditions": [
+                {"type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory"},
+                {"type": "Ready", "status": ready, "reason": reason, "message": message},
+            ],
+        },
+    }
+
+
+def baseline_violations(pod: Json) -> list[str]:
+    """What in the pod the Pod Security `baseline` level forbids (the controls of the standard, in its order)."""
+    spec = pod.get("spec") or {}
+    found = [f"{key}=true" for key in ("hostNetwork", "hostPID", "hostIPC") if spec.get(key)]
+    containers = [*(spec.get("containers") or []), *(spec.get("initContainers") or []),
+                  *(spec.get("ephemeralContainers") or [])]
+    contexts = [spec.get("securityContext") or {}, *((c.get("securityContext") or {}) for c in containers)]
+    if any((ctx.get("windowsOptions") or {}).get("hostProcess") for ctx in contexts):
+        found.append("windowsOptions.hostProcess=true")
+    for container in containers:
+        context = container.get("securityContext") or {}
+        if context.get("privileged"):
+            found.append(f"container {container.get('name')} privileged=true")
+        added = set((context.get("capabilities") or {}).get("add") or []) - BASELINE_CAPABILITIES
+        if added:
+            found.append(f"container {container.get('name')} adds capabilities {sorted(added)}")
+        if any(port.get("hostPort") for port in container.get("ports") or []):
+            found.append(f"container {container.get('name')} uses hostPort")
+        if context.get("procMount") not in (None, "Default"):
+            found.append(f"container {container.get('name')} procMount={context['procMount']}")
+    found += [f"hostPath volume {v.get('name')}" for v in spec.get("volumes") or [] if "hostPath" in v]
+    for context in contexts:
+        if (context.get("seccompProfile") or {}).get("type") == "Unconfined":
+            found.append("seccompProfile Unconfined")
+        if (context.get("appArmorProfile") or {}).get("type") not in (None, "RuntimeDefault", "Localhost"):
+            found.append("appArmorProfile not RuntimeDefault/Localhost")
+        selinux = context.get("seLinuxOptions") or {}
+        if selinux.get("type") not in (None, "", "container_t", "container_init_t", "container_kvm_t",
+                                       "container_engine_t") or selinux.get("user") or selinux.get("role"):
+            found.append("seLinuxOptions beyond the allowed types")
+    sysctls = {item.get("name") for item in (spec.get("securityContext") or {}).get("sysctls") or []}
+    if sysctls - BASELINE_SYSCTLS:
+        found.append(f"unsafe sysctls {sorted(sysctls - BASELINE_SYSCTLS)}")
+    return found
+
+
+def default_reach(host: str) -> str:
+    """What a tenant pod gets for an address nobody configured: names do not resolve, addresses are dropped."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return "unresolvable"
+    return "filtered"
+
+
+@dataclass
+class FakeCluster:
+    """One API server: its objects, the tokens it accepts, and how its admission and scheduling behave."""
+
+    server: str
+    tokens: set[str]
+    # Tenant users' tokens -> the one namespace where they may create, read and delete pods.
+    user_tokens: dict[str, str] = field(default_factory=dict)
+    # Namespaces with Pod Security `baseline` enforced (the tenant's workload namespaces).
+    baseline_namespaces: set[str] = field(default_factory=lambda: {"default"})
+    down: bool = False
+    # What the server answers to credentials it does not know.
+    refusal: tuple[int, str] = (401, "Unauthorized")
+    tenant_control_planes: dict[tuple[str, str], Json] = field(default_factory=dict)
+    network_policies: dict[str, list[Json]] = field(default_factory=dict)
+    nodes: list[Json] = field(default_factory=list)
+    daemon_sets: dict[tuple[str, str], Json] = field(default_factory=dict)
+    deployments: dict[tuple[str, str], Json] = field(default_factory=dict)
+    webhooks: dict[str, Json] = field(default_factory=dict)
+    pods: dict[tuple[str, str], Json] = field(default_factory=dict)
+    datastores: dict[str, Json] = field(default_factory=dict)
+    # A network probe pod in this cluster, aimed at (host, port), ends like this (OUTCOMES); unset: default_reach.
+    reach: dict[tuple[str, int], str] = field(default_factory=dict)
+    # "mutate": HAMi's webhook sets schedulerName; "skipped": it was never called
+    # (failurePolicy Ignore, dead tunnel); "reject": failurePolicy Fail, dead tunnel;
+    # "over-quota": a ResourceQuota refuses the pod.
+    admission: str = "mutate"
+    # HAMi allocates the pod on this read of it; None: never (stays Pending).
+    allocate_on_read: int | None = 2
+    allocated_devices: str = "GPU-MOCK-A0,NVIDIA,3000,30:;"
+    # read_pod fails (no answer) this many times first.
+    failing_pod_reads: int = 0
+    created: list[Json] = field(default_factory=list)
+    deleted: list[tuple[str, str]] = field(default_factory=list)
+    # Reads of GPU probe pods (HAMi allocates on the allocate_on_read-th).
+    pod_reads: int = 0
+    # Reads per network probe pod.
+    probe_reads: dict[str, int] = field(default_factory=dict)
+    requests: list[str] = field(default_factory=list)
+    sessions: list[FakeSession] = field(default_factory=list)
+
+    def session(self, token: str | None) -> FakeSession:
+        session = FakeSession(self, token)
+        self.sessions.append(session)
+        return session
+
+
+def _is_network_probe(pod: Json) -> bool:
+    return pod["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "network-probe"
+
+
+class FakeSession:
+    """`KubeApi` for one cluster as one user."""
+
+    def __init__(self, cluster: FakeCluster, token: str | None) -> None:
+        self.cluster = cluster
+        self.token = token
+        self.closed = False
+
+    def _enter(self, request: str, resource: str = "", namespace: str | None = None) -> FakeCluster:
+        """Authenticate, then authorise: a user token may only touch pods in its own namespace."""
+        cluster = self.cluster
+        cluster.requests.append(request)
+        if cluster.down:
+            raise ApiError(None, f"HTTPSConnectionPool(host='{cluster.server}'): connect timeout")
+        if self.token in cluster.tokens:
+            return cluster
+        if self.token not in cluster.user_tokens:
+            raise ApiError(*cluster.refusal)
+        if resource == "pods" and namespace == cluster.user_tokens[self.token]:
+            return cluster
+        where = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
+        verb = request.split()[0]
+        raise ApiError(403, f'{resource or request.split()[-1]} is forbidden: User "{TENANT_USER}" cannot {verb} '
+                            f'resource "{resource or request.split()[-1]}" in API group "" {where}')
+
+    def close(self) -> None:
+        self.closed = True
+
+    def get_tenant_control_plane(self, namespace: str, name: str) -> Json | None:
+        return copy.deepcopy(self._enter("get tenantcontrolplanes").tenant_control_planes.get((namespace, name)))
+
+    def get_datastore(self, name: str) -> Json | None:
+        return copy.deepcopy(self._enter("get datastores").datastores.get(name))
+
+    def list_network_policies(self, namespace: str) -> list[Json]:
+        return copy.deepcopy(self._enter("list networkpolicies").network_policies.get(namespace, []))
+
+    def list_nodes(self) -> list[Json]:
+        return copy.deepcopy(self._enter("list nodes").nodes)
+
+    def read_daemon_set(self, namespace: str, name: str) -> Json | None:
+        return copy.deepcopy(self._enter("get daemonsets").daemon_sets.get((namespace, name)))
+
+    def read_deployment(self, namespace: str, name: str) -> Json | None:
+        return copy.deepcopy(self._enter("get deployments").deployments.get((namespace, name)))
+
+    def read_mutating_webhook_configuration(self, name: str) -> Json | None:
+        return copy.deepcopy(self._enter("get mutatingwebhookconfigurations").webhooks.get(name))
+
+    def create_pod(self, namespace: str, pod: Json) -> Json:
+        cluster = self._enter("create pods", "pods", namespace)
+        violations = baseline_violations(pod) if namespace in cluster.baseline_namespaces else []
+        if violations:
+            raise ApiError(403, f'pods "{pod["metadata"].get("generateName", "")}" is forbidden: violates '
+                                f'PodSecurity "baseline:latest": {", ".join(violations)}')
+        limits = pod["spec"]["containers"][0].get("resources", {}).get("limits", {})
+        if cluster.admission == "reject":  # the API server calls the webhook for every pod, and it is unreachable
+            raise ApiError(500, WEBHOOK_REJECTION)
+        if cluster.admission == "over-quota" and GPU in limits:
+            raise ApiError(403, QUOTA_REJECTION)
+        pod = copy.deepcopy(pod)
+        pod["metadata"]["name"] = pod["metadata"].pop("generateName") + _suffix(len(cluster.created))
+        pod["metadata"]["namespace"] = namespace
+        pod["metadata"].setdefault("annotations", {})
+        mutated = cluster.admission == "mutate" and GPU in limits
+        # The API server defaults schedulerName; HAMi's webhook overrides it for GPU pods.
+        pod["spec"]["schedulerName"] = "hami-scheduler" if mutated else pod["spec"].get(
+            "schedulerName", "default-scheduler")
+        pod["status"] = {"phase": "Pending"}
+        cluster.created.append(copy.deepcopy(pod))
+        cluster.pods[(namespace, pod["metadata"]["name"])] = pod
+        return copy.deepcopy(pod)
+
+    def read_pod(self, namespace: str, name: str) -> Json | None:
+        cluster = self._enter("read pods", "pods", namespace)
+        if cluster.failing_pod_reads:
+            cluster.failing_pod_reads -= 1
+            raise ApiError(None, "read timed out")
+        pod = cluster.pods.get((namespace, name))
+        if pod is None:
+            return None
+        if _is_network_probe(pod):
+            return self._advance_network_probe(cluster, pod)
+        if GPU not in pod["spec"]["containers"][0].get("resources", {}).get("limits", {}):
+            return copy.deepcopy(pod)  # anything else (the management cluster's etcd pods) as recorded
+        cluster.pod_reads += 1
+        schedulable = cluster.allocate_on_read is not None and bool(cluster.nodes)
+        if schedulable and cluster.pod_reads >= cluster.allocate_on_read:
+            target = cluster.nodes[0]["metadata"]["name"]
+            pod["spec"]["nodeName"] = target
+            pod["metadata"]["annotations"].update({
+                "hami.io/vgpu-node": target,
+                "hami.io/vgpu-devices-allocated": cluster.allocated_devices,
+            })
+            pod["status"] = {"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True"}]}
+        elif not schedulable:
+            pod["status"]["conditions"] = [{
+                "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                "message": "0/1 nodes are available: 1 NodeUnfitPod.",
+            }]
+        return copy.deepcopy(pod)
+
+    @staticmethod
+    def _advance_network_probe(cluster: FakeCluster, pod: Json) -> Json:
+        """Pending on the first read, then the outcome `reach` gives the pod's HOST/PORT, as the kubelet reports
+        it (restartPolicy Never; activeDeadlineSeconds ends a connect nobody answers; FallbackToLogsOnError)."""
+        name = pod["metadata"]["name"]
+        reads = cluster.probe_reads[name] = cluster.probe_reads.get(name, 0) + 1
+        env = {item["name"]: item["value"] for item in pod["spec"]["containers"][0].get("env", [])}
+        host, port = env["HOST"], int(env["PORT"])
+        outcome = cluster.reach.get((host, port)) or default_reach(host)
+        image = pod["spec"]["containers"][0]["image"]
+        started = {"startedAt": "2026-12-01T10:00:01Z"}
+        waiting = {"waiting": {"reason": "ContainerCreating"}}
+        if outcome == "pending":
+            waiting = {"waiting": {"reason": "ErrImagePull", "message": f"failed to pull and unpack image {image}"}}
+        status: Json = {"phase": "Pending", "startTime": "2026-12-01T10:00:00Z", "containerStatuses": [
+            {"name": "probe", "image": image, "ready": False, "restartCount": 0, "state": waiting}]}
+        container = status["containerStatuses"][0]
+        if reads >= 2 and outcome in ("connected", "refused", "unresolvable"):
+            code, message = {
+                "connected": (0, ""),
+                "refused": (1, f"bash: connect: Connection refused\nbash: line 1: /dev/tcp/{host}/{port}: "
+                               "Connection refused\n"),
+                "unresolvable": (1, f"bash: line 1: {host}: Name or service not known\n"
+                                    f"bash: line 1: /dev/tcp/{host}/{port}: Invalid argument\n"),
+            }[outcome]
+            status["phase"] = "Succeeded" if code == 0 else "Failed"
+            container["state"] = {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
+                                                 "finishedAt": "2026-12-01T10:00:01Z", **started,
+                                                 **({"message": message} if message else {})}}
+        elif reads >= 2 and outcome in ("filtered", "hang"):
+            if outcome == "filtered" and reads >= 2 + FILTERED_RUNNING_READS:
+                status.update(phase="Failed", reason="DeadlineExceeded",
+                              message="Pod was active on the node longer than the specified deadline")
+                container["state"] = {"terminated": {"exitCode": 137, "reason": "Error", **started,
+                                                     "finishedAt": "2026-12-01T10:00:10Z"}}
+            else:
+                status["phase"] = "Running"
+                container["state"] = {"running": started}
+        elif reads >= 2 and outcome == "unstarted-deadline":
+            status.update(phase="Failed", reason="DeadlineExceeded",
+                          message="Pod was active on the node longer than the specified deadline")
+        pod["status"] = status
+        return copy.deepcopy(pod)
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        cluster = self._enter("delete pods", "pods", namespace)
+        cluster.deleted.append((namespace, name))
+        cluster.pods.pop((namespace, name), None)
+
+
+class FakeConnect:
+    """The `Connect` seam: kubeconfig -> session on the cluster its server names, as its user."""
+
+    def __init__(self, clusters: Iterable[FakeCluster]) -> None:
+        self.clusters = {cluster.server: cluster for cluster in clusters}
+        self.kubeconfigs: list[Json] = []
+
+    def __call__(self, kubeconfig: Json) -> FakeSession:
+        self.kubeconfigs.append(copy.deepcopy(kubeconfig))
+        context = next(c["context"] for c in kubeconfig["contexts"] if c["name"] == kubeconfig["current-context"])
+        cluster = next(c["cluster"] for c in kubeconfig["clusters"] if c["name"] == context["cluster"])
+        user = next(u["user"] for u in kubeconfig["users"] if u["name"] == context["user"])
+        target = self.clusters.get(cluster["server"]) or FakeCluster(cluster["server"], set(), down=True)
+        return target.session(user.get("token"))
+
+    def sessions(self) -> list[FakeSession]:
+        return [session for cluster in self.clusters.values() for session in cluster.sessions]
+
+
+def kubeconfig_yaml(cluster: str, server: str, token: str, namespace: str | None = None) -> str:
+    """A kubeconfig shaped like kind's and Kamaji's admin.conf (bearer token instead of a client certificate);
+    with `namespace`, shaped like the tenant user's (components/tenant/spec.py tenant_user_kubeconfig)."""
+    user = f"{cluster}-user" if namespace else f"{cluster}-admin"
+    context = {"cluster": cluster, "user": user, **({"namespace": namespace} if namespace else {})}
+    return yaml.safe_dump({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": cluster, "cluster": {
+            "server": server,
+            "certificate-authority-data": base64.b64encode(f"CA of {cluster}".encode()).decode(),
+        }}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": cluster if namespace else f"{user}@{cluster}", "context": context}],
+        "current-context": cluster if namespace else f"{user}@{cluster}",
+    })
+
+
+def expvar_json(blobs: tuple[int, int, int, int, int] = (212, 204, 8, 61_865_984, 1_642_070_016),
+                manifests: tuple[int, int, int, int, int] = (96, 71, 25, 98_304, 377_856)) -> str:
+    """distribution's /debug/vars (Go expvar): the runtime's own vars, then `registry` with the notification
+    endpoints, the blob descriptor cache and the proxy's Metrics structs (registry/proxy/proxymetrics.go:
+    Requests, Hits, Misses, BytesPulled, BytesPushed)."""
+    def metrics(values: tuple[int, int, int, int, int]) -> Json:
+        return dict(zip(("Requests", "Hits", "Misses", "BytesPulled", "BytesPushed"), values, strict=True))
+
+    return json.dumps({
+        "cmdline": ["registry", "serve", "/etc/distribution/config.yml"],
+        "memstats": {"Alloc": 9_543_112, "TotalAlloc": 812_004_376, "Sys": 31_823_112, "NumGC": 214,
+                     "PauseNs": [81_230, 64_105], "BySize": [{"Size": 0, "Mallocs": 0, "Frees": 0}]},
+        "registry": {
+            "cache": {"storage": {"blobdescriptor": {"Requests": 420, "Hits": 388, "Misses": 32}}},
+            "notifications": {"endpoints": None},
+            "proxy": {"blobs": metrics(blobs), "manifests": metrics(manifests)},
+        },
+    }, indent=1)
+
+
+class FakeDocker:
+    """`subprocess.run` for `docker exec <container> wget -qO- <url>`: running caches answer their expvar JSON."""
+
+    def __init__(self, containers: dict[str, str | None]) -> None:
+        # container name -> its /debug/vars answer; None: the container exists but is stopped.
+        self.containers = containers
+        self.calls: list[tuple[list[str], Json]] = []
+
+    def __call__(self, argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        self.calls.append((list(argv), kwargs))
+        assert argv[:2] == ["docker", "exec"], argv
+        container = argv[2]
+        if container not in self.containers:
+            return subprocess.CompletedProcess(argv, 1, "", f"Error response from daemon: No such container: "
+                                                            f"{container}\n")
+        answer = self.containers[container]
+        if answer is None:
+            return subprocess.CompletedProcess(argv, 1, "", f"Error response from daemon: container "
+                                                            f"{hashlib.sha256(container.encode()).hexdigest()} is "
+                                                            "not running\n")
+        return subprocess.CompletedProcess(argv, 0, answer, "")
+
+
+def card(uuid: str, memory_mib: int = 8192, cores: int = 100, slots: int = 10) -> Json:
+    return {"uuid": uuid, "model": "NVIDIA-A100", "memoryMiB": memory_mib, "cores": cores, "slots": slots}
+
+
+@dataclass
+class FakePlatform:
+    outputs: Json
+    management: FakeCluster
+    tenants: dict[str, FakeCluster]
+    connect: FakeConnect
+    docker: FakeDocker
+
+    def write_outputs(self, directory) -> str:
+        path = directory / "outputs.json"
+        path.write_text(json.dumps(self.outputs))
+        return str(path)
+
+
+def healthy_platform(tenants: Iterable[str] = ("tenant-a", "tenant-b"), gpu_mode: str = "mock",
+                     workers: dict[str, dict[str, list[Json]]] | None = None) -> FakePlatform:
+    """An all-green platform, shaped like the kind lab: every check of `make verify` holds. Every tenant's
+    workers share the kind network, which every control plane admits, so each tenant's pods connect to the
+    others' API and Konnectivity ports by design; the shared etcd's names do not resolve in a tenant and its
+    pod addresses are not routed there."""
+    tenants = list(tenants)
+    management = FakeCluster("https://127.0.0.1:40123", {"kind-admin-token"})
+    etcd = [f"kamaji-etcd-{i}.kamaji-etcd.kamaji-system.svc.cluster.local:2379" for i in range(3)]
+    management.datastores["default"] = {
+        "apiVersion": "kamaji.clastix.io/v1alpha1", "kind": "DataStore", "metadata": {"name": "default"},
+        "spec": {"driver": "etcd", "endpoints": etcd}, "status": {"ready": True},
+    }
+    for index in range(3):
+        management.pods[("kamaji-system", f"kamaji-etcd-{index}")] = {
+            "metadata": {"name": f"kamaji-etcd-{index}", "namespace": "kamaji-system"},
+            "spec": {"containers": [{"name": "etcd", "image": "quay.io/coreos/etcd:v3.5.6"}]},
+            "status": {"phase": "Running", "podIP": f"10.244.0.{10 + index}"},
+        }
+    # The management NetworkPolicies as the program creates them (what the API server returns, defaulted).
+    etcd_policy = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", **etcd_network_policy()}
+    management.network_policies[etcd_policy["metadata"]["namespace"]] = [etcd_policy]
+    mirror = {registry: {"container": f"gpu-tenancy-mirror-{registry.replace('.', '-')}",
+                         "url": f"http://gpu-tenancy-mirror-{registry.replace('.', '-')}:5000"}
+              for registry in ("docker.io", "quay.io", "registry.k8s.io", "ghcr.io")}
+    outputs: Json = {
+        "managementKubeconfig": kubeconfig_yaml("kind-gpu-tenancy", management.server, "kind-admin-token"),
+        "kindSubnet": LAB_NETWORK,
+        "workerNetworks": [LAB_NETWORK],
+        "lbPoolRange": "172.18.255.200-172.18.255.250",
+        "tenantKubeconfigs": {},
+        "tenantAdminKubeconfigs": {},
+        "tenants": {},
+        "imageMirror": mirror,
+        "plan": {
+            "managementCluster": "gpu-tenancy",
+            "gpuMode": gpu_mode,
+            "smokeTest": {"enabled": True, "gpus": 1, "memoryMiB": 3000, "cores": 30},
+            "versions": {"calico": CALICO_VERSION},
+            "tenants": {},
+        },
+    }
+    clusters: dict[str, FakeCluster] = {}
+    for index, name in enumerate(tenants):
+        endpoint = f"172.18.255.{200 + index}:6443"
+        letter = name[-1].upper()
+        planned = (workers or {}).get(name) or {f"{name}-worker-0": [card(f"GPU-MOCK-{letter}0")]}
+        cluster = FakeCluster(f"https://{endpoint}", {f"{name}-admin-token"},
+                              user_tokens={f"{name}-user-token": "default"})
+        for node_name, cards in planned.items():
+            cluster.nodes.append(node(node_name, {
+                GPU: str(sum(c["slots"] for c in cards)),
+                GPU_MEMORY: str(sum(c["memoryMiB"] for c in cards)),
+                GPU_CORES: str(sum(c["cores"] for c in cards)),
+            }))
+        cluster.daemon_sets[("kube-system", "konnectivity-agent")] = {
+            "metadata": {"name": "konnectivity-agent", "namespace": "kube-system"},
+            "status": {"desiredNumberScheduled": len(planned), "numberReady": len(planned),
+                       "currentNumberScheduled": len(planned)},
+        }
+        cluster.deployments[("kube-system", "hami-scheduler")] = {
+            "metadata": {"name": "hami-scheduler", "namespace": "kube-system"},
+            "status": {"replicas": 1, "readyReplicas": 1, "availableReplicas": 1},
+        }
+        cluster.webhooks["hami-webhook"] = {
+            "metadata": {"name": "hami-webhook"},
+            "webhooks": [{"name": "vgpu.hami.io", "failurePolicy": "Fail", "sideEffects": "None"}],
+        }
+        cluster.allocated_devices = f"GPU-MOCK-{letter}0,NVIDIA,3000,30:;"
+        management.tenant_control_planes[(name, name)] = {
+            "apiVersion": "kamaji.clastix.io/v1alpha1",
+            "kind": "TenantControlPlane",
+            "metadata": {"name": name, "namespace": name},
+            "spec": {"dataStore": "default", "addons": {"konnectivity": {"server": {"port": 8132}}},
+                     "networkProfile": {"loadBalancerSourceRanges": [LAB_NETWORK]}},
+            "status": {
+                "controlPlaneEndpoint": endpoint,
+                "kubernetesResources": {"version": {"status": "Ready", "version": "v1.35.0"}},
+                "storage": {"dataStoreName": "default", "driver": "etcd"},
+            },
+        }
+        management.network_policies[name] = [isolation_network_policy(name, [LAB_NETWORK])]
+        outputs["tenantAdminKubeconfigs"][name] = kubeconfig_yaml(name, cluster.server, f"{name}-admin-token")
+        outputs["tenantKubeconfigs"][name] = kubeconfig_yaml(name, cluster.server, f"{name}-user-token", "default")
+        outputs["tenants"][name] = {
+            "namespace": name,
+            "controlPlane": name,
+            "endpoint": endpoint,
+            "discoveryHash": "sha256:" + "ab" * 32,
+            "dataStore": "default",
+            "sourceRanges": [LAB_NETWORK],
+            "nodes": list(planned),
+            "gpuCapacity": {n: sum(c["slots"] for c in cards) for n, cards in planned.items()},
+            "smokeTest": {"pod": "gpu-smoke-test", "node": next(iter(planned)), "schedulerName": "hami-scheduler",
+                          "devicesAllocated": cluster.allocated_devices},
+        }
+        outputs["plan"]["tenants"][name] = {
+            "kubernetesVersion": "v1.35.0",
+            "serviceCidr": f"10.{96 + index}.0.0/16",
+            "podCidr": f"10.{244 + index}.0.0/16",
+            "workerCidrs": [],
+            "workers": planned,
+            "gpuSlots": sum(c["slots"] for cards in planned.values() for c in cards),
+            "quota": None,
+        }
+        clusters[name] = cluster
+    # The lab: every tenant's pods reach every other tenant's API and Konnectivity ports (one kind network).
+    for name, cluster in clusters.items():
+        for other in tenants:
+            if other != name:
+                host = outputs["tenants"][other]["endpoint"].split(":")[0]
+                cluster.reach.update({(host, 6443): "connected", (host, 8132): "connected"})
+    docker = FakeDocker({cache["container"]: expvar_json() for cache in mirror.values()})
+    return FakePlatform(outputs, management, clusters, FakeConnect([management, *clusters.values()]), docker)

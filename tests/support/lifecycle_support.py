@@ -1,0 +1,63 @@
+"""Building blocks for lifecycle scenarios: a lab on a simulated Docker host, an adopted cluster with SSH
+machines, and helpers to read plans by tenant."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from tests.support.mockrun import load_stack_file
+from tests.support.sim import Lifecycle, Plan, World
+from tests.support.sim.lab import adopt, lab_world
+from tests.test_config_infrastructure import prod_example_with_secrets
+
+MANAGEMENT = "management"
+
+__all__ = ["MANAGEMENT", "adopt_lab", "changed_by_owner", "kind_lab", "lab_world", "owner", "running_kind_lab",
+           "tenant_names"]
+
+
+def kind_lab(config: dict[str, Any] | None = None, world: World | None = None, **world_options: Any) -> Lifecycle:
+    return Lifecycle(copy.deepcopy(config) if config is not None else load_stack_file("dev"),
+                     world=world or lab_world(**world_options))
+
+
+_RUNNING: list[Lifecycle] = []
+
+
+def running_kind_lab() -> Lifecycle:
+    """The dev lab after its first `up` on a typical host. The `up` runs once per test session; every caller
+    gets its own copy of the stack and the machine (Lifecycle.fork)."""
+    if not _RUNNING:
+        sim = kind_lab()
+        sim.up()
+        _RUNNING.append(sim)
+    return _RUNNING[0].fork()
+
+
+def adopt_lab(world: World | None = None) -> Lifecycle:
+    """The production example: an existing management cluster, SSH-joined GPU servers."""
+    world = world or lab_world()
+    config = adopt(world, prod_example_with_secrets())
+    return Lifecycle(config, world=world, stack="prod", secret_keys=["management", "tenants"])
+
+
+def owner(name: str, tenants: list[str]) -> str:
+    """Which tenant a resource belongs to (its name starts with the tenant's), or the management layer."""
+    for tenant in sorted(tenants, key=len, reverse=True):
+        if name == tenant or name.startswith(f"{tenant}-"):
+            return tenant
+    return MANAGEMENT
+
+
+def changed_by_owner(plan: Plan, tenants: list[str]) -> dict[str, dict[str, set[str]]]:
+    """{owner: {op: names}} for every create/update/replace/delete in the plan."""
+    out: dict[str, dict[str, set[str]]] = {}
+    for op, names in plan.changed().items():
+        for name in names:
+            out.setdefault(owner(name, tenants), {}).setdefault(op, set()).add(name)
+    return out
+
+
+def tenant_names(config: dict[str, Any]) -> list[str]:
+    return [t["name"] for t in config["tenants"]]

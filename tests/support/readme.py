@@ -1,0 +1,80 @@
+"""Keep README.md's sample outputs true: the blocks between `<!-- generated:NAME -->` and `<!-- /generated:NAME -->`
+are produced by the code itself (a simulated `make up` of the dev stack, the image-pull benchmark).
+
+    python -m tests.support.readme          # rewrite the blocks (make docs)
+    python -m tests.support.readme --check  # exit 1 when a block is stale (the test suite checks this too)
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+BLOCK = re.compile(r"(<!-- generated:(?P<name>[a-z-]+) -->\n)(?P<body>.*?)(<!-- /generated:(?P=name) -->)", re.S)
+
+
+def _status() -> str:
+    """`make status` after a simulated `make up` of the dev stack. Its tenants are added one `up` at a time: MetalLB
+    hands out addresses in the order control planes ask, which in one `up` is whichever is first (in the simulator
+    as on a real cluster), and the sample must not change from one run to the next."""
+    from ops.status import render
+    from tests.support.mockrun import load_stack_file
+    from tests.support.sim import Lifecycle
+    from tests.support.sim.lab import lab_world
+    from tests.support.sim.state import plain
+
+    config = load_stack_file("dev")
+    tenants = config["tenants"]
+    sim = Lifecycle({**config, "tenants": tenants[:1]}, world=lab_world())
+    for count in range(1, len(tenants) + 1):
+        sim.config["tenants"] = tenants[:count]
+        sim.up()
+    outputs = {name: ("[secret]" if name in sim.secret_outputs else plain(value))
+               for name, value in sim.outputs.items()}
+    return f"```text\n$ make status\n{render(outputs)}```\n"
+
+
+def _image_pulls() -> str:
+    from bench.image_pulls import rows, table
+
+    return table(rows([2, 8, 32])) + "\n"
+
+
+GENERATORS: dict[str, Callable[[], str]] = {"status": _status, "image-pulls": _image_pulls}
+
+
+def render(text: str) -> str:
+    """`text` with every generated block replaced by what its generator produces now."""
+    def replace(match: re.Match[str]) -> str:
+        name = match.group("name")
+        if name not in GENERATORS:
+            raise ValueError(f"README block {name!r} has no generator (known: {', '.join(GENERATORS)})")
+        return f"{match.group(1)}{GENERATORS[name]()}{match.group(4)}"
+
+    return BLOCK.sub(replace, text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only report whether the README is current")
+    args = parser.parse_args(argv)
+    current = README.read_text()
+    fresh = render(current)
+    if args.check:
+        if fresh != current:
+            print("README.md has stale generated blocks: run `make docs`", file=sys.stderr)
+            return 1
+        return 0
+    if fresh != current:
+        README.write_text(fresh)
+        print("README.md: generated blocks rewritten")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,722 @@
+"""A Pulumi engine for the real program: preview, up and destroy, with state carried between them.
+
+The program runs under the Python SDK's mocks (`pulumi.runtime.set_mocks`), but the monitor answering it
+is this engine: it keeps the state of every resource across operations, decides create / same / update /
+replace / delete the way pulumi/pulumi's step generator does (pkg/resource/deploy/step_generator.go,
+read at commit 1b594989), and asks a model of each provider (`tests.support.sim.providers`) what the real one
+would answer against the simulated machine (`tests.support.sim.world`).
+
+Rules taken from the engine (file:line at 1b594989):
+- a resource with no old state is created (SG:1785); otherwise the provider's Diff decides, after
+  `ignoreChanges` reset the ignored paths to their old values (SG:3076 processIgnoreChanges);
+- `replaceOnChanges` paths are parsed with the property-path grammar and a diff path turns into a
+  replacement only if a replace path Contains it (SG:3170 applyReplaceOnChanges);
+- a changed provider reference replaces the resource only if the new provider's DiffConfig says
+  "replace" (SG:2800 providerChanged); a resource whose `deletedWith` target is replaced is replaced
+  too (SG:2910, PR #23818);
+- an unconfigured provider (unknown configuration in preview) cannot diff: that is an update plus a
+  warning (SG:1929);
+- delete-before-replace first deletes the dependents that would be replaced, then the old resource
+  (SG:2043-2156, calculateDependentReplacements SG:3268); create-before-delete deletes the old resource
+  at the end, with the other deletes (SG:2157-2165, 2420);
+- deletes run in reverse dependency order; a resource whose `deletedWith` target is being deleted is
+  dropped without a provider call (step.go isDeletedWith); the first failure stops the rest
+  (step_executor.go cancelDueToError);
+- reads (`.get`) run during preview when their id is known and fail when the object does not exist
+  (step.go ReadStep.Apply L1308-1399); they never count as changes (pkg/engine/update.go HasChanges);
+- `pulumi up` previews first and stops if the preview fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import gc
+import os
+import runpy
+import threading
+import traceback
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+from google.protobuf import empty_pb2
+from pulumi.runtime import mocks, rpc, settings
+from pulumi.runtime.proto import resource_pb2
+from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime.sync_await import _sync_await
+
+from tests.support.sim import paths
+from tests.support.sim.providers import (
+    Context,
+    Diff,
+    PartialFailureError,
+    ProviderError,
+    docker_get_network,
+    model_for,
+)
+from tests.support.sim.state import (
+    UNKNOWN,
+    Resource,
+    comparable,
+    contains_unknown,
+    is_secret,
+    normalize,
+    plain,
+    secret,
+)
+from tests.support.sim.world import World
+
+PROJECT = "gpu-tenancy"
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
+MAIN = PROJECT_ROOT / "__main__.py"
+
+# delete-replaced: deleted ahead of a delete-before-replace replacement, created again later in the run.
+OPS = ("create", "update", "replace", "delete", "same", "read", "delete-replaced")
+
+
+@dataclass
+class Step:
+    op: str  # one of OPS
+    urn: str
+    type: str
+    name: str
+    diffs: list[str] = field(default_factory=list)
+    detail: str = ""
+    failed: bool = False
+
+
+@dataclass
+class Plan:
+    """What one operation did (or, for a preview, would do), in execution order."""
+
+    kind: str  # "preview" | "update" | "destroy"
+    steps: list[Step] = field(default_factory=list)
+    error: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    outputs: dict[str, Any] = field(default_factory=dict)
+    secret_outputs: set[str] = field(default_factory=set)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def names(self, op: str) -> set[str]:
+        return {s.name for s in self.steps if s.op == op and s.type != "component"}
+
+    def changed(self) -> dict[str, set[str]]:
+        """Resource names per kind of change (reads and unchanged resources left out)."""
+        return {op: names for op in ("create", "update", "replace", "delete") if (names := self.names(op))}
+
+    def step(self, name: str) -> Step:
+        found = [s for s in self.steps if s.name == name]
+        if not found:
+            raise AssertionError(f"no step for {name!r}:\n{self.render()}")
+        return found[-1]
+
+    def render(self) -> str:
+        """The plan as `pulumi preview` summarises it."""
+        title = {"preview": "Previewing update", "update": "Updating", "destroy": "Destroying"}[self.kind]
+        marks = {"create": "+ ", "update": "~ ", "replace": "+-", "delete": "- ", "same": "  ", "read": "> ",
+                 "delete-replaced": "--"}
+        lines = [f"{title} (simulated):", f"     {'Type':<50} {'Name':<42} Plan"]
+        for step in self.steps:
+            if step.op == "same":
+                continue
+            info = f" [diff: {', '.join(step.diffs)}]" if step.diffs else ""
+            failed = " **failed**" if step.failed else ""
+            lines.append(f" {marks[step.op]}  {step.type:<50} {step.name:<42} {step.op}{info}{failed}")
+            if step.detail and step.failed:
+                lines += [f"        {line}" for line in step.detail.splitlines()[:6]]
+        counts = {op: len(self.names(op)) for op in ("create", "update", "replace", "delete")}
+        lines.append("Resources:")
+        lines += [f"    {marks[op]}{n} to {op}" for op, n in counts.items() if n]
+        lines.append(f"    {len(self.names('same'))} unchanged")
+        for warning in self.warnings:
+            lines.append(f"warning: {warning}")
+        if self.error:
+            lines.append(f"error: {self.error}")
+        return "\n".join(lines)
+
+
+class EngineError(Exception):
+    """The operation failed; `plan` holds what happened."""
+
+    def __init__(self, plan: Plan):
+        super().__init__(plan.render())
+        self.plan = plan
+
+
+class _CancelledError(Exception):
+    pass
+
+
+def _options(request) -> dict[str, Any]:
+    return {
+        "delete_before_replace": request.deleteBeforeReplace if request.deleteBeforeReplaceDefined else None,
+        "replace_on_changes": list(request.replaceOnChanges),
+        "ignore_changes": list(request.ignoreChanges),
+        "deleted_with": request.deletedWith,
+        "retain_on_delete": bool(request.retainOnDelete),
+        "custom_timeouts": {"create": request.customTimeouts.create, "update": request.customTimeouts.update,
+                            "delete": request.customTimeouts.delete},
+        "additional_secret_outputs": list(request.additionalSecretOutputs),
+    }
+
+
+def reset_ignored(path: str, old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """`PropertyPath.Reset` for one ignoreChanges entry: the old value wins, an added key is dropped."""
+    try:
+        segments = paths.parse(path)
+    except paths.PropertyPathError:
+        return new  # SG:3076: an unparsable path is skipped silently
+    new = copy.deepcopy(new)
+    old_value = paths.get(old, segments)
+    parent = paths.get(new, segments[:-1]) if len(segments) > 1 else new
+    if not isinstance(parent, (dict, list)):
+        return new
+    key = segments[-1]
+    if old_value is paths.MISSING:
+        if isinstance(parent, dict):
+            parent.pop(key, None)
+    elif isinstance(parent, dict):
+        parent[key] = copy.deepcopy(old_value)
+    return new
+
+
+class Engine:
+    """State plus the world; runs one operation at a time."""
+
+    def __init__(self, world: World):
+        self.world = world
+        self.state: dict[str, Resource] = {}
+        self._serial = 0
+        self.lock = threading.RLock()
+        self.op: _Operation | None = None
+        self.last_operation: _Operation | None = None
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Engine:
+        """A copy between operations (see Lifecycle.fork): state and world, not the finished operation."""
+        if self.op is not None:
+            raise RuntimeError("cannot copy an engine during an operation")
+        twin = Engine.__new__(Engine)
+        memo[id(self)] = twin
+        twin.world = copy.deepcopy(self.world, memo)
+        twin.state = copy.deepcopy(self.state, memo)
+        twin._serial = self._serial
+        twin.lock = threading.RLock()
+        twin.op = None
+        twin.last_operation = None
+        return twin
+
+    def serial(self) -> int:
+        self._serial += 1
+        return self._serial
+
+    def new_provider_id(self) -> str:
+        return str(uuid.UUID(int=self.serial()))
+
+    def provider_resource(self, resource: Resource) -> Resource | None:
+        urn = resource.provider_urn
+        if not urn:
+            return None
+        if self.op is not None and urn in self.op.registered:
+            return self.op.registered[urn]
+        return self.state.get(urn)
+
+
+class _Operation:
+    """One preview or update (the program runs), or one destroy (it does not)."""
+
+    def __init__(self, engine: Engine, kind: str, env: dict[str, str], replace: Iterable[str] = ()):
+        self.engine = engine
+        self.kind = kind
+        self.preview = kind == "preview"
+        self.env = env
+        self.plan = Plan(kind=kind)
+        self.registered: dict[str, Resource] = {}
+        self.new_state: dict[str, Resource] = {} if kind != "destroy" else dict(engine.state)
+        self.deletes: dict[str, bool] = {}
+        self.replaces: set[str] = set()
+        self.pending_deletes: list[Resource] = []
+        self.recreated: set[str] = set()  # dependents deleted ahead of a delete-before-replace
+        self.deleted: set[str] = set()  # deleted by the provider (or with another resource) in this operation
+        self.targets_replace = set(replace)
+        self.failed = False
+        self.ctx = Context(world=engine.world, engine=engine, preview=self.preview, env=env)
+
+    # ---- registration ----------------------------------------------------- #
+
+    def register(self, new: Resource) -> tuple[str, dict[str, Any]]:
+        with self.engine.lock:
+            if self.failed:
+                raise _CancelledError("update canceled")
+            self.registered[new.urn] = new
+            if not new.custom:
+                self.new_state[new.urn] = new
+                return "", {}
+            try:
+                self._lint_paths(new)
+            except ProviderError as error:
+                self.failed = True
+                self.plan.error = f"{new.type} {new.name}: {error}"
+                raise
+            try:
+                id_, outputs = self._register_custom(new)
+                return id_, self._mark_secret_outputs(new, outputs)
+            except (ProviderError, PartialFailureError) as error:
+                self.failed = True
+                self.plan.steps[-1].failed = True
+                self.plan.steps[-1].detail = str(error)
+                self.plan.error = f"{new.type} {new.name}: {error}"
+                raise
+            except Exception:
+                # A bug of the simulator itself: say so, with where it happened.
+                self.failed = True
+                self.plan.error = f"simulator error at {new.type} {new.name}:\n{traceback.format_exc()}"
+                raise
+
+    @staticmethod
+    def _mark_secret_outputs(new: Resource, outputs: dict[str, Any]) -> dict[str, Any]:
+        """step_executor.go executeStep: "Ensure that any secrets properties in the output are marked as such" --
+        every additionalSecretOutputs key present is made secret in the stored state and in the response."""
+        if not new.additional_secret_outputs or not isinstance(outputs, dict):
+            return outputs
+        marked = dict(outputs)
+        for key in new.additional_secret_outputs:
+            if key in marked and key != "id" and not is_secret(marked[key]):
+                marked[key] = secret(marked[key])
+        new.outputs = marked
+        return marked
+
+    def _lint_paths(self, new: Resource) -> None:
+        """Not engine behaviour but this project's guard: the engine accepts a replaceOnChanges path that names no
+        input and then simply never acts on it (it only compares paths with a diff's keys, SG diff), which would
+        hide a typo for ever. (An ignoreChanges path may well name a key that is absent today: that is how one
+        ignores what others add later.)"""
+        inputs = plain(new.inputs)
+        for path in new.replace_on_changes:
+            try:
+                parsed = paths.parse(path)
+            except paths.PropertyPathError as error:
+                raise ProviderError(f"replace_on_changes path {path!r} does not parse as a property path: {error}") \
+                    from None
+            # Provider SDKs add wildcard paths of their own whether the input is set or not (pulumi-command's
+            # Command always asks for `triggers[*]`): only a path without wildcards must name an input.
+            if paths.WILDCARD in parsed:
+                continue
+            if not paths.matches_any_input(parsed, inputs, unknown=UNKNOWN):
+                raise ProviderError(f"replace_on_changes path {path!r} names no input of {new.name} (inputs: "
+                                    f"{', '.join(sorted(inputs))})")
+
+    def _register_custom(self, new: Resource) -> tuple[str, dict[str, Any]]:
+        old = self.engine.state.get(new.urn)
+        model = model_for(new.type)
+        if old is not None and old.external:
+            old = None  # a resource that was read before is created now
+        if old is None or new.urn in self.recreated:
+            op = "replace" if new.urn in self.recreated else "create"
+            self.plan.steps.append(Step(op, new.urn, new.type, new.name))
+            return self._create(model, new)
+        diff, replace = self._diff(model, old, new)
+        if not diff.changes and not replace and not old.init_error:
+            self.plan.steps.append(Step("same", new.urn, new.type, new.name))
+            new.id, new.outputs = old.id, copy.deepcopy(old.outputs)
+            self.new_state[new.urn] = new
+            return new.id, new.outputs
+        diffs = sorted(set(diff.detailed or diff.changed_keys or diff.replace_keys))
+        if not replace:
+            self.plan.steps.append(Step("update", new.urn, new.type, new.name, diffs))
+            outputs = model.update(self.ctx, old, new)
+            new.id, new.outputs = old.id, outputs
+            self.new_state[new.urn] = new
+            return new.id, outputs
+        self.replaces.add(new.urn)
+        dbr = new.delete_before_replace if new.delete_before_replace is not None else diff.delete_before_replace
+        if dbr:
+            dependents = self._dependent_replacements(old)
+            # step_generator.go (generateSteps, delete-before-replace): the deletes of the dependents and of the old
+            # resource are recorded in sg.deletes while the steps are generated, before any of them runs; so a
+            # dependent deleted_with the replaced resource is skipped (step.go isDeletedWith).
+            self.deletes[old.urn] = True
+            for dependent in dependents:
+                self.deletes[dependent.urn] = True
+            for dependent in dependents:
+                self.plan.steps.append(Step("delete-replaced", dependent.urn, dependent.type, dependent.name,
+                                            detail=f"replaced along with {old.name}"))
+                self._delete(dependent)
+                self.recreated.add(dependent.urn)
+            self._delete(old, record=False)
+        else:
+            self.pending_deletes.append(old)
+        self.plan.steps.append(Step("replace", new.urn, new.type, new.name, diffs))
+        return self._create(model, new)
+
+    def _create(self, model, new: Resource) -> tuple[str, dict[str, Any]]:
+        try:
+            new_id, outputs = model.create(self.ctx, new)
+        except PartialFailureError as failure:
+            new.id, new.outputs, new.init_error = "partial", failure.outputs, True
+            self.new_state[new.urn] = new
+            raise
+        new.id, new.outputs = new_id, outputs
+        self.new_state[new.urn] = new
+        return new_id, outputs
+
+    def _diff(self, model, old: Resource, new: Resource) -> tuple[Diff, bool]:
+        if new.urn in self.targets_replace:
+            return Diff(changes=True, replace_keys=["id"]), True
+        if new.deleted_with and new.deleted_with in self.replaces:
+            return Diff(changes=True, replace_keys=["deletedWith"]), True
+        if old.provider != new.provider and old.provider_urn:
+            provider_new = self.engine.provider_resource(new)
+            provider_old = self.engine.state.get(old.provider_urn)
+            if provider_new is not None and provider_old is not None:
+                config_diff = model_for(provider_new.type).diff(self.ctx, provider_old, provider_new)
+                if config_diff.replace_keys:
+                    return Diff(changes=True, replace_keys=["provider"]), True
+        for path in new.ignore_changes:
+            new.inputs = reset_ignored(path, old.inputs, new.inputs)
+        diff = model.diff(self.ctx, old, new)
+        if diff.unavailable:
+            self.plan.warnings.append(f"{new.name}: The provider for this resource has inputs that are not known "
+                                      "during preview.")
+            return Diff(changes=True), False
+        if diff.changes is None:
+            # SG:2996: DIFF_UNKNOWN falls back to comparing the inputs.
+            diff.changes = comparable(old.inputs) != comparable(new.inputs) or contains_unknown(new.inputs)
+        replace = bool(diff.replace_keys)
+        if diff.changes and new.replace_on_changes:
+            parsed = [paths.parse(p) for p in new.replace_on_changes]
+            candidates = [*diff.detailed, *diff.changed_keys]
+            for candidate in candidates:
+                try:
+                    diff_path = paths.parse(candidate)
+                except paths.PropertyPathError:
+                    continue
+                if any(paths.contains(p, diff_path) for p in parsed):
+                    replace = True
+        return diff, replace
+
+    def _dependent_replacements(self, old: Resource) -> list[Resource]:
+        """SG:3268 calculateDependentReplacements: dependents that must go before `old` is deleted."""
+        state = self.engine.state
+        replace_set = {old.urn}
+        found: list[Resource] = []
+        for resource in _topological(state.values()):
+            if resource.urn == old.urn or resource.urn in self.registered or not resource.custom or resource.external:
+                continue
+            if not (resource.all_dependencies() & replace_set):
+                continue
+            replaced = False
+            if resource.provider_urn in replace_set or resource.deleted_with in replace_set:
+                replaced = True
+            else:
+                unknown_keys = [k for k, urns in resource.property_dependencies.items() if set(urns) & replace_set]
+                if unknown_keys:
+                    candidate = copy.copy(resource)
+                    candidate.inputs = {**resource.inputs, **{k: UNKNOWN for k in unknown_keys}}
+                    diff, replaced = self._diff(model_for(resource.type), resource, candidate)
+            if replaced:
+                replace_set.add(resource.urn)
+                found.append(resource)
+        return list(reversed(found))
+
+    def read(self, new: Resource) -> dict[str, Any]:
+        with self.engine.lock:
+            if self.failed:
+                raise _CancelledError("update canceled")
+            new.external = True
+            self.registered[new.urn] = new
+            self.plan.steps.append(Step("read", new.urn, new.type, new.name))
+            if new.id == UNKNOWN or not new.id:
+                new.outputs = {}  # step.go: "The only time we can't run is if the ID we are given is unknown"
+                return {}
+            try:
+                outputs = model_for(new.type).read(self.ctx, new)
+            except ProviderError as error:
+                self._fail_read(new, str(error))
+                raise
+            if outputs is None:
+                message = f"resource '{new.id}' does not exist"
+                self._fail_read(new, message)
+                raise ProviderError(message)
+            new.outputs = outputs
+            self.new_state[new.urn] = new
+            return outputs
+
+    def _fail_read(self, new: Resource, message: str) -> None:
+        self.failed = True
+        self.plan.steps[-1].failed = True
+        self.plan.steps[-1].detail = message
+        self.plan.error = f"{new.type} {new.name}: {message}"
+
+    # ---- deletes ---------------------------------------------------------- #
+
+    def _delete(self, old: Resource, record: bool = True) -> None:
+        if old.external or self.preview:
+            self.new_state.pop(old.urn, None)
+            return
+        self.deleted.add(old.urn)
+        if old.deleted_with and self.deletes.get(old.deleted_with):
+            pass  # step.go isDeletedWith: the other deletion takes this one with it
+        elif not old.retain_on_delete:
+            model_for(old.type).delete(self.ctx, old)
+        if self.new_state.get(old.urn) is old:
+            self.new_state.pop(old.urn, None)
+        self.engine.state.pop(old.urn, None) if self.kind == "destroy" else None
+
+    def finish_deletes(self) -> None:
+        """GenerateDeletes + ScheduleDeletes (SG:2747-2796): what the program no longer registers, and the old
+        halves of create-before-delete replacements, in reverse-dependency antichains; within an antichain
+        every step runs, after a failed one no later antichain starts (step_executor.go cancelDueToError)."""
+        state = self.engine.state
+        condemned = [r for urn, r in state.items() if urn not in self.registered and urn not in self.recreated]
+        condemned += self.pending_deletes
+        for resource in condemned:
+            self.deletes[resource.urn] = True
+        for antichain in _delete_antichains(condemned):
+            failures = []
+            for resource in antichain:
+                if not resource.custom or resource.external:
+                    self.new_state.pop(resource.urn, None)
+                    continue
+                step = Step("delete", resource.urn, resource.type, resource.name)
+                self.plan.steps.append(step)
+                if self.preview:
+                    continue
+                try:
+                    self._delete(resource)
+                except ProviderError as error:
+                    step.failed, step.detail = True, str(error)
+                    failures.append((resource, error))
+                    continue
+                if self.new_state.get(resource.urn) is resource:
+                    self.new_state.pop(resource.urn, None)
+            if failures:
+                resource, error = failures[0]
+                self.plan.error = f"{resource.type} {resource.name}: {error}"
+                self.failed = True
+                done = {s.urn for s in self.plan.steps if s.op == "delete" and not s.failed}
+                for left in condemned:
+                    if left.urn not in done and left.custom and not left.external:
+                        key = left.urn if left not in self.pending_deletes else left.urn + "#pending-delete"
+                        self.new_state.setdefault(key, left)
+                return
+
+
+def _delete_antichains(condemned: list[Resource]) -> list[list[Resource]]:
+    """Dependents first: levels of resources none of whose condemned dependents are left."""
+    left: dict[str, Resource] = {}
+    for resource in condemned:
+        left.setdefault(resource.urn, resource)
+    chains: list[list[Resource]] = []
+    while left:
+        dependents_left = set()
+        for resource in left.values():
+            dependents_left |= resource.all_dependencies() & set(left)
+        chain = sorted((r for urn, r in left.items() if urn not in dependents_left), key=lambda r: r.urn)
+        if not chain:  # a cycle cannot happen in a real state; be safe
+            chain = sorted(left.values(), key=lambda r: r.urn)
+        chains.append(chain)
+        for resource in chain:
+            left.pop(resource.urn)
+    return chains
+
+
+def _topological(resources: Iterable[Resource]) -> list[Resource]:
+    """Dependencies before dependents (stable: state order otherwise)."""
+    resources = list(resources)
+    by_urn = {r.urn: r for r in resources}
+    out: list[Resource] = []
+    seen: set[str] = set()
+
+    def visit(resource: Resource, trail: frozenset[str]) -> None:
+        if resource.urn in seen or resource.urn in trail:
+            return
+        for dep in sorted(resource.all_dependencies()):
+            if dep in by_urn:
+                visit(by_urn[dep], trail | {resource.urn})
+        seen.add(resource.urn)
+        out.append(resource)
+
+    for resource in resources:
+        visit(resource, frozenset())
+    return out
+
+
+# --------------------------------------------------------------------------- #
+# The monitor the SDK talks to
+# --------------------------------------------------------------------------- #
+
+
+class _NoMocks(mocks.Mocks):
+    def new_resource(self, args):  # pragma: no cover - the monitor never calls it
+        raise AssertionError("unused")
+
+    def call(self, args):  # pragma: no cover
+        raise AssertionError("unused")
+
+
+class SimMonitor(mocks.MockMonitor):
+    def __init__(self, operation: _Operation):
+        super().__init__(_NoMocks())
+        self.operation = operation
+
+    def RegisterResource(self, request):  # noqa: N802 -- gRPC method name
+        urn = self.make_urn(request.parent, request.type, request.name)
+        if request.type == "pulumi:pulumi:Stack":
+            return resource_pb2.RegisterResourceResponse(urn=urn)
+        mocks._ensure_event_loop()
+        resource = Resource(
+            urn=urn, type=request.type, name=request.name, custom=bool(request.custom), parent=request.parent,
+            provider=request.provider,
+            inputs=normalize(rpc.deserialize_properties(request.object, keep_unknowns=True)),
+            dependencies=list(request.dependencies),
+            property_dependencies={k: list(v.urns) for k, v in request.propertyDependencies.items()},
+            **_options(request),
+        )
+        id_, outputs = self.operation.register(resource)
+        return resource_pb2.RegisterResourceResponse(
+            urn=urn, id=id_, object=_sync_await(rpc.serialize_properties(outputs, {}))
+        )
+
+    def ReadResource(self, request):  # noqa: N802
+        mocks._ensure_event_loop()
+        urn = self.make_urn(request.parent, request.type, request.name)
+        resource = Resource(
+            urn=urn, type=request.type, name=request.name, custom=True, parent=request.parent,
+            provider=request.provider, id=request.id,
+            inputs=normalize(rpc.deserialize_properties(request.properties, keep_unknowns=True)),
+            dependencies=list(request.dependencies),
+            additional_secret_outputs=list(request.additionalSecretOutputs),
+        )
+        outputs = self.operation.read(resource)
+        return resource_pb2.ReadResourceResponse(urn=urn, properties=_sync_await(rpc.serialize_properties(outputs, {})))
+
+    def Invoke(self, request):  # noqa: N802
+        mocks._ensure_event_loop()
+        args = rpc.deserialize_properties(request.args)
+        operation = self.operation
+        if request.tok != "docker:index/getNetwork:getNetwork":
+            raise AssertionError(f"the simulator has no model of the invoke {request.tok}")
+        # source_eval.go L1140-1161: with dependencies that are pending creation (an empty id) the engine
+        # answers "unknown" without calling the provider.
+        depends_on = list(getattr(request, "dependsOn", []) or [])
+        for urn in depends_on:
+            registered = operation.registered.get(urn)
+            if registered is not None and registered.custom and not registered.id:
+                return resource_pb2.ResourceInvokeResponse(unknown=True)
+        try:
+            result = docker_get_network(operation.engine.world, args)
+        except ProviderError as error:
+            with operation.engine.lock:
+                operation.failed = True
+                operation.plan.error = f"invoke {request.tok}: {error}"
+            raise
+        return resource_pb2.ResourceInvokeResponse(return_=_sync_await(rpc.serialize_properties(result, {}))) \
+            if hasattr(resource_pb2.ResourceInvokeResponse, "return_") else \
+            resource_pb2.ResourceInvokeResponse(**{"return": _sync_await(rpc.serialize_properties(result, {}))})
+
+    def RegisterResourceOutputs(self, request):  # noqa: N802
+        return empty_pb2.Empty()
+
+
+# --------------------------------------------------------------------------- #
+# Running the program
+# --------------------------------------------------------------------------- #
+
+
+def _to_config_value(value: Any) -> str:
+    import json
+
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def run_operation(
+    engine: Engine,
+    kind: str,
+    config: dict[str, Any],
+    *,
+    stack: str,
+    secret_keys: Iterable[str] = (),
+    env: dict[str, str] | None = None,
+    replace: Iterable[str] = (),
+    program: Callable[[], Any] | None = None,
+) -> Plan:
+    """Run one preview / update (program executed) or destroy (program not executed)."""
+    env = dict(env or {})
+    operation = _Operation(engine, kind, env, replace)
+    engine.op = operation
+    engine.last_operation = operation
+    try:
+        if kind != "destroy":
+            _run_program(operation, config, stack, secret_keys, env, program)
+        if not operation.failed and operation.plan.error is None:
+            if kind == "destroy":
+                operation.registered = {}
+            operation.finish_deletes()
+    finally:
+        engine.op = None
+    if not operation.preview:
+        committed = {}
+        if operation.failed and kind != "destroy":
+            # A failed update leaves what it never reached as it was: the snapshot manager starts from the base
+            # snapshot and only records the steps that ran (pkg/backend/snapshot.go).
+            committed = {urn: r for urn, r in engine.state.items() if urn not in operation.deleted}
+        committed.update({urn: r for urn, r in operation.new_state.items() if not urn.endswith("#pending-delete")})
+        for urn, resource in operation.new_state.items():
+            if urn.endswith("#pending-delete"):
+                committed.setdefault(resource.urn, resource)
+        engine.state = committed
+        engine.world.end_of_operation()
+    return operation.plan
+
+
+def _quiet_unretrieved(loop, context: dict[str, Any]) -> None:
+    if "exception was never retrieved" not in context.get("message", ""):
+        loop.default_exception_handler(context)
+
+
+def _run_program(operation: _Operation, config: dict[str, Any], stack: str, secret_keys: Iterable[str],
+                 env: dict[str, str], program: Callable[[], Any] | None) -> None:
+    settings.SETTINGS.outputs.clear()
+    # Outputs of a failed run hold exceptions nobody awaits; asyncio would print each one when collected.
+    asyncio.get_event_loop().set_exception_handler(_quiet_unretrieved)
+    monitor = SimMonitor(operation)
+    settings.ROOT.set(None)
+    pulumi.runtime.set_mocks(_NoMocks(), project=PROJECT, stack=stack, preview=operation.preview, monitor=monitor)
+    pulumi.runtime.set_all_config(
+        {f"{PROJECT}:{key}": _to_config_value(value) for key, value in config.items()},
+        [f"{PROJECT}:{key}" for key in secret_keys],
+    )
+    body = program or (lambda: runpy.run_path(str(MAIN), run_name="__main__"))
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    try:
+        _sync_await(run_pulumi_func(body))
+    except Exception as error:  # noqa: BLE001 -- a program error is the operation's failure
+        if operation.plan.error is None:
+            operation.plan.error = f"program failed: {type(error).__name__}: {error}"
+        operation.failed = True
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        gc.collect()
+    root = settings.get_root_resource()
+    for name, value in (getattr(root, "outputs", None) or {}).items():
+        output = pulumi.Output.from_input(value)
+        try:
+            operation.plan.outputs[name] = _sync_await(output.future())
+            if _sync_await(output.is_secret()):
+                operation.plan.secret_outputs.add(name)
+        except Exception as error:  # noqa: BLE001
+            if operation.plan.error is None:
+                operation.plan.error = f"output {name}: {error}"
+            operation.failed = True

@@ -1,0 +1,806 @@
+"""How the upstream systems behave inside the simulated clusters: charts, Kamaji, kubeadm, HAMi.
+
+Each rule is what the pinned upstream source does; the file is named next to it. The provider models
+(`tests.support.sim.providers`) call into here when Pulumi creates, updates or deletes something in a cluster.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import hashlib
+import ipaddress
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from tests.support.sim import pki
+from tests.support.sim.world import (
+    CLUSTER_ADMINS,
+    NODES_GROUP,
+    SYSTEM_MASTERS,
+    ApiError,
+    HelmRelease,
+    KubeApi,
+    Machine,
+    Tenant,
+    UnreachableError,
+    WaitTimeoutError,
+    World,
+    uninstall_order,
+)
+
+# --------------------------------------------------------------------------- #
+# Helm charts
+# --------------------------------------------------------------------------- #
+
+REGISTER_ANNOTATION = "hami.io/node-nvidia-register"
+VGPU_NODE = "hami.io/vgpu-node"
+VGPU_DEVICES = "hami.io/vgpu-devices-allocated"
+GPU = "nvidia.com/gpu"
+GPUMEM = "nvidia.com/gpumem"
+GPUCORES = "nvidia.com/gpucores"
+KAMAJI_DATASTORE_FINALIZER = "kamaji.clastix.io/TenantControlPlane"
+KEEP = "helm.sh/resource-policy"
+
+
+@dataclass
+class KamajiState:
+    api: KubeApi
+    # Kamaji's readiness probe is a plain ping (clastix/kamaji cmd/manager/cmd.go `AddReadyzCheck("readyz",
+    # healthz.Ping)`): a Ready pod does not prove the TenantControlPlane webhooks (failurePolicy Fail) answer.
+    webhook_ready: bool = False
+    tcp_webhook_calls: int = 0
+
+    @property
+    def running(self) -> bool:
+        """The controller runs while its Deployment exists (Helm deletes it before the DataStore)."""
+        return self.api.find("Deployment", "kamaji-system", "kamaji") is not None
+
+
+@dataclass
+class TenantFeatures:
+    """What is installed in a tenant cluster (set by its charts and Kamaji's addons)."""
+
+    calico_crds: bool = False
+    cni: bool = False
+    hami: dict[str, Any] | None = None
+    kube_proxy_max_per_core: int | None = None  # None: no kube-proxy at all
+    konnectivity: bool = False
+
+
+
+@dataclass
+class Hook:
+    """A controller, admission plugin or authorizer bound to the objects it works on. A plain object rather than a
+    closure, so that copying a world (Lifecycle.fork) binds the copy's hooks to the copy's objects."""
+
+    function: Callable[..., Any]
+    bound: tuple[Any, ...]
+
+    def __call__(self, *args: Any) -> Any:
+        return self.function(*self.bound, *args)
+
+def _manifest_entry(kind: str, namespace: str, name: str, annotations: dict[str, str] | None = None):
+    return (kind, namespace, name, dict(annotations or {}))
+
+
+def _workload(api: KubeApi, kind: str, namespace: str, name: str, labels: dict | None = None) -> None:
+    api.ensure_namespace(namespace)
+    api.put({"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": name, "namespace": namespace,
+                                                                   "labels": labels or {}}})
+
+
+def helm_install(world: World, api: KubeApi, release: HelmRelease) -> None:
+    """What `helm install --wait` does for the charts this program installs (or WaitTimeoutError/ApiError)."""
+    chart = release.chart.rsplit("/", 1)[-1]
+    installer = _CHARTS.get(chart)
+    if installer is None:
+        raise ApiError(404, f"chart {release.chart!r} not found in the simulated repositories")
+    if release.namespace and not api.find("Namespace", None, release.namespace):
+        raise ApiError(404, f'create: failed to create: namespaces "{release.namespace}" not found')
+    installer(world, api, release)
+    api.helm[(release.namespace, release.name)] = release
+
+
+def helm_upgrade(world: World, api: KubeApi, release: HelmRelease) -> None:
+    old = api.helm.get((release.namespace, release.name))
+    if old is None:
+        raise ApiError(404, f'"{release.name}" has no deployed releases')
+    _CHARTS[release.chart.rsplit("/", 1)[-1]](world, api, release)
+    api.helm[(release.namespace, release.name)] = release
+
+
+def helm_uninstall(world: World, api: KubeApi, name: str, namespace: str, wait: bool) -> None:
+    """helm v3.20.2 pkg/action/uninstall.go: delete in UninstallOrder, skip `resource-policy: keep`, wait once
+    for everything deleted; on a wait timeout the release record is purged anyway and an error returned."""
+    release = api.helm.get((namespace, name))
+    if release is None:
+        # helm_release.go Delete passes helm's error through: the release must exist.
+        raise ApiError(404, f"uninstall: Release not loaded: {name}: release: not found")
+    deleted = []
+    for kind, ns, obj_name, object_annotations in uninstall_order(release.manifest):
+        if object_annotations.get(KEEP) is not None:
+            continue  # resource_policy.go: kept (any value of the annotation keeps it out of the delete list)
+        if api.find(kind, ns or None, obj_name) is not None:
+            api.delete(None, kind, ns or None, obj_name)
+            deleted.append((kind, ns, obj_name))
+    api.helm.pop((namespace, name), None)  # purged, whatever the wait says
+    _on_uninstall(world, api, release)
+    if wait:
+        stuck = [f"{k} {n}" for k, ns, n in deleted if api.find(k, ns or None, n) is not None]
+        if stuck:
+            raise WaitTimeoutError(
+                f"uninstallation completed with 1 error(s): timed out waiting for the condition "
+                f"({', '.join(stuck)} still terminating)"
+            )
+
+
+def _on_uninstall(world: World, api: KubeApi, release: HelmRelease) -> None:
+    chart = release.chart.rsplit("/", 1)[-1]
+    if chart == "kamaji":
+        api.kamaji.webhook_ready = False  # type: ignore[attr-defined]
+    tenant = _tenant_of(world, api)
+    if tenant is not None:
+        features = _features(api)
+        if chart == "tigera-operator":
+            features.cni = False
+        if chart == "hami":
+            features.hami = None
+
+
+def _cert_manager(world: World, api: KubeApi, release: HelmRelease) -> None:
+    api.kinds |= {"Issuer", "ClusterIssuer", "Certificate", "CertificateRequest"}
+    _workload(api, "Deployment", release.namespace, "cert-manager")
+    _workload(api, "Deployment", release.namespace, "cert-manager-webhook")
+    release.manifest = [_manifest_entry("Deployment", release.namespace, n) for n in ("cert-manager",
+                                                                                       "cert-manager-webhook")]
+
+
+def _metallb(world: World, api: KubeApi, release: HelmRelease) -> None:
+    api.kinds |= {"IPAddressPool", "L2Advertisement"}
+    _workload(api, "Deployment", release.namespace, "metallb-controller")
+    _workload(api, "DaemonSet", release.namespace, "metallb-speaker")
+    release.manifest = [_manifest_entry("Deployment", release.namespace, "metallb-controller"),
+                        _manifest_entry("DaemonSet", release.namespace, "metallb-speaker")]
+
+
+def _kamaji(world: World, api: KubeApi, release: HelmRelease) -> None:
+    # The chart renders cert-manager Issuer/Certificate objects for its webhook TLS (platform facts §2).
+    if "Issuer" not in api.kinds:
+        raise ApiError(400, 'unable to build kubernetes objects from release manifest: no matches for kind '
+                            '"Issuer" in version "cert-manager.io/v1" (ensure CRDs are installed first)')
+    api.kinds |= {"TenantControlPlane", "DataStore"}
+    ns = release.namespace
+    _workload(api, "Deployment", ns, "kamaji")
+    _workload(api, "StatefulSet", ns, "kamaji-etcd")
+    manifest = [_manifest_entry("Deployment", ns, "kamaji"), _manifest_entry("StatefulSet", ns, "kamaji-etcd")]
+    # charts/kamaji/values.yaml L101-117 (26.8.2-edge): kamaji-etcd is deployed and renders DataStore "default".
+    etcd = (release.values.get("kamaji-etcd") or {})
+    datastore = etcd.get("datastore") or {}
+    if etcd.get("deploy", True) and datastore.get("enabled", True):
+        name = datastore.get("name") or "default"
+        annotations = dict(datastore.get("annotations") or {})
+        if api.find("DataStore", None, name) is None:
+            api.put({"apiVersion": "kamaji.clastix.io/v1alpha1", "kind": "DataStore",
+                     "metadata": {"name": name, "annotations": annotations}, "spec": {"driver": "etcd"}})
+        manifest.append(_manifest_entry("DataStore", "", name, annotations))
+    release.manifest = manifest
+    state = getattr(api, "kamaji", None)
+    if state is None:
+        api.kamaji = KamajiState(api=api, webhook_ready=not world.kamaji_webhook_lag)  # type: ignore[attr-defined]
+        api.admission.append(Hook(_tcp_admission, (world, api)))
+        api.controllers.append(Hook(_kamaji_controller, (world, api)))
+    # clastix/kamaji controllers/datastore_controller.go L77-86: every DataStore gets the finalizer.
+    for ds in api.list("DataStore"):
+        ds["metadata"].setdefault("finalizers", [KAMAJI_DATASTORE_FINALIZER])
+
+
+def _kamaji_etcd(world: World, api: KubeApi, release: HelmRelease) -> None:
+    ns = release.namespace
+    _workload(api, "StatefulSet", ns, f"{release.name}-kamaji-etcd")
+    release.manifest = [_manifest_entry("StatefulSet", ns, f"{release.name}-kamaji-etcd")]
+
+
+def _calico_crds(world: World, api: KubeApi, release: HelmRelease) -> None:
+    api.kinds |= {"Installation", "IPPool", "FelixConfiguration"}
+    release.manifest = [_manifest_entry("CustomResourceDefinition", "", "installations.operator.tigera.io")]
+    _features(api).calico_crds = True
+
+
+def _ready_nodes(api: KubeApi) -> list[dict[str, Any]]:
+    return [n for n in api.list("Node") if _condition(n, "Ready")]
+
+
+def _condition(obj: dict[str, Any], kind: str) -> bool:
+    return any(c.get("type") == kind and c.get("status") == "True"
+               for c in (obj.get("status") or {}).get("conditions") or [])
+
+
+def _calico(world: World, api: KubeApi, release: HelmRelease) -> None:
+    features = _features(api)
+    if not features.calico_crds:
+        raise ApiError(400, 'no matches for kind "Installation" in version "operator.tigera.io/v1"')
+    if not api.list("Node"):
+        # The operator Deployment (and calico-node) need a node: helm --wait times out.
+        raise WaitTimeoutError("release calico: timed out waiting for the condition (Deployment tigera-operator "
+                               "has no node)")
+    _workload(api, "Deployment", release.namespace, "tigera-operator")
+    release.manifest = [_manifest_entry("Deployment", release.namespace, "tigera-operator")]
+    features.cni = True
+    refresh_nodes(world, api)
+
+
+def _hami(world: World, api: KubeApi, release: HelmRelease) -> None:
+    features = _features(api)
+    values = release.values
+    nodes = api.list("Node")
+    if not _ready_nodes(api):
+        raise WaitTimeoutError("release hami: timed out waiting for the condition (no Ready node: is the CNI "
+                               "installed?)")
+    if not kube_proxy_works(world, api):
+        # hami-scheduler reaches the API through the `kubernetes` Service: without kube-proxy its Deployment
+        # never becomes ready.
+        raise WaitTimeoutError("release hami: timed out waiting for the condition (hami-scheduler cannot reach the "
+                               "API: kube-proxy is not running on the nodes)")
+    device_plugin = (values.get("devicePlugin") or {}).get("enabled", True)
+    if device_plugin:
+        # charts/hami templates/device-plugin/daemonsetnvidia.yaml selects gpu=on nodes; in a kindest/node
+        # container the real plugin panics in nvml.Init (register.go getAPIDevices): helm --wait times out.
+        for node in nodes:
+            if (node["metadata"].get("labels") or {}).get("gpu") == "on" and _machine_of(world, node).gpus == 0:
+                raise WaitTimeoutError(f"release hami: timed out waiting for the condition (hami-device-plugin on "
+                              f"{node['metadata']['name']} crash-loops: no NVIDIA driver on that node)")
+    webhook = ((values.get("scheduler") or {}).get("admissionWebhook") or {})
+    extender_args = ((values.get("scheduler") or {}).get("extender") or {}).get("extraArgs") or ["--debug", "-v=4"]
+    features.hami = {
+        "failurePolicy": webhook.get("failurePolicy", "Ignore"),
+        "exempt": set(webhook.get("whitelistNamespaces") or []),
+        "mock": bool((values.get("mockDevicePlugin") or {}).get("enabled", False)),
+        "extraArgs": list(extender_args),
+    }
+    _workload(api, "Deployment", release.namespace, "hami-scheduler")
+    release.manifest = [_manifest_entry("Deployment", release.namespace, "hami-scheduler"),
+                        _manifest_entry("MutatingWebhookConfiguration", "", "hami-webhook")]
+    refresh_nodes(world, api)
+
+
+_CHARTS = {
+    "cert-manager": _cert_manager,
+    "metallb": _metallb,
+    "kamaji": _kamaji,
+    "kamaji-etcd": _kamaji_etcd,
+    "crd.projectcalico.org.v1": _calico_crds,
+    "tigera-operator": _calico,
+    "hami": _hami,
+}
+
+
+# --------------------------------------------------------------------------- #
+# Kamaji: admission and the TenantControlPlane controller
+# --------------------------------------------------------------------------- #
+
+MAX_TENANT_VERSION = (1, 36)  # clastix/kamaji internal/upgrade/kubeadm_version.go: KubeadmVersion v1.36.0
+
+
+def _effective(spec_profile: dict[str, Any], plural: str, singular: str) -> list[str]:
+    # clastix/kamaji internal/utilities/utilities.go GetEffectiveCIDRs: the list wins when non-empty.
+    values = spec_profile.get(plural) or []
+    return list(values) if values else ([spec_profile[singular]] if spec_profile.get(singular) else [])
+
+
+def _tcp_admission(world: World, api: KubeApi, identity, operation: str, obj: dict, old: dict | None) -> dict:
+    if obj.get("kind") != "TenantControlPlane":
+        return obj
+    state: KamajiState = api.kamaji  # type: ignore[attr-defined]
+    state.tcp_webhook_calls += 1
+    if not state.webhook_ready:
+        # mtenantcontrolplane.kb.io is failurePolicy Fail (charts/kamaji/controller-gen/mutating-webhook.yaml).
+        raise ApiError(500, 'Internal error occurred: failed calling webhook "mtenantcontrolplane.kb.io": failed to '
+                            'call webhook: Post "https://kamaji-webhook-service.kamaji-system.svc:443/mutate-kamaji-'
+                            'clastix-io-v1alpha1-tenantcontrolplane": dial tcp: connect: connection refused')
+    spec = obj.setdefault("spec", {})
+    profile = spec.setdefault("networkProfile", {})
+    if operation == "CREATE":
+        # internal/webhook/handlers/tcp_defaults.go L97-104: singular copied into the list on CREATE only.
+        for plural, singular, default in (("serviceCidrs", "serviceCidr", "10.96.0.0/16"),
+                                          ("podCidrs", "podCidr", "10.244.0.0/16")):
+            if not profile.get(plural):
+                profile[plural] = [profile.get(singular) or default]
+    version = (spec.get("kubernetes") or {}).get("version", "")
+    major, minor = (int(x) for x in version.lstrip("v").split(".")[:2])
+    if (major, minor) > MAX_TENANT_VERSION:
+        raise ApiError(400, f'admission webhook "vtenantcontrolplane.kb.io" denied the request: unable to create a '
+                            f'TenantControlPlane with a Kubernetes version greater than the supported one ({version})')
+    datastore = spec.get("dataStore") or "default"
+    if api.find("DataStore", None, datastore) is None:
+        # internal/webhook/handlers/tcp_datastore.go
+        raise ApiError(400, f'admission webhook "vtenantcontrolplane.kb.io" denied the request: {datastore} '
+                            'DataStore does not exist')
+    services = _effective(profile, "serviceCidrs", "serviceCidr")
+    for dns in profile.get("dnsServiceIPs") or []:
+        # internal/webhook/handlers/tcp_dns.go: DNS service IPs must lie in a configured service range.
+        if not any(ipaddress.ip_address(dns) in ipaddress.ip_network(cidr) for cidr in services):
+            raise ApiError(400, f'admission webhook "vtenantcontrolplane.kb.io" denied the request: the DNS service '
+                                f'IP {dns} is not in the service CIDRs {services}')
+    return obj
+
+
+def _kamaji_controller(world: World, api: KubeApi, event: str, obj: dict[str, Any]) -> None:
+    kind = obj.get("kind")
+    state: KamajiState = api.kamaji  # type: ignore[attr-defined]
+    if kind == "DataStore":
+        if event == "create" and state.running:
+            # controllers/datastore_controller.go L77-86: every DataStore gets the finalizer.
+            obj["metadata"].setdefault("finalizers", [KAMAJI_DATASTORE_FINALIZER])
+        if obj["metadata"].get("deletionTimestamp") and state.running:
+            name = obj["metadata"]["name"]
+            used = [t for t in api.list("TenantControlPlane")
+                    if ((t.get("status") or {}).get("storage") or {}).get("dataStoreName") == name]
+            if not used:  # datastore_controller.go L144-156: removed only when no TCP uses it
+                api.remove("DataStore", None, name)
+        return
+    if kind != "TenantControlPlane" or not state.running:
+        return
+    namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+    if event == "delete":
+        _stop_tenant(world, api, namespace, name, obj)
+        return
+    if obj["metadata"].get("deletionTimestamp"):
+        # finalizer.kamaji.clastix.io: the tenant's data is removed through its DataStore, then the TCP goes.
+        _stop_tenant(world, api, namespace, name, obj)
+        obj["metadata"]["finalizers"] = []
+        api.remove("TenantControlPlane", namespace, name)
+        return
+    obj["metadata"].setdefault("finalizers", ["finalizer.kamaji.clastix.io"])
+    _reconcile_tenant(world, api, obj)
+
+
+def _allocate_address(world: World, api: KubeApi, tcp: dict[str, Any]) -> str | None:
+    used = {t.address for server, t in world.tenants.items() if world.tenant_hosts.get(server) is api}
+    ranges = []
+    if getattr(api, "external_lb", None):
+        ranges.append(api.external_lb)  # type: ignore[attr-defined]
+    if api.find("Deployment", "metallb-system", "metallb-controller"):
+        ranges += [a for pool in api.list("IPAddressPool", "metallb-system")
+                   for a in (pool.get("spec") or {}).get("addresses") or []]
+    for entry in ranges:
+        first, _, last = entry.partition("-")
+        if not last:
+            network = ipaddress.ip_network(first)
+            first, last = str(network[0]), str(network[-1])
+        start, end = int(ipaddress.ip_address(first)), int(ipaddress.ip_address(last))
+        for value in range(start, end + 1):
+            address = str(ipaddress.ip_address(value))
+            if address not in used:
+                return address
+    return None
+
+
+def _reconcile_tenant(world: World, api: KubeApi, tcp: dict[str, Any]) -> None:
+    namespace, name = tcp["metadata"]["namespace"], tcp["metadata"]["name"]
+    spec = tcp.get("spec") or {}
+    status = tcp.setdefault("status", {})
+    datastore = spec.get("dataStore") or "default"
+    if api.find("DataStore", None, datastore) is None:
+        status["kubernetesResources"] = {"version": {"status": "NotReady"}}
+        return
+    tenant = next((t for s, t in world.tenants.items()
+                   if world.tenant_hosts.get(s) is api and (t.namespace, t.name) == (namespace, name)), None)
+    if tenant is None:
+        address = _allocate_address(world, api, tcp)
+        if address is None:
+            # No LoadBalancer address: the Service stays pending and Kamaji never reports Ready.
+            status["kubernetesResources"] = {"version": {"status": "Provisioning"}}
+            return
+        tenant = _start_tenant(world, api, namespace, name, address)
+    profile = spec.get("networkProfile") or {}
+    plugins = (spec.get("kubernetes") or {}).get("admissionControllers") or []
+    tenant.node_restriction = "NodeRestriction" in plugins
+    tenant.load_balancer_source_ranges = list(profile.get("loadBalancerSourceRanges") or [])  # type: ignore
+    tenant.pod_cidrs = _effective(profile, "podCidrs", "podCidr")  # type: ignore[attr-defined]
+    tenant.service_cidrs = _effective(profile, "serviceCidrs", "serviceCidr")  # type: ignore[attr-defined]
+    _addons(world, tenant, spec.get("addons") or {}, spec)
+    secret_names = {"admin": f"{name}-admin-kubeconfig", "ca": f"{name}-ca"}
+    status.update(
+        {
+            "controlPlaneEndpoint": f"{tenant.address}:6443",
+            "kubernetesResources": {"version": {"status": "Ready",
+                                                "version": (spec.get("kubernetes") or {}).get("version")}},
+            # api/v1alpha1/tenantcontrolplane_status.go: status.kubeconfig.admin.secretName,
+            # status.certificates.ca.secretName (set before Ready).
+            "kubeconfig": {"admin": {"secretName": secret_names["admin"]}},
+            "certificates": {"ca": {"secretName": secret_names["ca"]}},
+            "storage": {"dataStoreName": datastore},
+            "observedGeneration": tcp["metadata"].get("generation", 1),
+        }
+    )
+
+
+def _kubeconfig_secret(tenant: Tenant, tcp_name: str, namespace: str) -> dict[str, Any]:
+    import base64
+
+    def b64(text: str) -> str:
+        return base64.b64encode(text.encode()).decode()
+
+    server = tenant.api.server
+    svc = f"https://{tcp_name}.{namespace}.svc:6443"
+    admin, masters = (CLUSTER_ADMINS,), (SYSTEM_MASTERS,)
+    data = {
+        # kubeadm phases/kubeconfig getKubeConfigSpecsBase: admin in kubeadm:cluster-admins,
+        # super-admin in system:masters (clastix/kamaji internal/resources/kubeconfig.go L227-243).
+        "admin.conf": pki.kubeconfig(server, tenant.api.ca, "kubernetes-admin", admin, tcp_name),
+        "admin.svc": pki.kubeconfig(svc, tenant.api.ca, "kubernetes-admin", admin, tcp_name),
+        "super-admin.conf": pki.kubeconfig(server, tenant.api.ca, "kubernetes-super-admin", masters, tcp_name),
+        "super-admin.svc": pki.kubeconfig(svc, tenant.api.ca, "kubernetes-super-admin", masters, tcp_name),
+    }
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": f"{tcp_name}-admin-kubeconfig", "namespace": namespace},
+            "data": {k: b64(v) for k, v in data.items()}}
+
+
+def _start_tenant(world: World, host: KubeApi, namespace: str, name: str, address: str) -> Tenant:
+    import base64
+
+    server = f"https://{address}:6443"
+    api = world._new_api(f"tenant-{name}", server)
+    tenant = Tenant(namespace=namespace, name=name, address=address, api=api, rbac_ready=not world.soot_rbac_lag)
+    api.features = TenantFeatures()  # type: ignore[attr-defined]
+    api.tenant = tenant  # type: ignore[attr-defined]
+    api.authorizer = Hook(_tenant_rbac, (world, tenant))
+    api.admission.append(Hook(_tenant_admission, (world, api)))
+    api.controllers.append(Hook(_tenant_controller, (world, api)))
+    world.tenants[server] = tenant
+    world.tenant_hosts[server] = host
+    host.put(_kubeconfig_secret(tenant, name, namespace))
+    ca_pem = tenant.api.ca.pem.decode()
+    host.put({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+              "metadata": {"name": f"{name}-ca", "namespace": namespace},
+              "data": {"ca.crt": base64.b64encode(ca_pem.encode()).decode(),
+                       "ca.key": base64.b64encode(b"simulated CA private key").decode()}})
+    # What Kamaji's soot phases create in the tenant (kubeadm-config, kubelet-config, cluster-info).
+    for namespace_, name_ in (("kube-public", "cluster-info"), ("kube-system", "kubeadm-config")):
+        api.put({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name_, "namespace": namespace_}})
+    world.log(f"control plane {namespace}/{name} Ready at {address}:6443")
+    return tenant
+
+
+def _addons(world: World, tenant: Tenant, addons: dict[str, Any], spec: dict[str, Any]) -> None:
+    api = tenant.api
+    features = _features(api)
+    if "konnectivity" in addons and not api.find("DaemonSet", "kube-system", "konnectivity-agent"):
+        _workload(api, "DaemonSet", "kube-system", "konnectivity-agent", {"kamaji.clastix.io/project": "kamaji"})
+    features.konnectivity = "konnectivity" in addons
+    if "kubeProxy" in addons:
+        # clastix/kamaji internal/resources/addons/kube_proxy.go: kubeadm's addon with kubeadm's static defaults,
+        # whose conntrack.maxPerCore (null) defaults to 32768 in kube-proxy; `data` is overwritten on reconcile.
+        _workload(api, "DaemonSet", "kube-system", "kube-proxy", {"kamaji.clastix.io/project": "kamaji"})
+        api.put({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+            "name": "kube-proxy", "namespace": "kube-system", "labels": {"kamaji.clastix.io/project": "kamaji"}},
+            "data": {"config.conf": json.dumps({"conntrack": {"maxPerCore": None}})}})
+    refresh_nodes(world, api)
+
+
+def _stop_tenant(world: World, host: KubeApi, namespace: str, name: str, tcp: dict[str, Any]) -> None:
+    for server, tenant in list(world.tenants.items()):
+        if world.tenant_hosts.get(server) is host and (tenant.namespace, tenant.name) == (namespace, name):
+            world.drop_tenant(server)
+    host.objects.pop(("Secret", namespace, f"{name}-admin-kubeconfig"), None)
+    host.objects.pop(("Secret", namespace, f"{name}-ca"), None)
+
+
+def _features(api: KubeApi) -> TenantFeatures:
+    """What is installed in a tenant cluster; a management cluster has none of it."""
+    features = getattr(api, "features", None)
+    if features is None:
+        features = api.features = TenantFeatures()  # type: ignore[attr-defined]
+    return features
+
+
+def _tenant_of(world: World, api: KubeApi) -> Tenant | None:
+    return getattr(api, "tenant", None)
+
+
+# --------------------------------------------------------------------------- #
+# Inside a tenant: RBAC, kube-proxy, nodes, admission and scheduling
+# --------------------------------------------------------------------------- #
+
+
+def _tenant_rbac(world: World, tenant: Tenant, identity: pki.Identity, verb: str, kind: str, ns: str,
+                 name: str) -> bool:
+    if CLUSTER_ADMINS in identity.groups:
+        # The kubeadm:cluster-admins binding exists only once the soot controller ran (see Tenant.rbac_ready).
+        return tenant.rbac_ready
+    if NODES_GROUP in identity.groups and kind in ("Node", "Node/status"):
+        node = identity.user.removeprefix("system:node:")
+        # NodeRestriction (if enabled) limits a kubelet to its own Node object.
+        return not tenant.node_restriction or name == node
+    return False
+
+
+def kube_proxy_works(world: World, api: KubeApi) -> bool:
+    """Whether kube-proxy runs on the tenant's container nodes.
+
+    kube-proxy 1.29-1.36 writes nf_conntrack_max whenever it differs from its target, and the hash size
+    when it is below target/4 (kubernetes pkg/proxy/conntrack/sysctls.go `setIntSysCtl`: `val != value`);
+    both are read-only from a container's network namespace, and the error is fatal
+    (cmd/kube-proxy/app/server_linux.go). `conntrack.maxPerCore: 0` skips the write (kind does that).
+    """
+    config = api.find("ConfigMap", "kube-system", "kube-proxy")
+    if api.find("DaemonSet", "kube-system", "kube-proxy") is None or config is None:
+        return False
+    conf = _parse_proxy_config((config.get("data") or {}).get("config.conf", ""))
+    max_per_core = (conf.get("conntrack") or {}).get("maxPerCore")
+    if max_per_core == 0:
+        return True
+    per_core = 32768 if max_per_core is None else max_per_core
+    target = max(per_core * world.docker.cpus, 131072)
+    containers = [n for n in api.list("Node") if n["metadata"]["name"] in world.docker.containers]
+    if not containers:
+        return True
+    return world.docker.nf_conntrack_max == target and world.docker.conntrack_hashsize >= target // 4
+
+
+def _parse_proxy_config(text: str) -> dict[str, Any]:
+    import yaml
+
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _machine_of(world: World, node: dict[str, Any]) -> Machine:
+    name = node["metadata"]["name"]
+    machine = world.machines.get(name)
+    return machine if machine is not None else Machine(name=name)
+
+
+def refresh_nodes(world: World, api: KubeApi) -> None:
+    """Node conditions and what the mock device plugin registered, from the tenant's current state."""
+    features = _features(api)
+    for node in api.list("Node"):
+        status = node.setdefault("status", {})
+        ready = features.cni
+        status["conditions"] = [{"type": "Ready", "status": "True" if ready else "False"}]
+        allocatable = status.setdefault("allocatable", {})
+        capacity = status.setdefault("capacity", {})
+        # Project-HAMi/mock-device-plugin v1.0.1 internal/pkg/api/device/device.go: registers gpumem/gpucores from
+        # the register annotation, only while status.capacity[nvidia.com/gpu] > 0.
+        mock = features.hami is not None and features.hami.get("mock")
+        machine = _machine_of(world, node)
+        if features.hami is not None and not mock and node["metadata"].get("labels", {}).get("gpu") == "on" \
+                and machine.cards:
+            _real_plugin_registers(node, machine)
+        devices = _devices(node)
+        if mock and int(capacity.get(GPU, 0) or 0) > 0 and devices:
+            for resource, total in ((GPUMEM, sum(d["devmem"] for d in devices)),
+                                    (GPUCORES, sum(d["devcore"] for d in devices))):
+                capacity[resource] = allocatable[resource] = str(total)
+        else:
+            for resource in (GPUMEM, GPUCORES):
+                capacity.pop(resource, None)
+                allocatable.pop(resource, None)
+
+
+# charts/hami values.yaml devicePlugin.deviceSplitCount (vendored, v2.10.0).
+DEVICE_SPLIT_COUNT = 10
+
+
+def _real_plugin_registers(node: dict[str, Any], machine: Machine) -> None:
+    """HAMi's NVIDIA device plugin on a real GPU server (pkg/device-plugin/nvidiadevice/nvinternal/plugin/
+    register.go): the register annotation from NVML, and `nvidia.com/gpu` = cards x deviceSplitCount through
+    the kubelet. It advertises no gpumem/gpucores (only the mock plugin does)."""
+    devices = [{"id": card["uuid"], "index": index, "count": DEVICE_SPLIT_COUNT, "devmem": card["memoryMiB"],
+                "devcore": 100, "numa": 0, "mode": "hami-core", "health": True,
+                "type": card["model"] if card["model"].startswith("NVIDIA") else f"NVIDIA-{card['model']}"}
+               for index, card in enumerate(machine.cards)]
+    node["metadata"].setdefault("annotations", {})[REGISTER_ANNOTATION] = json.dumps(devices)
+    quantity = str(DEVICE_SPLIT_COUNT * len(devices))
+    node["status"].setdefault("capacity", {})[GPU] = quantity
+    node["status"].setdefault("allocatable", {})[GPU] = quantity
+
+
+def _devices(node: dict[str, Any]) -> list[dict[str, Any]]:
+    text = ((node.get("metadata") or {}).get("annotations") or {}).get(REGISTER_ANNOTATION)
+    if not text:
+        return []
+    try:
+        devices = json.loads(text)
+    except ValueError:
+        return []
+    return [d for d in devices if isinstance(d, dict) and d.get("health")]
+
+
+def join(world: World, machine: Machine, *, endpoint: str, token: str, ca_hash: str, node_name: str,
+         kubelet_patches: dict[str, Any] | None = None, over_ssh: bool = False) -> str:
+    """`kubeadm join` of `machine` (with the script's retries): the Node's name, or an error message."""
+    server = f"https://{endpoint}"
+    tenant = world.tenants.get(server)
+    if tenant is None:
+        raise UnreachableError(f"cannot reach the tenant API server at {endpoint}")
+    actual = "sha256:" + hashlib.sha256(
+        tenant.api.ca.certificate.public_key().public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
+    ).hexdigest()
+    if ca_hash != actual:
+        raise ApiError(401, "cluster CA found in cluster-info ConfigMap is invalid: none of the public keys "
+                            f"\"{actual}\" are pinned")
+    token_id, _, secret = token.partition(".")
+    stored = tenant.api.find("Secret", "kube-system", f"bootstrap-token-{token_id}")
+    data = (stored or {}).get("stringData") or {}
+    expiration = data.get("expiration")
+    if stored is None or data.get("token-secret") != secret:
+        raise ApiError(401, f'couldn\'t validate the identity of the API Server: token id "{token_id}" is invalid')
+    if expiration and datetime.datetime.fromisoformat(expiration.replace("Z", "+00:00")) <= world.now:
+        raise ApiError(401, f'token id "{token_id}" has expired')
+    # The script retries while Kamaji's soot controller finishes the bootstrap RBAC (platform facts §4).
+    world.wait_for_tenant(server)
+    swap_ok = (kubelet_patches or {}).get("failSwapOn") is False or over_ssh or not world.host_swap
+    if not swap_ok:
+        raise ApiError(500, "kubelet: running with swap on is not supported, please disable swap or set "
+                            "failSwapOn: false")
+    machine.kubelet_conf = server
+    machine.kubelet_ca_hash = ca_hash
+    world.machines[node_name] = machine
+    _register_node(world, tenant, node_name)
+    return node_name
+
+
+def _register_node(world: World, tenant: Tenant, node_name: str) -> None:
+    api = tenant.api
+    if api.find("Node", None, node_name) is None:
+        api.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name, "annotations": {},
+                 # The kubelet's own well-known labels (pkg/kubelet/kubelet_node_status.go initialNode).
+                 "labels": {"kubernetes.io/hostname": node_name, "kubernetes.io/os": "linux"}},
+                 "status": {"capacity": {"cpu": "4"}, "allocatable": {"cpu": "4"}}})
+    refresh_nodes(world, api)
+
+
+def reset(world: World, machine: Machine) -> None:
+    """`kubeadm reset -f`: the kubelet stops and forgets the cluster."""
+    machine.kubelet_conf = None
+    machine.kubelet_ca_hash = None
+
+
+def _tenant_controller(world: World, api: KubeApi, event: str, obj: dict[str, Any]) -> None:
+    if obj.get("kind") == "Secret" and obj.get("type") == "kubernetes.io/service-account-token" and event == "create":
+        # The token controller of kube-controller-manager fills in a long-lived token.
+        import base64
+
+        account = (obj["metadata"].get("annotations") or {}).get("kubernetes.io/service-account.name", "")
+        obj["data"] = {"token": base64.b64encode(f"token-of-{account}-{obj['metadata']['uid']}".encode()).decode()}
+        return
+    if obj.get("kind") != "Node":
+        return
+    name = obj["metadata"]["name"]
+    if event == "delete":
+        machine = world.machines.get(name)
+        tenant = _tenant_of(world, api)
+        if machine is not None and tenant is not None and machine.kubelet_conf == tenant.api.server:
+            # A running kubelet registers its Node again (kubelet_node_status.go registerWithAPIServer).
+            world.log(f"kubelet on {name} re-registered its Node after it was deleted")
+            _register_node(world, tenant, name)
+            return
+        # PodGC deletes pods bound to a Node that no longer exists.
+        for pod in api.list("Pod"):
+            if (pod.get("spec") or {}).get("nodeName") == name:
+                api.remove("Pod", pod["metadata"]["namespace"], pod["metadata"]["name"])
+    else:
+        refresh_nodes_single(world, api, obj)
+
+
+def refresh_nodes_single(world: World, api: KubeApi, node: dict[str, Any]) -> None:
+    features = getattr(api, "features", None)
+    if features is not None:
+        refresh_nodes(world, api)
+
+
+def _requests(pod: dict[str, Any]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        resources = container.get("resources") or {}
+        for source in (resources.get("limits") or {}, resources.get("requests") or {}):
+            for key, value in source.items():
+                if key.startswith("nvidia.com/"):
+                    total[key] = max(total.get(key, 0), int(str(value)))
+    return total
+
+
+def _tenant_admission(world: World, api: KubeApi, identity, operation: str, obj: dict, old: dict | None) -> dict:
+    if obj.get("kind") != "Pod" or operation != "CREATE":
+        return obj
+    features = _features(api)
+    namespace = obj["metadata"].get("namespace") or "default"
+    requests = _requests(obj)
+    if features.hami is not None and namespace not in features.hami["exempt"]:
+        # charts/hami templates/scheduler/webhook.yaml: every pod CREATE outside the exempt namespaces.
+        tunnel = features.konnectivity and api.find("DaemonSet", "kube-system", "konnectivity-agent") is not None \
+            and bool(_ready_nodes(api))
+        if not tunnel:
+            if features.hami["failurePolicy"] == "Fail":
+                raise ApiError(500, 'Internal error occurred: failed calling webhook "vgpu.hami.io": failed to call '
+                                    'webhook: the tenant API server cannot reach the webhook (no Konnectivity agent)')
+        elif GPU in requests:
+            spec = obj.setdefault("spec", {})
+            if spec.get("nodeName"):
+                raise ApiError(400, 'admission webhook "vgpu.hami.io" denied the request: nodeName is set')
+            spec["schedulerName"] = "hami-scheduler"
+    # Native ResourceQuota admission (requests.* / limits.* of extended resources).
+    for quota in api.list("ResourceQuota", namespace):
+        hard = (quota.get("spec") or {}).get("hard") or {}
+        used: dict[str, int] = {}
+        for pod in api.list("Pod", namespace):
+            for key, value in _requests(pod).items():
+                used[key] = used.get(key, 0) + value
+        for key, limit in hard.items():
+            prefix, _, resource = key.partition(".")
+            if prefix in ("requests", "limits") and resource in requests:
+                if used.get(resource, 0) + requests[resource] > int(limit):
+                    raise ApiError(403, f'pods "{obj["metadata"]["name"]}" is forbidden: exceeded quota: '
+                                        f'{quota["metadata"]["name"]}, requested: {key}={requests[resource]}, '
+                                        f'limited: {key}={limit}')
+    return obj
+
+
+def _selected(pod: dict[str, Any], node: dict[str, Any]) -> bool:
+    """The pod's nodeSelector matches the node's labels (the NodeAffinity filter, which runs before any extender)."""
+    labels = node["metadata"].get("labels") or {}
+    return all(labels.get(key) == value for key, value in ((pod.get("spec") or {}).get("nodeSelector") or {}).items())
+
+
+def schedule(world: World, api: KubeApi, pod: dict[str, Any]) -> None:
+    """What the schedulers and the kubelet do with a created pod (HAMi's extender for GPU pods)."""
+    features = _features(api)
+    spec = pod.setdefault("spec", {})
+    requests = _requests(pod)
+    metadata = pod["metadata"]
+    status = pod.setdefault("status", {"phase": "Pending"})
+    if spec.get("schedulerName") == "hami-scheduler":
+        if features.hami is None:
+            return
+        # Project-HAMi/HAMi v2.10.0 pkg/scheduler/score.go getNodeResources: only devices whose type contains
+        # "NVIDIA" (case-insensitively); fitInDevices needs `gpu` cards with enough memory and cores each.
+        for node in _ready_nodes(api):
+            allocatable = (node.get("status") or {}).get("allocatable") or {}
+            if not _selected(pod, node) or int(allocatable.get(GPU, 0) or 0) <= 0:
+                continue
+            cards = [d for d in _devices(node) if "nvidia" in str(d.get("type", "")).lower()
+                     and d.get("devmem", 0) >= requests.get(GPUMEM, 0)
+                     and d.get("devcore", 0) >= requests.get(GPUCORES, 0)]
+            if len(cards) < requests.get(GPU, 1):
+                continue
+            chosen = cards[: requests.get(GPU, 1)]
+            annotations = metadata.setdefault("annotations", {})
+            annotations[VGPU_NODE] = node["metadata"]["name"]
+            annotations[VGPU_DEVICES] = "".join(
+                f"{c['id']},NVIDIA,{requests.get(GPUMEM, 0)},{requests.get(GPUCORES, 0)}:" for c in chosen) + ";"
+            spec["nodeName"] = node["metadata"]["name"]
+            _run(pod, node)
+            return
+        return
+    # default-scheduler: any Ready node with the extended resources it advertises.
+    for node in _ready_nodes(api):
+        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        if _selected(pod, node) and all(int(allocatable.get(k, 0) or 0) >= v for k, v in requests.items() if k == GPU):
+            spec["nodeName"] = node["metadata"]["name"]
+            _run(pod, node)
+            return
+    status["phase"] = "Pending"
+
+
+def _run(pod: dict[str, Any], node: dict[str, Any]) -> None:
+    # The kubelet drops extended requests the node does not advertise (pkg/kubelet/lifecycle/predicate.go
+    # removeMissingExtendedResources), so a pod runs even if the mock plugin registered nothing.
+    pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+
+
+def copy_obj(obj: dict[str, Any]) -> dict[str, Any]:
+    return copy.deepcopy(obj)
+
+
+__all__ = ["KamajiState", "TenantFeatures", "helm_install", "helm_upgrade", "helm_uninstall", "join", "reset",
+           "schedule", "refresh_nodes", "kube_proxy_works", "field"]

@@ -1,0 +1,520 @@
+"""The simulated machine: a Docker host, kind, Kamaji's control planes, the tenants' nodes and HAMi.
+
+Everything `pulumi up` touches outside the Pulumi state lives here, so a lifecycle scenario can carry it
+from one operation to the next, break it on purpose (delete the kind cluster by hand, take a tenant
+down) and check what is left after `destroy`. Each behaviour is modelled from the upstream source the
+project pins; the file and the rule are named next to it. Races in the real system (Kamaji's RBAC
+window, its webhook coming up) are resolved against the program: the simulated system is as slow as
+it may legally be, unless something in the program waits for it.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import ipaddress
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.support.sim import pki
+
+SYSTEM_MASTERS = "system:masters"
+CLUSTER_ADMINS = "kubeadm:cluster-admins"
+BOOTSTRAPPERS = "system:bootstrappers:kubeadm:default-node-token"
+NODES_GROUP = "system:nodes"
+
+KIND_SUBNET_V4 = "172.18.0.0/16"
+KIND_SUBNET_V6 = "fc00:f853:ccd:e793::/64"
+# An adopted cluster's own load balancer hands out addresses from here.
+ADOPTED_LB_RANGE = "10.20.255.200-10.20.255.250"
+
+
+class ApiError(Exception):
+    """An HTTP error from a simulated API server (code as kube-apiserver would send it)."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class UnreachableError(Exception):
+    """Nothing answers at that address (connection refused / timeout)."""
+
+
+class WaitTimeoutError(Exception):
+    """A wait that a provider or a script gives up on."""
+
+
+Key = tuple[str, str, str]  # (kind, namespace, name)
+
+
+def _key(kind: str, namespace: str | None, name: str) -> Key:
+    return (kind, namespace or "", name)
+
+
+# --------------------------------------------------------------------------- #
+# A Kubernetes API server
+# --------------------------------------------------------------------------- #
+
+
+@dataclass
+class KubeApi:
+    """One API server: objects, who may write them, and controllers that react to writes."""
+
+    name: str
+    server: str
+    ca: pki.CertificateAuthority
+    world: World
+    reachable: bool = True
+    objects: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    # Kinds the server serves (a CRD's kind appears once its chart is installed).
+    kinds: set[str] = field(
+        default_factory=lambda: {
+            "Namespace", "Secret", "ConfigMap", "ServiceAccount", "Service", "Pod", "Node", "ResourceQuota",
+            "NetworkPolicy", "Deployment", "DaemonSet", "StatefulSet", "Role", "RoleBinding", "ClusterRole",
+            "ClusterRoleBinding", "RuntimeClass", "Lease",
+        }
+    )
+    # Admission: callables(identity, operation, obj, old) -> obj (mutated) or raise ApiError.
+    admission: list[Callable[..., dict[str, Any]]] = field(default_factory=list)
+    # Controllers: callables(event, obj) run after a write ("create" / "update" / "delete").
+    controllers: list[Callable[[str, dict[str, Any]], None]] = field(default_factory=list)
+    # Authorisation beyond system:masters: callable(identity, verb, kind, namespace, name) -> bool.
+    authorizer: Callable[[pki.Identity, str, str, str, str], bool] | None = None
+    helm: dict[tuple[str, str], HelmRelease] = field(default_factory=dict)
+
+    # ---- authentication / authorisation ---------------------------------- #
+
+    def authenticate(self, kubeconfig: str) -> pki.Identity:
+        if not self.reachable:
+            raise UnreachableError(f"{self.server}: connection refused")
+        parsed = pki.parse_kubeconfig(kubeconfig)
+        if parsed is None or parsed.client_certificate is None:
+            raise ApiError(401, "Unauthorized")
+        if not self.ca.verify(parsed.client_certificate):
+            raise ApiError(401, "Unauthorized: certificate signed by unknown authority")
+        return pki.identity_of(parsed.client_certificate)
+
+    def authorize(self, identity: pki.Identity, verb: str, kind: str, namespace: str, name: str) -> None:
+        if SYSTEM_MASTERS in identity.groups:
+            return
+        if self.authorizer is not None and self.authorizer(identity, verb, kind, namespace, name):
+            return
+        where = f' in the namespace "{namespace}"' if namespace else " at the cluster scope"
+        raise ApiError(
+            403,
+            f'{kind.lower()}s "{name}" is forbidden: User "{identity.user}" cannot {verb} resource '
+            f'"{kind.lower()}s"{where}',
+        )
+
+    # ---- object access ---------------------------------------------------- #
+
+    def _require_kind(self, kind: str) -> None:
+        if kind not in self.kinds:
+            raise ApiError(404, f'no matches for kind "{kind}"')
+
+    def get(self, identity: pki.Identity, kind: str, namespace: str | None, name: str) -> dict[str, Any]:
+        self.authorize(identity, "get", kind, namespace or "", name)
+        self._require_kind(kind)
+        obj = self.objects.get(_key(kind, namespace, name))
+        if obj is None:
+            raise ApiError(404, f'{kind.lower()}s "{name}" not found')
+        return copy.deepcopy(obj)
+
+    def find(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """Controller-side read: no authentication."""
+        return self.objects.get(_key(kind, namespace, name))
+
+    def list(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        return [
+            obj for (k, ns, _), obj in self.objects.items() if k == kind and (namespace is None or ns == namespace)
+        ]
+
+    def create(
+        self, identity: pki.Identity | None, obj: dict[str, Any], dry_run: bool = False
+    ) -> dict[str, Any]:
+        kind = obj["kind"]
+        metadata = obj.setdefault("metadata", {})
+        namespace, name = metadata.get("namespace") or "", metadata["name"]
+        if identity is not None:
+            self.authorize(identity, "create", kind, namespace, name)
+        self._require_kind(kind)
+        if namespace and _key("Namespace", None, namespace) not in self.objects:
+            raise ApiError(404, f'namespaces "{namespace}" not found')
+        if _key(kind, namespace, name) in self.objects:
+            raise ApiError(409, f'{kind.lower()}s "{name}" already exists')
+        obj = copy.deepcopy(obj)
+        for hook in self.admission:
+            obj = hook(identity, "CREATE", obj, None)
+        if dry_run:
+            return obj
+        metadata = obj["metadata"]
+        metadata.setdefault("uid", self.world.new_uid(kind, name))
+        metadata.setdefault("generation", 1)
+        self.objects[_key(kind, namespace, name)] = obj
+        self._react("create", obj)
+        return copy.deepcopy(self.objects.get(_key(kind, namespace, name), obj))
+
+    def update(self, identity: pki.Identity | None, obj: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
+        """Apply `obj`'s fields over the live object (what an apply of the fields Pulumi manages does)."""
+        kind = obj["kind"]
+        namespace, name = obj["metadata"].get("namespace") or "", obj["metadata"]["name"]
+        if identity is not None:
+            self.authorize(identity, "update", kind, namespace, name)
+        self._require_kind(kind)
+        old = self.objects.get(_key(kind, namespace, name))
+        if old is None:
+            raise ApiError(404, f'{kind.lower()}s "{name}" not found')
+        new = _merge(copy.deepcopy(old), obj)
+        for hook in self.admission:
+            new = hook(identity, "UPDATE", new, old)
+        if dry_run:
+            return new
+        if new.get("spec") != old.get("spec"):
+            new["metadata"]["generation"] = old["metadata"].get("generation", 1) + 1
+        self.objects[_key(kind, namespace, name)] = new
+        self._react("update", new)
+        return copy.deepcopy(self.objects[_key(kind, namespace, name)])
+
+    def patch_status(self, identity: pki.Identity, kind: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        self.authorize(identity, "patch", f"{kind}/status", "", name)
+        obj = self.objects.get(_key(kind, None, name))
+        if obj is None:
+            raise ApiError(404, f'{kind.lower()}s "{name}" not found')
+        obj["status"] = _merge(obj.get("status") or {}, patch, delete_nulls=True)
+        self._react("update", obj)
+        return copy.deepcopy(obj)
+
+    def delete(self, identity: pki.Identity | None, kind: str, namespace: str | None, name: str) -> None:
+        if identity is not None:
+            self.authorize(identity, "delete", kind, namespace or "", name)
+        self._require_kind(kind)
+        obj = self.objects.get(_key(kind, namespace, name))
+        if obj is None:
+            raise ApiError(404, f'{kind.lower()}s "{name}" not found')
+        if obj["metadata"].get("finalizers"):
+            obj["metadata"]["deletionTimestamp"] = self.world.now.isoformat()
+            self._react("update", obj)
+            return
+        self.remove(kind, namespace, name)
+
+    def remove(self, kind: str, namespace: str | None, name: str) -> None:
+        obj = self.objects.pop(_key(kind, namespace, name), None)
+        if obj is not None:
+            self._react("delete", obj)
+            if kind == "Namespace":
+                for key in [k for k in self.objects if k[1] == name]:
+                    self.remove(*key)
+
+    def put(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Controller-side write (a system component creating its own objects)."""
+        metadata = obj["metadata"]
+        metadata.setdefault("uid", self.world.new_uid(obj["kind"], metadata["name"]))
+        self.objects[_key(obj["kind"], metadata.get("namespace"), metadata["name"])] = obj
+        return obj
+
+    def _react(self, event: str, obj: dict[str, Any]) -> None:
+        for controller in list(self.controllers):
+            controller(event, obj)
+
+    def ensure_namespace(self, name: str, labels: dict[str, str] | None = None) -> None:
+        if _key("Namespace", None, name) not in self.objects:
+            self.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels or {}}})
+
+
+def _merge(base: Any, overlay: Any, delete_nulls: bool = False) -> Any:
+    if isinstance(base, dict) and isinstance(overlay, dict):
+        out = dict(base)
+        for key, value in overlay.items():
+            if value is None and delete_nulls:
+                out.pop(key, None)
+            else:
+                out[key] = _merge(base.get(key), value, delete_nulls)
+        return out
+    return copy.deepcopy(overlay)
+
+
+# --------------------------------------------------------------------------- #
+# Helm releases (what `helm install` leaves in a cluster)
+# --------------------------------------------------------------------------- #
+
+
+@dataclass
+class HelmRelease:
+    name: str
+    namespace: str
+    chart: str
+    values: dict[str, Any]
+    # Objects the release rendered, in install order; (kind, namespace, name, annotations).
+    manifest: list[tuple[str, str, str, dict[str, str]]] = field(default_factory=list)
+
+
+# helm/helm v3.20.2 pkg/releaseutil/kind_sorter.go UninstallOrder; kinds not listed sort last
+# ("unknown kind is last"), so Kamaji's DataStore is deleted after its controller Deployment.
+UNINSTALL_ORDER = [
+    "APIService", "Ingress", "IngressClass", "Service", "CronJob", "Job", "StatefulSet", "HorizontalPodAutoscaler",
+    "Deployment", "ReplicaSet", "ReplicationController", "Pod", "DaemonSet", "RoleBindingList", "RoleBinding",
+    "RoleList", "Role", "ClusterRoleBindingList", "ClusterRoleBinding", "ClusterRoleList", "ClusterRole",
+    "CustomResourceDefinition", "PersistentVolumeClaim", "PersistentVolume", "StorageClass", "ConfigMap", "SecretList",
+    "Secret", "ServiceAccount", "PodDisruptionBudget", "PodSecurityPolicy", "LimitRange", "ResourceQuota",
+    "NetworkPolicy", "Namespace", "PriorityClass",
+]
+
+
+def uninstall_order(manifest: Iterable[tuple[str, str, str, dict[str, str]]]) -> list[tuple[str, str, str, dict]]:
+    rank = {kind: i for i, kind in enumerate(UNINSTALL_ORDER)}
+    return sorted(manifest, key=lambda entry: (rank.get(entry[0], len(rank)), entry[0] if entry[0] not in rank else ""))
+
+
+# --------------------------------------------------------------------------- #
+# Docker host, kind, SSH machines
+# --------------------------------------------------------------------------- #
+
+
+@dataclass
+class Container:
+    name: str
+    image: str
+    network: str
+    labels: dict[str, str]
+    running: bool = True
+    privileged: bool = False
+    files: dict[str, str] = field(default_factory=dict)
+    volumes: tuple[str, ...] = ()  # named volumes it mounts
+    env: tuple[str, ...] = ()
+
+
+@dataclass
+class Machine:
+    """A worker node's operating system: a kindest/node container's or a real SSH machine's."""
+
+    name: str
+    kubelet_conf: str | None = None  # server the kubelet is joined to
+    kubelet_ca_hash: str | None = None
+    files: dict[str, str] = field(default_factory=dict)
+    gpus: int = 0
+    # The real cards of a GPU server (config card objects: uuid, model, memoryMiB), what NVML would report.
+    cards: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class SshHost:
+    host: str
+    host_key: str
+    machine: Machine
+    reachable: bool = True
+
+
+@dataclass
+class DockerHost:
+    networks: dict[str, list[str]] = field(default_factory=dict)
+    containers: dict[str, Container] = field(default_factory=dict)
+    images: set[str] = field(default_factory=set)
+    image_pulls: list[str] = field(default_factory=list)
+    # Named volumes: name -> labels.
+    volumes: dict[str, dict[str, str]] = field(default_factory=dict)
+    cpus: int = 4
+    # Host sysctls kube-proxy may try to write (read-only from a container's netns).
+    nf_conntrack_max: int = 262144
+    conntrack_hashsize: int = 65536
+
+
+@dataclass
+class KindCluster:
+    name: str
+    api: KubeApi
+    node_image: str
+    config: dict[str, Any]
+
+
+# --------------------------------------------------------------------------- #
+# Tenants (Kamaji control planes and what runs in them)
+# --------------------------------------------------------------------------- #
+
+
+@dataclass
+class Tenant:
+    """A hosted control plane Kamaji runs, and the state of its cluster."""
+
+    namespace: str
+    name: str
+    address: str
+    api: KubeApi
+    # Kamaji's soot controller binds kubeadm:cluster-admins (and the bootstrap RBAC) only after Ready
+    # (clastix/kamaji controllers/soot/manager.go: the manager starts for Ready TCPs only; phase
+    # PhaseClusterAdminRBAC in internal/resources/kubeadm_phases.go).
+    rbac_ready: bool = False
+    node_restriction: bool = False
+
+
+class World:
+    """Everything outside the Pulumi state."""
+
+    def __init__(self, *, now: datetime.datetime | None = None, kind_network: bool = False):
+        self.now = now or datetime.datetime(2026, 11, 30, 9, 0, tzinfo=datetime.timezone.utc)
+        self.docker = DockerHost()
+        if kind_network:
+            self.docker.networks["kind"] = [KIND_SUBNET_V6, KIND_SUBNET_V4]
+        self.kind: dict[str, KindCluster] = {}
+        self.apis: dict[str, KubeApi] = {}
+        self.tenants: dict[str, Tenant] = {}  # by server URL
+        self.tenant_hosts: dict[str, KubeApi] = {}  # tenant server URL -> the management API hosting it
+        self.ssh: dict[str, SshHost] = {}
+        self.machines: dict[str, Machine] = {}  # by node name (containers) or host (SSH)
+        self.events: list[str] = []
+        # Races of the real system, lost unless the program waits (see the module docstring). Scenarios that
+        # examine one race may switch the other off.
+        self.kamaji_webhook_lag = True
+        self.soot_rbac_lag = True
+        # Swap on the Docker host (visible to every kindest/node container, which cannot turn it off).
+        self.host_swap = False
+        self._uid = 0
+        self._port = 41233
+        # The adopted management cluster, if the scenario starts from one.
+        self.adopted: KubeApi | None = None
+
+    # ---- bookkeeping ------------------------------------------------------ #
+
+    def new_uid(self, kind: str, name: str) -> str:
+        self._uid += 1
+        return f"{self._uid:08d}-{kind.lower()}-{name}"
+
+    def log(self, message: str) -> None:
+        self.events.append(message)
+
+    def api_for(self, kubeconfig: str) -> KubeApi:
+        parsed = pki.parse_kubeconfig(kubeconfig)
+        if parsed is None:
+            raise UnreachableError("the kubeconfig names no usable cluster")
+        api = self.apis.get(parsed.server)
+        if api is None or not api.reachable:
+            raise UnreachableError(f"{parsed.server}: connection refused")
+        return api
+
+    def end_of_operation(self) -> None:
+        """Time passes between two operations: every control plane has finished its RBAC by then."""
+        for tenant in self.tenants.values():
+            tenant.rbac_ready = True
+        for cluster in self.kind.values():
+            _kamaji_settles(cluster.api)
+        if self.adopted is not None:
+            _kamaji_settles(self.adopted)
+
+    def wait_for_tenant(self, server: str) -> None:
+        """Something in the program waited (retried) on this tenant: the soot controller caught up."""
+        tenant = self.tenants.get(server)
+        if tenant is not None:
+            tenant.rbac_ready = True
+
+    # ---- management clusters --------------------------------------------- #
+
+    def _new_api(self, name: str, server: str) -> KubeApi:
+        api = KubeApi(name=name, server=server, ca=pki.new_ca(name), world=self)
+        for namespace in ("default", "kube-system", "kube-public", "kube-node-lease"):
+            api.ensure_namespace(namespace)
+        self.apis[server] = api
+        return api
+
+    def create_kind_cluster(self, name: str, config: dict[str, Any]) -> KindCluster:
+        if "kind" not in self.docker.networks:
+            # kind v0.31 pkg/cluster/internal/providers/docker/network.go: IPv6 ULA plus a docker-chosen IPv4.
+            self.docker.networks["kind"] = [KIND_SUBNET_V6, KIND_SUBNET_V4]
+        self._port += 1
+        api = self._new_api(f"kind-{name}", f"https://127.0.0.1:{self._port}")
+        api.ensure_namespace("local-path-storage")
+        node = config["nodes"][0]
+        image = node.get("image", "kindest/node:v1.35.0")
+        api.put({"apiVersion": "v1", "kind": "Node",
+                 "metadata": {"name": f"{name}-control-plane", "labels": dict(node.get("labels") or {})},
+                 "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+        self.docker.containers[f"{name}-control-plane"] = Container(
+            name=f"{name}-control-plane", image=image, network="kind",
+            labels={"io.x-k8s.kind.cluster": name, "io.x-k8s.kind.role": "control-plane"}, privileged=True,
+        )
+        cluster = KindCluster(name=name, api=api, node_image=image, config=config)
+        self.kind[name] = cluster
+        self.log(f"kind cluster {name} created")
+        return cluster
+
+    def delete_kind_cluster(self, name: str) -> None:
+        cluster = self.kind.pop(name, None)
+        if cluster is None:
+            return
+        cluster.api.reachable = False
+        self.apis.pop(cluster.api.server, None)
+        self.docker.containers.pop(f"{name}-control-plane", None)
+        self.machines.pop(f"{name}-control-plane", None)
+        # Everything Kamaji hosted dies with the cluster.
+        for server in [s for s, host in self.tenant_hosts.items() if host is cluster.api]:
+            self.drop_tenant(server)
+        self.log(f"kind cluster {name} deleted")
+
+    def adopt_cluster(self, name: str = "prod-mgmt") -> str:
+        """An existing management cluster (adopt mode); returns its admin kubeconfig."""
+        api = self._new_api(name, "https://10.20.0.10:6443")
+        self.adopted = api
+        return pki.kubeconfig(api.server, api.ca, "ops-admin", (SYSTEM_MASTERS,), name)
+
+    def kind_admin_kubeconfig(self, name: str) -> str:
+        """What `kind get kubeconfig` prints: the same admin credential every time (kind keeps it on the node)."""
+        cluster = self.kind[name]
+        if not hasattr(cluster, "admin_kubeconfig"):
+            cluster.admin_kubeconfig = pki.kubeconfig(  # type: ignore[attr-defined]
+                cluster.api.server, cluster.api.ca, "kubernetes-admin", (SYSTEM_MASTERS,), f"kind-{name}")
+        return cluster.admin_kubeconfig  # type: ignore[attr-defined]
+
+    def drop_tenant(self, server: str) -> None:
+        self.tenant_hosts.pop(server, None)
+        tenant = self.tenants.pop(server, None)
+        if tenant is not None:
+            tenant.api.reachable = False
+            self.apis.pop(server, None)
+            self.log(f"control plane {tenant.namespace}/{tenant.name} at {tenant.address} is gone")
+
+    # ---- SSH machines ----------------------------------------------------- #
+
+    def add_ssh_host(self, host: str, host_key: str) -> SshHost:
+        entry = SshHost(host=host, host_key=host_key, machine=Machine(name=host))
+        self.ssh[host] = entry
+        return entry
+
+    # ---- introspection for scenarios ------------------------------------- #
+
+    def tenant_api(self, namespace: str, name: str | None = None) -> KubeApi | None:
+        for tenant in self.tenants.values():
+            if tenant.namespace == namespace and (name is None or tenant.name == name):
+                return tenant.api
+        return None
+
+    def leftovers(self) -> list[str]:
+        """What would still be on the machine after a complete tear-down."""
+        left = [f"container {name}" for name in self.docker.containers]
+        left += [f"kind cluster {name}" for name in self.kind]
+        left += [f"control plane at {t.address}" for t in self.tenants.values()]
+        for host in self.ssh.values():
+            if host.machine.kubelet_conf:
+                left.append(f"machine {host.host} still joined to {host.machine.kubelet_conf}")
+            left += [f"machine {host.host}: {path}" for path, content in host.machine.files.items()
+                     if content.startswith(MIRROR_MARKER)]
+        return left
+
+
+# The first line of every hosts.toml components/worker/scripts/node-mirrors.sh writes.
+MIRROR_MARKER = "# gpu-tenancy image mirror: written by node-mirrors.sh, removed with it"
+
+
+def _kamaji_settles(api: KubeApi) -> None:
+    state = getattr(api, "kamaji", None)
+    if state is not None:
+        state.webhook_ready = state.running
+
+
+def cidr_contains(cidr: str, address: str) -> bool:
+    return ipaddress.ip_address(address) in ipaddress.ip_network(cidr, strict=False)
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True)
