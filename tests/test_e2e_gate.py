@@ -118,3 +118,16 @@ def test_an_updates_summary_tells_changes_from_reads_and_secrets_from_plain_outp
     assert set(quiet.outputs) == {"tenants", "tenantAdminKubeconfigs"}
     summary.resource_changes = {"same": 75, "update": 1, "discard": 1}
     assert quiet.changes == {"update": 1}
+
+
+def test_diagnostics_list_what_they_could_not_collect_instead_of_stopping(tmp_path, monkeypatch):
+    """CI runs `python -m tests.e2e.lab diagnostics` after any failure, even one before Docker or kind worked."""
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    (tmp_path / "project").mkdir()
+    assert lab.main(["lab", "diagnostics", str(tmp_path)]) == 0
+    into = tmp_path / "diagnostics" / "after-the-run"
+    missing = (into / "not-collected.txt").read_text()
+    assert all(tool in missing for tool in ("pulumi stack export", "docker ps", "kind get clusters")), missing
+    assert lab.main(["lab"]) == 2

@@ -343,7 +343,9 @@ def write_diagnostics(workdir: Path, into: Path) -> list[str]:
         problems.append(f"docker ps: {error}")
     for name in sorted(containers):
         save(f"{name}.log", ["docker", "logs", "--timestamps", name])
-        save(f"{name}.inspect.json", ["docker", "inspect", name])
+        # Without the environment: a cache's holds the Docker Hub token when one is configured.
+        save(f"{name}.inspect.json", ["docker", "inspect", "--format",
+                                      "{{json .State}} {{json .HostConfig}} {{json .NetworkSettings}}", name])
         # Worker containers run systemd: the kubelet's and containerd's journals say why a node did not join.
         save(f"{name}.journal.txt", ["docker", "exec", name, "journalctl", "--no-pager", "-u", "kubelet",
                                      "-u", "containerd"])
