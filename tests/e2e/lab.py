@@ -44,7 +44,7 @@ REPLACING = frozenset({"replace", "create-replacement", "delete-replaced"})
 # pkg/engine/update.go). A `.get` is counted as `read` whenever what it read differs from the last time (a Node's
 # status does), and as `discard` when the program stops reading it; default providers are never counted.
 NO_CHANGE = frozenset({"same", "read", "read-replacement", "discard"})
-# Everything the resource names of one tenant start with (`<tenant>`, `<tenant>-...`); the rest is the platform's.
+# The owner of a resource whose name is no tenant's (`<tenant>` or `<tenant>-...`): kind, the caches, Kamaji.
 MANAGEMENT = "management"
 # Where the work directory goes (default: pytest's temporary directory); CI sets it to find the diagnostics.
 WORKDIR_ENV = "GPU_TENANCY_E2E_DIR"
