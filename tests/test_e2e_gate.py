@@ -15,7 +15,7 @@ import yaml
 from pulumi import automation as auto
 
 from tests.e2e import lab
-from tests.e2e.conftest import gate
+from tests.e2e.conftest import gate, is_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = sorted((ROOT / "tests" / "e2e").glob("test_*.py"))
@@ -55,6 +55,11 @@ def test_in_the_unit_suite_every_scenario_skips_with_one_reason_and_destroy_runs
     assert sum(int(count) for count, _ in skipped) == scenarios, done.stdout
     (reason,) = {reason for _, reason in skipped}
     assert "needs docker, kind, pulumi" in reason
+
+
+def test_only_tests_marked_e2e_are_scenarios(request):
+    # Whatever the directories above are called (a checkout in .../e2e puts "e2e" in every test's keywords).
+    assert not is_scenario(request.node)
 
 
 def test_the_gate_refuses_a_parallel_run_and_a_host_without_the_tools():

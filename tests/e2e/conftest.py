@@ -37,10 +37,16 @@ def missing_prerequisites() -> list[str]:
     return missing
 
 
+def is_scenario(item: pytest.Item) -> bool:
+    """Marked e2e. Not `"e2e" in item.keywords`: keywords hold every parent's name, so a checkout in a directory
+    named e2e would make every test a scenario."""
+    return item.get_closest_marker("e2e") is not None
+
+
 def in_scenario_order(items: list[pytest.Item]) -> list[pytest.Item]:
     """Other tests first, as collected; then the e2e scenarios by file name, each file's tests in their order."""
-    e2e = [item for item in items if "e2e" in item.keywords]
-    return [item for item in items if "e2e" not in item.keywords] + sorted(e2e, key=lambda item: item.path.name)
+    e2e = [item for item in items if is_scenario(item)]
+    return [item for item in items if not is_scenario(item)] + sorted(e2e, key=lambda item: item.path.name)
 
 
 def gate(opted_in: bool, missing: list[str], xdist_worker: str | None) -> str | None:
@@ -61,7 +67,7 @@ def gate(opted_in: bool, missing: list[str], xdist_worker: str | None) -> str | 
 
 
 def pytest_collection_modifyitems(config, items):
-    e2e = [item for item in items if "e2e" in item.keywords]
+    e2e = [item for item in items if is_scenario(item)]
     if not e2e:
         return
     items[:] = in_scenario_order(items)
