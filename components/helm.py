@@ -1,7 +1,9 @@
 """One way to install a chart: an awaited `helm.v3.Release` with pinned version and exact release name.
 
 Every chart here is a real Helm release (not `helm.v4.Chart`): Kamaji's etcd
-and HAMi's webhook certificates come from Helm hooks (facts §2, §7).
+and HAMi's webhook certificates come from Helm hooks (clastix/kamaji
+charts/kamaji/templates/etcd_job_postinstall.yaml; Project-HAMi/HAMi
+charts/hami/templates/scheduler/job-patch/), which only a Release runs.
 """
 
 from __future__ import annotations

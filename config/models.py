@@ -19,8 +19,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from pydantic.alias_generators import to_camel
 
 # Kamaji builds tenant kubelet/kubeadm config with Kubernetes 1.36 libraries:
-# kubelets older than 1.35 refuse it, and its webhook rejects versions above
-# 1.36.x (facts §1). Worker images are kindest/node:<version>.
+# kubelets older than 1.35 refuse it (clastix/kamaji issue 1062), and its webhook
+# rejects versions above 1.36.x (internal/webhook/handlers/tcp_version.go,
+# upgrade.KubeadmVersion). Worker images are kindest/node:<version>.
 MIN_KUBERNETES_VERSION = (1, 35, 0)
 MAX_KUBERNETES_VERSION_EXCLUSIVE = (1, 37, 0)
 DEFAULT_KUBERNETES_VERSION = "v1.35.0"
@@ -47,8 +48,9 @@ RESERVED_TENANT_NAMES = frozenset(
     {"default", "cert-manager", "metallb-system", "kamaji-system", "local-path-storage"}
 )
 
-# HAMi's mock device plugin registers one fake device per MiB of gpumem; past
-# ~100000 per node kubelet's 4 MiB gRPC message limit is hit (facts §8).
+# HAMi's mock device plugin registers one fake device per MiB of gpumem
+# (Project-HAMi/mock-device-plugin internal/pkg/mock/server.go ListAndWatch); past
+# ~100000 per node the list exceeds kubelet's 4 MiB gRPC message limit.
 MAX_SIMULATED_MEMORY_MIB_PER_WORKER = 100_000
 
 # k8s.io/apimachinery pkg/util/validation/validation.go dns1035LabelFmt / dns1123LabelFmt; matched whole
@@ -422,7 +424,8 @@ class Versions(StrictModel):
     # Project-HAMi/HAMi chart.
     hami: str = "2.10.0"
     # Project-HAMi/mock-device-plugin image; no tag newer than 1.0.1 exists, so the
-    # device config it reads is rendered without the v2.9+ `vnpus` block (facts §8).
+    # device config it reads is rendered without the v2.9+ `vnpus` block, a map that
+    # 1.0.1's internal/pkg/config/config.go cannot decode.
     mock_device_plugin: str = "1.0.1"
 
 

@@ -31,7 +31,7 @@ HAMI_SCHEDULER = "hami-scheduler"
 HAMI_WEBHOOK = "hami-webhook"
 HAMI_SCHEDULER_NAME = "hami-scheduler"
 HAMI_EXTENDER_CONTAINER = "vgpu-scheduler-extender"
-# Set by HAMi's scheduler when it allocates a device (facts §7).
+# Set by HAMi's scheduler when it allocates a device (HAMi v2.10.0 pkg/util/types.go, pkg/device/nvidia/device.go).
 VGPU_NODE = "hami.io/vgpu-node"
 VGPU_DEVICES = "hami.io/vgpu-devices-allocated"
 GPU, GPU_MEMORY, GPU_CORES = "nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores"

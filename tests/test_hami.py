@@ -17,7 +17,6 @@ from components.gpu.smoke import planned_evidence
 from components.gpu.values import WEBHOOK_EXEMPT_NAMESPACES
 from components.naming import node_name
 from config import GpuCard, SmokeTest, Tenant
-from tests.conftest import SHARED
 from tests.support.lifecycle_support import kind_lab
 from tests.support.mockrun import ProgramRun, load_stack_file, registration, run_program
 from tests.support.sim import paths, plain, systems
@@ -59,7 +58,7 @@ def test_register_annotation_uses_only_hamis_device_info_keys_and_types(hami_rea
     assert {"id", "count", "devmem", "devcore", "type", "health"} <= keys <= set(fields) | {"migProfiles"}
     cards = [card(), card(uuid="GPU-MOCK-T0", model="Tesla-T4", memoryMiB=16384, cores=50, slots=4)]
     for device in json.loads(register_annotation(cards)):
-        # An unknown key is ignored by json.Unmarshal and leaves an unusable card (facts §8).
+        # An unknown key is ignored by json.Unmarshal and leaves an unusable card (pkg/device/devices.go).
         assert set(device) <= keys
         for key, value in device.items():
             go_type = fields[key]
@@ -73,13 +72,13 @@ def test_register_annotation_uses_only_hamis_device_info_keys_and_types(hami_rea
                     assert value < 2**31, key
 
 
-def test_register_annotation_matches_the_platform_facts_example():
-    facts = SHARED / "docs" / "platform-facts.md"
-    if not facts.is_file():
-        pytest.skip("../shared/docs/platform-facts.md is not available")
-    section = facts.read_text().split("## 8.", 1)[1]
-    example = re.search(r"`(\{\"id\":\"GPU-MOCK-A0\".*?\})`", section, re.DOTALL).group(1).replace("\n", "")
-    assert register_annotation([card()]) == f"[{example}]"
+def test_register_annotation_of_one_card_is_a_healthy_hami_core_device():
+    # A whole, non-MIG card as HAMi describes one (pkg/device/devices.go: "hami-core" is the default mode),
+    # healthy (an unhealthy card is never scheduled on), on NUMA node 0.
+    assert json.loads(register_annotation([card()])) == [{
+        "id": "GPU-MOCK-A0", "index": 0, "count": 10, "devmem": 8192, "devcore": 100, "type": "NVIDIA-A100",
+        "numa": 0, "mode": "hami-core", "health": True,
+    }]
 
 
 def test_register_annotation_lists_each_card_with_its_own_size_in_order():
@@ -154,7 +153,7 @@ def test_konnectivity_agents_gate_the_hami_release(lab):
     run = lab.run
     tunnel = run.named(f"{TENANT}-konnectivity-ready", "pulumi-python:dynamic/gpu-tenancy:KonnectivityReady")
     release = run.named(f"{TENANT}-hami", "kubernetes:helm.sh/v3:Release")
-    # Facts §6: workers joined -> CNI -> agents ready -> HAMi.
+    # Workers joined -> CNI -> agents ready -> HAMi: the webhook is reached through the agents (components/gpu/hami.py).
     assert run.depends_on(release, tunnel)
     assert run.depends_on(tunnel, run.named(f"{TENANT}-calico"))
     assert all(run.depends_on(tunnel, registered(lab, w["name"])) for w in WORKERS)
@@ -311,7 +310,8 @@ def test_nvidia_mode_labels_each_node_after_its_registration_and_uses_the_runtim
         # The label the chart's device-plugin DaemonSet selects (values devicePlugin.nvidiaNodeSelector).
         assert label.inputs["metadata"] == {"name": node, "labels": {"gpu": "on"}}
         assert run.named(f"{node}-registered").urn in label.dependencies
-    # The real plugin writes the cards and the capacity itself (facts §9).
+    # The real plugin writes the cards and the capacity itself (HAMi pkg/device-plugin/nvidiadevice/nvinternal/plugin/
+    # register.go).
     assert not [r for r in run.resources if r.name.endswith(("-gpu-register", "-gpu-capacity"))]
     plugin = run.named(f"{tenant}-hami").inputs["values"]["devicePlugin"]
     assert (plugin["runtimeClassName"], plugin["createRuntimeClass"]) == ("nvidia", True)

@@ -37,7 +37,7 @@ def test_smoke_pod_requests_a_fraction_of_a_gpu_like_a_user_would(vendor_dir):
     assert container["resources"]["limits"] == {
         chart["resourceName"]: "1", chart["resourceMem"]: "2500", chart["resourceCores"]: "25",
     }
-    # The webhook must set the scheduler, and denies pods with nodeName preset (facts §7).
+    # The webhook must set the scheduler, and denies pods with nodeName preset (HAMi pkg/scheduler/webhook.go).
     assert "schedulerName" not in spec
     assert "nodeName" not in spec
     # Pinned by the label the kubelet puts on its own Node, which the scheduler filters on before HAMi.

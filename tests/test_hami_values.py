@@ -58,7 +58,7 @@ def test_mock_mode_runs_only_the_mock_plugin_with_a_config_it_can_parse(chart):
     values = hami_values("mock", "v1.35.0", VERSIONS, runtime_class_name="nvidia")
     assert values["devicePlugin"] == {"enabled": False}
     assert values["mockDevicePlugin"] == {"enabled": True, "image": {"tag": VERSIONS.mock_device_plugin}}
-    # The chart pins the same mock image; no newer one exists (facts §8).
+    # The chart pins the same mock image; no newer one exists (Project-HAMi/mock-device-plugin tags).
     assert chart["mockDevicePlugin"]["image"]["tag"] == VERSIONS.mock_device_plugin
     content = values["device-config"]["content"]
     assert content == device_config_yaml()
@@ -117,7 +117,7 @@ def test_kube_scheduler_matches_the_tenant_version_pinned_by_digest(chart):
 
 def test_webhook_fails_closed_and_the_template_reads_those_values(chart, webhook_template):
     webhook = hami_values("mock", "v1.35.0", VERSIONS)["scheduler"]["admissionWebhook"]
-    # The chart's Ignore admits GPU pods unmutated when the tunnel is down (facts §7).
+    # The chart's Ignore admits GPU pods unmutated when the tunnel is down (templates/scheduler/webhook.yaml).
     assert chart["scheduler"]["admissionWebhook"]["failurePolicy"] == "Ignore"
     assert webhook["failurePolicy"] == "Fail"
     # Both keys are what the vendored MutatingWebhookConfiguration template renders.

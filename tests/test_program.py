@@ -275,7 +275,7 @@ def test_hami_per_tenant_after_joins_cni_and_the_tunnel(dev):
         assert (release.inputs["namespace"], release.inputs["version"]) == ("kube-system", "2.10.0")
         assert values["scheduler"]["admissionWebhook"]["failurePolicy"] == "Fail"
         assert values["mockDevicePlugin"]["enabled"] is True and values["devicePlugin"]["enabled"] is False
-        # Facts §6: workers joined -> CNI -> Konnectivity agents -> HAMi.
+        # Workers joined -> CNI -> Konnectivity agents -> HAMi (the order components/gpu/hami.py explains).
         assert dev.depends_on(dev.named(f"{tenant}-calico-crds"), dev.named(f"{tenant}-worker-0-registered"))
         for needed in ("worker-0-registered", "calico", "konnectivity-ready"):
             assert dev.depends_on(release, dev.named(f"{tenant}-{needed}")), needed

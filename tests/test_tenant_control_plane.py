@@ -151,7 +151,7 @@ def test_tcp_is_valid_and_waits_for_kamaji_its_fence_and_its_datastore(lab, tcp_
         assert (tcp.custom_timeouts["create"], tcp.custom_timeouts["update"]) == ("20m", "20m")
         for before in (f"{tenant}-namespace", f"{tenant}-isolation"):
             assert lab.run.depends_on(tcp, lab.run.named(before)), before
-        # Kamaji's webhooks (failurePolicy Fail) answer and the DataStore exists (facts §2).
+        # Kamaji's webhooks (failurePolicy Fail) answer and the DataStore exists (internal/webhook/handlers/tcp_datastore.go).
         assert lab.run.depends_on(tcp, webhook)
     assert lab.run.depends_on(lab.run.named("tenant-b-tcp"), lab.run.named("tenant-b-datastore"))
 
@@ -320,7 +320,7 @@ def test_the_program_writes_into_the_tenant_as_super_admin(lab):
         assert provider.is_secret("kubeconfig")
         kubeconfig = provider.inputs["kubeconfig"]
         assert kubeconfig == _decoded(secret, tenant_spec.SUPER_ADMIN_KUBECONFIG_KEY)
-        # system:masters: no wait for Kamaji to bind kubeadm:cluster-admins (platform facts §4).
+        # system:masters: no wait for Kamaji to bind kubeadm:cluster-admins (internal/resources/kubeadm_phases.go).
         assert SYSTEM_MASTERS in pki.identity_of(pki.parse_kubeconfig(kubeconfig).client_certificate).groups
         # A re-created control plane (new UID) is a new cluster: the provider and all it manages are replaced.
         assert provider.inputs["clusterIdentifier"] == live["metadata"]["uid"]
@@ -482,7 +482,7 @@ def test_calico_goes_in_after_every_join_on_the_tenant_provider(lab, vendor_dir)
             assert release.inputs["version"] == lab.versions.calico
             assert release.inputs["namespace"] == "tigera-operator"
         assert lab.run.depends_on(operator, crds)
-        # Facts §6: workers joined -> CNI; on destroy Calico then goes while its nodes still exist.
+        # Workers joined -> CNI; on destroy Calico then goes while its nodes still exist.
         for worker in config.workers:
             assert lab.run.depends_on(crds, lab.run.named(f"{tenant}-{worker.name}-registered"))
         values = operator.inputs["values"]

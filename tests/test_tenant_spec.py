@@ -25,7 +25,7 @@ KUBERNETES_SCHEMA_VERSION = "1.35.0"
 OPERATOR_CIDR = "192.168.77.0/24"
 SOURCE_RANGES = [KIND_SUBNET_V4, OPERATOR_CIDR]
 
-# The tutorial's TenantControlPlane (facts §3 ✗): no spec.kubernetes, wrong key names.
+# The tutorial's TenantControlPlane: no spec.kubernetes, wrong key names; the vendored CRD refuses it.
 SEED_TUTORIAL_TCP = yaml.safe_load(
     """
 apiVersion: kamaji.clastix.io/v1alpha1
@@ -129,7 +129,7 @@ def test_schema_check_catches_a_wrong_case_key_and_a_bad_enum(tenants, tcp_schem
     assert any(e.startswith("spec.kubernetes.admissionControllers.18:") for e in errors), errors
 
 
-def test_tcp_spec_follows_the_platform_facts(tenants):
+def test_tcp_spec_uses_kamajis_field_names_and_defaults_for_one_machine(tenants):
     tenant = tenants[0]
     manifest = _manifest(tenant)
     spec = manifest["spec"]
@@ -151,7 +151,7 @@ def test_tcp_spec_follows_the_platform_facts(tenants):
 
 def test_addons_are_dns_and_konnectivity_but_not_kamajis_kube_proxy(tenants, tcp_crd):
     addons = _manifest(tenants[0])["spec"]["addons"]
-    # An absent addon is not installed (facts §3); the program installs kube-proxy itself (components.tenant.kube_proxy).
+    # An absent addon is not installed (Kamaji internal/resources/addons/); the program installs kube-proxy itself (components.tenant.kube_proxy).
     assert "kubeProxy" in _crd_property(tcp_crd, "addons")["properties"]
     assert addons == {"coreDNS": {}, "konnectivity": {"server": {"port": 8132}}}
 

@@ -2,7 +2,7 @@
 
 HAMi learns about a node's cards from the `hami.io/node-nvidia-register` annotation (a JSON array, one object
 per card) and only treats the node as healthy while its status advertises `nvidia.com/gpu` capacity/allocatable
-> 0 (facts §8; HAMi v2.10.0 `pkg/device/devices.go` `CheckHealth` reads `status.allocatable`). The annotation
+> 0 (HAMi v2.10.0 `pkg/device/devices.go` `CheckHealth` reads `status.allocatable`). The annotation
 is applied with a NodePatch; the status (a subresource) by a dynamic resource on the Pulumi host
 (components.host_operations.GpuCapacityProvider).
 """
@@ -41,8 +41,8 @@ def device_type(model: str) -> str:
 def register_annotation(cards: Sequence[GpuCard]) -> str:
     """The `hami.io/node-nvidia-register` value for these cards, in configuration order.
 
-    Field names and types follow HAMi's DeviceInfo JSON (facts §8); an unknown
-    key would be ignored silently and leave an unusable card.
+    Field names and types follow HAMi's DeviceInfo JSON (HAMi v2.10.0 `pkg/device/devices.go` `DeviceInfo`,
+    read with json.Unmarshal); an unknown key would be ignored silently and leave an unusable card.
     """
     devices = [
         {

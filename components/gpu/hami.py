@@ -1,8 +1,11 @@
 """HamiMockGpu: HAMi in one tenant, its (simulated) GPUs, and the in-stack proof that they work.
 
-Order inside a tenant (facts §6): workers joined -> CNI -> Konnectivity agents ready -> HAMi release. Per
-node, after it has registered: in mock mode the card annotation and the `nvidia.com/gpu` status capacity; in
-nvidia mode only the `gpu=on` label the real device plugin selects. Last, a fractional GPU pod whose state,
+Order inside a tenant: workers joined -> CNI -> Konnectivity agents ready -> HAMi release. The tenant API server
+reaches HAMi's webhook only through the agents (clastix/kamaji
+internal/resources/konnectivity/egress_selector_configuration_resource.go), which are ordinary pods that need the
+CNI (internal/resources/konnectivity/agent.go: hostNetwork off by default). Per node, after it has registered: in
+mock mode the card annotation and the `nvidia.com/gpu` status capacity; in nvidia mode only the `gpu=on` label the
+real device plugin selects. Last, a fractional GPU pod whose state,
 read back after `pulumi up` created it, must show HAMi's webhook, its scheduler and the device plugin at work,
 or `pulumi up` fails naming the broken link. Everything here lives in the tenant cluster and goes with its
 TenantControlPlane (`deleted_with`).
@@ -76,7 +79,7 @@ class HamiMockGpu(pulumi.ComponentResource):
         host_side = pulumi.ResourceOptions(parent=self, deleted_with=args.control_plane)
         registrations = [node.registered for node in args.nodes]
 
-        # (1) The webhook is reached through the tunnel: wait for its agents before installing HAMi.
+        # The webhook is reached through the tunnel: wait for its agents before installing HAMi.
         tunnel = host_operations.resource(
             host_operations.KonnectivityReadyProvider(),
             f"{tenant}-konnectivity-ready",
@@ -86,7 +89,6 @@ class HamiMockGpu(pulumi.ComponentResource):
                 depends_on=[*registrations, *args.depends_on])),
         )
 
-        # (2) HAMi itself.
         self.release = helm_release(
             f"{tenant}-hami",
             HAMI_CHART,
@@ -97,7 +99,7 @@ class HamiMockGpu(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions.merge(inside, pulumi.ResourceOptions(depends_on=[tunnel])),
         )
 
-        # (3) The cards on each node, once its Node object exists.
+        # The cards on each node, once its Node object exists.
         node_resources: list[pulumi.Resource] = []
         for node in args.nodes:
             cards = node.worker.gpus
@@ -141,7 +143,6 @@ class HamiMockGpu(pulumi.ComponentResource):
             capacities = {node.access.node_name: gpu_capacity(node.worker.gpus) for node in args.nodes}
             self.gpu_capacity = self.node_names.apply(lambda _: dict(capacities))
 
-        # (4) The proof.
         self.smoke_test = None
         if args.smoke_test.enabled:
             self.smoke_test = self._smoke_test(tenant, args, inside, [self.release, *node_resources])

@@ -2,8 +2,8 @@
 
 A pod requesting part of a GPU is created the way a user would create it (no
 scheduler name, no node name). Running proves nothing by itself — with a
-broken tunnel and an `Ignore` webhook it would run unmutated on
-default-scheduler (facts §7) — so the pod Pulumi read back is checked link by
+broken tunnel and an `Ignore` webhook (the chart's default, charts/hami/values.yaml) it would run unmutated on
+default-scheduler — so the pod Pulumi read back is checked link by
 link: the webhook rewrote `schedulerName`, then HAMi's scheduler allocated a
 card and recorded it in the pod's annotations.
 """

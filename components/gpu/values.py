@@ -106,7 +106,7 @@ def hami_values(
             },
             "extender": {"extraArgs": extender_args},
             "admissionWebhook": {
-                # Default Ignore would admit GPU pods unmutated when the tunnel is down (facts §7).
+                # The chart's Ignore (charts/hami/values.yaml) admits GPU pods unmutated when the tunnel is down.
                 "failurePolicy": "Fail",
                 "whitelistNamespaces": list(WEBHOOK_EXEMPT_NAMESPACES),
             },

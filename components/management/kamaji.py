@@ -58,7 +58,8 @@ CERT_MANAGER_CHART = Chart("cert-manager", "cert-manager", "https://charts.jetst
 METALLB_NAMESPACE = "metallb-system"
 METALLB_CHART = Chart("metallb", "metallb", "https://metallb.github.io/metallb", METALLB_NAMESPACE)
 KAMAJI_NAMESPACE = "kamaji-system"
-# The CRDs hard-code kamaji-system/kamaji-webhook-service and kamaji-serving-cert (facts §2).
+# The CRDs hard-code kamaji-system/kamaji-webhook-service and kamaji-serving-cert (clastix/kamaji
+# charts/kamaji/crds/kamaji.clastix.io_tenantcontrolplanes.yaml: conversion webhook, cert-manager inject-ca-from).
 KAMAJI_RELEASE_NAME = "kamaji"
 # A local chart directory (relative to the project root), fetched by `make charts`.
 KAMAJI_CHART_DIR = "./.cache/charts/kamaji"
@@ -197,7 +198,7 @@ def kamaji_values(versions: config.Versions) -> dict[str, Any]:
     """Kamaji chart values; `None` means "delete the chart default" (Helm's null)."""
     return {
         "image": {"tag": versions.kamaji_image, "pullPolicy": "IfNotPresent"},
-        # The default 200m/100Mi limits are too tight on kind (facts §2).
+        # The chart's default 200m/100Mi limits (charts/kamaji/values.yaml `resources`) are too tight on kind.
         "resources": None,
         "telemetry": {"disabled": True},
         "defaultDatastoreName": DEFAULT_DATASTORE,

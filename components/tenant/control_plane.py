@@ -45,7 +45,8 @@ class TenantControlPlaneArgs:
     versions: config.Versions
     # Local path of the verified kamaji-etcd chart (for a dedicated data store).
     etcd_chart: str
-    # Kamaji readiness: its webhook answers and the DataStore exists (facts §2).
+    # Kamaji readiness: its webhooks (failurePolicy Fail) answer and the DataStore exists; a TCP naming a missing
+    # DataStore is rejected (clastix/kamaji internal/webhook/handlers/tcp_datastore.go).
     depends_on: list[pulumi.Resource] = field(default_factory=list)
     # Kind mode: the cluster command; everything on the management cluster goes with it.
     deleted_with: pulumi.Resource | None = None
@@ -139,7 +140,7 @@ class TenantControlPlane(pulumi.ComponentResource):
         )
         self.endpoint = self.tcp.status.apply(lambda status: tenant_spec.control_plane_endpoint(status, tcp_name))
 
-        # --- credentials Kamaji wrote (facts §4), read by the Secret name Kamaji reports in its status ----- #
+        # --- credentials Kamaji wrote (internal/resources/kubeconfig.go), read by the Secret name in its status --- #
         admin_id = pulumi.Output.all(self.tcp.metadata, self.tcp.status).apply(
             lambda parts: tenant_spec.admin_secret_id(parts[0], parts[1], tcp_name)
         )
@@ -283,7 +284,7 @@ class TenantCniArgs:
     tenant_provider: k8s.Provider
     endpoint: pulumi.Input[str]  # "<host>:<port>" of the tenant API server
     versions: config.Versions
-    # The tenant's worker joins: Calico goes in after them (facts §6: workers joined -> CNI).
+    # The tenant's worker joins: Calico goes in after them (its operator and CNI pods need a Node to run on).
     depends_on: list[pulumi.Resource]
     # The TenantControlPlane: Calico lives in its cluster and goes with it.
     deleted_with: pulumi.Resource | None = None

@@ -28,7 +28,8 @@ from config.models import DataStore
 # Management cluster: the tenant namespace and its NetworkPolicy
 # --------------------------------------------------------------------------- #
 
-# Kamaji's release must live here (facts §2); its controller and the kamaji-etcd datastore run here.
+# Kamaji's release must live here (its CRDs hard-code kamaji-system/kamaji-webhook-service); its controller and
+# the kamaji-etcd datastore run here.
 KAMAJI_NAMESPACE = "kamaji-system"
 # Label every namespace carries (Kubernetes >= 1.22), so selectors need no labelling of our own.
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
@@ -106,7 +107,7 @@ def isolation_network_policy(namespace: str, worker_networks: Sequence[str]) -> 
 
 
 # --------------------------------------------------------------------------- #
-# The TenantControlPlane custom resource (facts §3)
+# The TenantControlPlane custom resource (charts/kamaji/crds/kamaji.clastix.io_tenantcontrolplanes.yaml)
 # --------------------------------------------------------------------------- #
 
 TCP_API_VERSION = "kamaji.clastix.io/v1alpha1"
@@ -192,7 +193,8 @@ def tenant_control_plane_spec(tenant: Tenant, datastore: str, source_ranges: Seq
             # connections from anywhere else.
             "loadBalancerSourceRanges": sorted(source_ranges),
         },
-        # An absent addon is not installed (facts §3): CoreDNS and the Konnectivity tunnel come from Kamaji;
+        # An absent addon is not installed (clastix/kamaji internal/resources/addons/coredns.go,
+        # internal/resources/konnectivity/agent.go): CoreDNS and the Konnectivity tunnel come from Kamaji;
         # kube-proxy is installed by this program (components/tenant/kube_proxy.py) with conntrack.maxPerCore 0,
         # because Kamaji's addon keeps kubeadm's default, which writes a host sysctl a container cannot change.
         "addons": {
@@ -232,7 +234,7 @@ def split_endpoint(endpoint: str) -> tuple[str, str]:
 
 
 # --------------------------------------------------------------------------- #
-# Tenant credentials (facts §4)
+# Tenant credentials (the Secrets Kamaji writes in the control plane's namespace)
 # --------------------------------------------------------------------------- #
 
 # Both in the Secret Kamaji names in status.kubeconfig.admin.secretName (clastix/kamaji

@@ -169,7 +169,8 @@ def _metallb(world: World, api: KubeApi, release: HelmRelease) -> None:
 
 
 def _kamaji(world: World, api: KubeApi, release: HelmRelease) -> None:
-    # The chart renders cert-manager Issuer/Certificate objects for its webhook TLS (platform facts §2).
+    # The chart renders cert-manager Issuer/Certificate objects for its webhook TLS (charts/kamaji/templates/
+    # certmanager_issuer.yaml, certmanager_certificate.yaml).
     if "Issuer" not in api.kinds:
         raise ApiError(400, 'unable to build kubernetes objects from release manifest: no matches for kind '
                             '"Issuer" in version "cert-manager.io/v1" (ensure CRDs are installed first)')
@@ -637,7 +638,8 @@ def join(world: World, machine: Machine, *, endpoint: str, token: str, ca_hash: 
         raise ApiError(401, f'couldn\'t validate the identity of the API Server: token id "{token_id}" is invalid')
     if expiration and datetime.datetime.fromisoformat(expiration.replace("Z", "+00:00")) <= world.now:
         raise ApiError(401, f'token id "{token_id}" has expired')
-    # The script retries while Kamaji's soot controller finishes the bootstrap RBAC (platform facts §4).
+    # The script retries while Kamaji's soot controller finishes the bootstrap RBAC (clastix/kamaji
+    # internal/resources/kubeadm_phases.go PhaseBootstrapToken, run after Ready).
     world.wait_for_tenant(server)
     swap_ok = (kubelet_patches or {}).get("failSwapOn") is False or over_ssh or not world.host_swap
     if not swap_ok:
