@@ -15,6 +15,7 @@ from typing import Any
 
 from kubernetes.utils import parse_quantity
 
+from components.gpu.smoke import hami_evidence
 from components.images import PAUSE_IMAGE
 from components.management.kamaji import KAMAJI_NAMESPACE, etcd_network_policy
 from components.tenant.spec import ISOLATION_POLICY_NAME, KONNECTIVITY_PORT
@@ -29,11 +30,7 @@ KONNECTIVITY_AGENT = "konnectivity-agent"
 HAMI_NAMESPACE = "kube-system"
 HAMI_SCHEDULER = "hami-scheduler"
 HAMI_WEBHOOK = "hami-webhook"
-HAMI_SCHEDULER_NAME = "hami-scheduler"
 HAMI_EXTENDER_CONTAINER = "vgpu-scheduler-extender"
-# Set by HAMi's scheduler when it allocates a device (HAMi v2.10.0 pkg/util/types.go, pkg/device/nvidia/device.go).
-VGPU_NODE = "hami.io/vgpu-node"
-VGPU_DEVICES = "hami.io/vgpu-devices-allocated"
 GPU, GPU_MEMORY, GPU_CORES = "nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores"
 
 PROBE_NAMESPACE = "default"
@@ -516,21 +513,6 @@ def probe_pod(request: ProbeRequest) -> Json:
     }
 
 
-def allocation(pod: Json) -> tuple[bool, str]:
-    """Whether HAMi bound the pod and recorded its devices, and a description of how far it got."""
-    annotations = _dig(pod, "metadata", "annotations") or {}
-    node = _dig(pod, "spec", "nodeName")
-    if node and annotations.get(VGPU_NODE) and annotations.get(VGPU_DEVICES):
-        return True, f"bound to {node}, devices {annotations[VGPU_DEVICES]}"
-    if not node:
-        scheduled = _condition(pod, "PodScheduled") or {}
-        if scheduled.get("status") == "False":
-            return False, f"not bound: {scheduled.get('reason') or 'Unschedulable'}: {scheduled.get('message') or ''}"
-        return False, "not bound to a node"
-    missing = [key for key in (VGPU_NODE, VGPU_DEVICES) if not annotations.get(key)]
-    return False, f"bound to {node} without {', '.join(missing)}"
-
-
 def _admission_rejected(error: ApiError) -> CheckResult:
     name = "probe admitted by HAMi webhook"
     if error.status is not None and "webhook" in error.message.lower():
@@ -546,12 +528,12 @@ def _admission_rejected(error: ApiError) -> CheckResult:
 
 def _check_admitted(pod: Json) -> CheckResult:
     name = "probe admitted by HAMi webhook"
-    scheduler = _dig(pod, "spec", "schedulerName") or "unset"
-    if scheduler == HAMI_SCHEDULER_NAME:
-        return CheckResult(name, True, f"{_name(pod)} got schedulerName {scheduler}")
+    evidence = hami_evidence(pod)
+    if evidence.admitted:
+        return CheckResult(name, True, f"{_name(pod)} got schedulerName {evidence.scheduler_name}")
     return CheckResult(
-        name, False, f"schedulerName is {scheduler} → admission did not go through HAMi's webhook "
-        "(Konnectivity tunnel or hami-webhook down)",
+        name, False, f"schedulerName is {evidence.scheduler_name or 'unset'} → admission did not go through HAMi's "
+        "webhook (Konnectivity tunnel or hami-webhook down)",
         "check the Konnectivity agent and HAMi webhook rows; in the tenant: "
         f"kubectl -n {HAMI_NAMESPACE} logs deploy/{HAMI_SCHEDULER} -c {HAMI_EXTENDER_CONTAINER}",
     )
@@ -570,8 +552,9 @@ def _wait_for_allocation(api: KubeApi, pod_name: str, waiting: Waiting) -> Check
             if pod is None:
                 return CheckResult(name, False, f"{pod_name} disappeared before it was scheduled",
                                    "something deleted or evicted it; run verify again")
-            done, progress = allocation(pod)
-            if done:
+            evidence = hami_evidence(pod)
+            progress = evidence.seen
+            if evidence.ok:
                 return CheckResult(name, True, progress)
         if waiting.now() >= deadline:
             break

@@ -6,8 +6,13 @@ import kubernetes_validate
 import pytest
 
 from components.gpu.smoke import (
+    BINDING,
+    PLUGIN,
+    SCHEDULER,
+    WEBHOOK,
     SmokeTestError,
     check_smoke_evidence,
+    hami_evidence,
     observed_pod,
     planned_evidence,
     smoke_pod_manifest,
@@ -152,6 +157,55 @@ def test_a_node_that_was_not_read_fails_in_mock_mode_only():
     # gpuMode nvidia: the real plugin's resources are not what the mock registers; the pod evidence suffices.
     evidence = check_smoke_evidence(scheduled_pod(), "tenant-a", node_status=None, mock=False)
     assert evidence["schedulerName"] == "hami-scheduler" and evidence["nodeResources"] == {}
+
+
+# --------------------------------------------------------------------------- #
+# The judge both the smoke test and `make verify` use
+# --------------------------------------------------------------------------- #
+
+
+def test_the_judge_names_the_first_link_that_does_not_hold():
+    node = {"status": NODE_STATUS}
+    evidence = hami_evidence(scheduled_pod(), node, plugin=True)
+    assert (evidence.ok, evidence.broken, evidence.seen) == (True, None, f"bound to {NODE}, devices GPU-MOCK-A0,NVIDIA,3000,30:;")
+    assert (evidence.node, evidence.allocated_on, evidence.scheduler_name) == (NODE, NODE, "hami-scheduler")
+
+    unmutated = scheduled_pod()
+    unmutated["spec"]["schedulerName"] = "default-scheduler"
+    # The webhook comes first: a pod it never saw proves nothing further down, whatever its annotations say.
+    assert hami_evidence(unmutated, node, plugin=True).broken == WEBHOOK
+    assert not hami_evidence(unmutated).admitted and hami_evidence(scheduled_pod()).admitted
+
+    elsewhere = scheduled_pod()
+    elsewhere["spec"]["nodeName"] = "tenant-a-worker-1"
+    assert hami_evidence(elsewhere, node, plugin=True).broken == BINDING
+
+    bare = {"status": {"allocatable": {"nvidia.com/gpu": "10"}}}
+    assert hami_evidence(scheduled_pod(), bare, plugin=True).broken == PLUGIN
+    # Without `plugin` the node is not judged (make verify reads no Node; gpuMode nvidia has no mock plugin).
+    assert hami_evidence(scheduled_pod(), bare).ok and hami_evidence(scheduled_pod()).ok
+
+
+def test_a_pod_hami_has_not_placed_yet_is_at_the_scheduler_link_and_says_why():
+    pending = {"metadata": {"name": "p"}, "spec": {"schedulerName": "hami-scheduler"}, "status": {}}
+    evidence = hami_evidence(pending)
+    assert (evidence.broken, evidence.seen) == (SCHEDULER, "not bound to a node")
+    assert evidence.missing == ("hami.io/vgpu-node", "hami.io/vgpu-devices-allocated")
+    pending["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                        "message": "0/1 nodes are available."}]
+    assert hami_evidence(pending).seen == "not bound: Unschedulable: 0/1 nodes are available."
+    bound = scheduled_pod()
+    del bound["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"]
+    assert hami_evidence(bound).seen == f"bound to {NODE} without hami.io/vgpu-devices-allocated"
+
+
+def test_an_allocation_not_bound_yet_is_not_evidence():
+    # HAMi's scheduler writes its annotations in Filter, before Bind (HAMi pkg/scheduler/scheduler.go).
+    pod = scheduled_pod()
+    del pod["spec"]["nodeName"]
+    evidence = hami_evidence(pod)
+    assert evidence.broken == BINDING and evidence.seen.startswith("not bound to a node yet")
+    assert "not bound to a node yet, though HAMi allocated its GPU on" in failure(pod)
 
 
 def test_observed_pod_reads_the_sdks_snake_cased_output():

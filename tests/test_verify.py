@@ -46,7 +46,6 @@ from ops.verify_checks import (
     CheckResult,
     ProbeRequest,
     Waiting,
-    allocation,
     cross_tenant_kubeconfig,
     expected_capacity,
     network_probe_pod,
@@ -586,12 +585,22 @@ def test_probe_pod_that_cannot_be_deleted_is_reported(platform, clock):
     assert not results[2].ok and results[2].fix == f"in the tenant: kubectl -n default delete pod {pod_name}"
 
 
-def test_allocation_states():
-    pending = {"metadata": {"name": "p"}, "spec": {}, "status": {}}
-    assert allocation(pending) == (False, "not bound to a node")
-    done = {"metadata": {"annotations": {"hami.io/vgpu-node": "n", "hami.io/vgpu-devices-allocated": "D"}},
-            "spec": {"nodeName": "n"}}
-    assert allocation(done) == (True, "bound to n, devices D")
+class _Misbound(FakeSession):
+    """A pod bound to another node than the one HAMi allocated on (a bind that bypassed HAMi's extender)."""
+
+    def read_pod(self, namespace, name):
+        pod = super().read_pod(namespace, name)
+        if pod and pod["spec"].get("nodeName"):
+            pod["spec"]["nodeName"] = "tenant-a-worker-9"
+        return pod
+
+
+def test_probe_bound_elsewhere_than_hami_allocated_fails_as_the_smoke_test_does(platform, clock):
+    cluster = platform.tenants["tenant-a"]
+    result = _probe(_Misbound(cluster, "tenant-a-admin-token"), clock, timeout=2)[-1]
+    assert (result.name, result.ok) == ("probe got a GPU slice", False)
+    assert "(bound to node tenant-a-worker-9 but HAMi allocated its GPU on tenant-a-worker-0)" in result.detail
+    assert_probe_cleaned_up(cluster)
 
 
 # --- isolation: credentials -------------------------------------------------------------------

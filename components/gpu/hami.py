@@ -14,7 +14,6 @@ TenantControlPlane (`deleted_with`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -23,7 +22,7 @@ import config
 from components import host_operations
 from components.gpu.cards import JOIN_ANNOTATION, NVIDIA_NODE_LABEL, REGISTER_ANNOTATION, gpu_capacity
 from components.gpu.cards import register_annotation as card_annotation
-from components.gpu.smoke import check_smoke_evidence, observed_pod, planned_evidence, smoke_pod_manifest
+from components.gpu.smoke import check_smoke_evidence, observed_pod, planned_evidence, sdk_field, smoke_pod_manifest
 from components.gpu.values import HAMI_CHART, hami_values
 from components.helm import helm_release
 from components.images import PAUSE_IMAGE
@@ -182,7 +181,7 @@ class HamiMockGpu(pulumi.ComponentResource):
         # The Node the pod ran on: the mock device plugin's resources are in its allocatable.
         node = k8s.core.v1.Node.get(
             f"{tenant}-gpu-smoke-node",
-            pod.spec.apply(lambda spec: _field(spec, "nodeName", "node_name")),
+            pod.spec.apply(lambda spec: sdk_field(spec, "nodeName", "node_name")),
             opts=pulumi.ResourceOptions(parent=self, provider=args.tenant_provider),
         )
         return pulumi.Output.all(pod.metadata, pod.spec, node.status, pod.urn).apply(
@@ -190,8 +189,3 @@ class HamiMockGpu(pulumi.ComponentResource):
                                                node_status=parts[2], mock=args.gpu_mode == "mock")
         )
 
-
-def _field(obj: Any, camel: str, snake: str) -> Any:
-    if not obj:
-        return None
-    return dict.get(obj, camel, dict.get(obj, snake))

@@ -11,6 +11,7 @@ card and recorded it in the pod's annotations.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from components.gpu.cards import REGISTER_ANNOTATION
@@ -19,6 +20,8 @@ from config import SmokeTest
 
 SMOKE_POD_NAME = "gpu-smoke-test"
 SMOKE_POD_NAMESPACE = "default"
+# Set on the pod by HAMi's scheduler when it allocates a device (HAMi v2.10.0 pkg/util/types.go
+# AssignedNodeAnnotations, pkg/device/nvidia/device.go SupportDevices["NVIDIA"]).
 VGPU_NODE_ANNOTATION = "hami.io/vgpu-node"
 DEVICES_ALLOCATED_ANNOTATION = "hami.io/vgpu-devices-allocated"
 # The pause image's own non-root user.
@@ -72,7 +75,7 @@ def smoke_pod_manifest(smoke: SmokeTest, image: str, node_name: str) -> dict[str
     }
 
 
-def _field(obj: Mapping[str, Any] | None, camel: str, snake: str) -> Any:
+def sdk_field(obj: Mapping[str, Any] | None, camel: str, snake: str) -> Any:
     """A field of a pod read back through the Pulumi SDK, which may hand it over snake_cased."""
     if not obj:
         return None
@@ -83,13 +86,13 @@ def observed_pod(metadata: Mapping[str, Any] | None, spec: Mapping[str, Any] | N
     """The parts of a pod the evidence check reads, in Kubernetes field names."""
     return {
         "metadata": {
-            "name": _field(metadata, "name", "name"),
-            "namespace": _field(metadata, "namespace", "namespace"),
-            "annotations": dict(_field(metadata, "annotations", "annotations") or {}),
+            "name": sdk_field(metadata, "name", "name"),
+            "namespace": sdk_field(metadata, "namespace", "namespace"),
+            "annotations": dict(sdk_field(metadata, "annotations", "annotations") or {}),
         },
         "spec": {
-            "schedulerName": _field(spec, "schedulerName", "scheduler_name"),
-            "nodeName": _field(spec, "nodeName", "node_name"),
+            "schedulerName": sdk_field(spec, "schedulerName", "scheduler_name"),
+            "nodeName": sdk_field(spec, "nodeName", "node_name"),
         },
     }
 
@@ -110,6 +113,78 @@ def planned_evidence(smoke: SmokeTest) -> dict[str, Any]:
 PLUGIN_RESOURCES = ("nvidia.com/gpumem", "nvidia.com/gpucores")
 
 
+# The links of HAMi's GPU path, in the order a pod passes them.
+WEBHOOK = "webhook"  # admission rewrote schedulerName
+SCHEDULER = "scheduler"  # HAMi's scheduler allocated a card and said so in the pod's annotations
+BINDING = "binding"  # the pod runs on the node HAMi allocated on
+PLUGIN = "plugin"  # that node advertises the mock device plugin's resources
+
+
+@dataclass(frozen=True)
+class HamiEvidence:
+    """What a GPU pod (and the Node it runs on) shows of HAMi's path."""
+
+    broken: str | None  # the first link that does not hold (WEBHOOK, SCHEDULER, BINDING, PLUGIN); None: all hold
+    seen: str  # what the objects show there, as a phrase ("bound to n, devices D")
+    scheduler_name: str | None
+    node: str | None  # spec.nodeName, else the node HAMi allocated on
+    allocated_on: str | None  # the hami.io/vgpu-node annotation
+    devices: str | None  # the hami.io/vgpu-devices-allocated annotation
+    missing: tuple[str, ...] = ()  # absent annotations (SCHEDULER) or node resources (PLUGIN)
+    node_resources: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.broken is None
+
+    @property
+    def admitted(self) -> bool:
+        """The webhook link held: HAMi's webhook mutated the pod."""
+        return self.broken != WEBHOOK
+
+
+def _pod_scheduled_failure(pod: Mapping[str, Any]) -> str:
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return f"not bound: {condition.get('reason') or 'Unschedulable'}: {condition.get('message') or ''}"
+    return "not bound to a node"
+
+
+def hami_evidence(pod: Mapping[str, Any], node: Mapping[str, Any] | None = None, *,
+                  plugin: bool = False) -> HamiEvidence:
+    """Judge HAMi's evidence on `pod` (Kubernetes field names), link by link. With `plugin`, `node` (the Node the
+    pod runs on, or None when it could not be read) must also advertise the mock device plugin's resources.
+
+    The in-stack smoke test and `make verify` both judge with this; each words its own failure."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    spec = pod.get("spec") or {}
+    scheduler = spec.get("schedulerName")
+    bound_to = spec.get("nodeName")
+    allocated_on = annotations.get(VGPU_NODE_ANNOTATION) or None
+    devices = annotations.get(DEVICES_ALLOCATED_ANNOTATION) or None
+    allocatable = dict(sdk_field((node or {}).get("status"), "allocatable", "allocatable") or {})
+    resources = {key: str(allocatable[key]) for key in PLUGIN_RESOURCES if key in allocatable}
+    seen = dict(scheduler_name=scheduler, node=bound_to or allocated_on, allocated_on=allocated_on,
+                devices=devices, node_resources=resources)
+
+    if scheduler != HAMI_SCHEDULER_NAME:
+        return HamiEvidence(WEBHOOK, f"schedulerName {scheduler!r}, not {HAMI_SCHEDULER_NAME!r}", **seen)
+    missing = tuple(key for key, value in ((VGPU_NODE_ANNOTATION, allocated_on),
+                                           (DEVICES_ALLOCATED_ANNOTATION, devices)) if not value)
+    if missing:
+        where = f"bound to {bound_to} without {', '.join(missing)}" if bound_to else _pod_scheduled_failure(pod)
+        return HamiEvidence(SCHEDULER, where, missing=missing, **seen)
+    if not bound_to:
+        return HamiEvidence(BINDING, f"not bound to a node yet, though HAMi allocated its GPU on {allocated_on}",
+                            **seen)
+    if bound_to != allocated_on:
+        return HamiEvidence(BINDING, f"bound to node {bound_to} but HAMi allocated its GPU on {allocated_on}", **seen)
+    absent = tuple(key for key in PLUGIN_RESOURCES if not allocatable.get(key))
+    if plugin and absent:
+        return HamiEvidence(PLUGIN, f"{allocated_on} advertises no {', '.join(absent)}", missing=absent, **seen)
+    return HamiEvidence(None, f"bound to {bound_to}, devices {devices}", **seen)
+
+
 def check_smoke_evidence(
     pod: Mapping[str, Any], tenant: str, resource: str = "", node_status: Mapping[str, Any] | None = None,
     mock: bool = True,
@@ -117,8 +192,6 @@ def check_smoke_evidence(
     """Evidence that `pod` went through HAMi's webhook, scheduler and (in mock mode) the mock device plugin on its
     node; raises SmokeTestError naming the broken link."""
     metadata = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
-    annotations = metadata.get("annotations") or {}
     name = f"{metadata.get('namespace') or SMOKE_POD_NAMESPACE}/{metadata.get('name') or SMOKE_POD_NAME}"
     where = f"tenant {tenant}: GPU smoke test pod {name}"
     retry = (
@@ -126,49 +199,41 @@ def check_smoke_evidence(
         if resource
         else " Once fixed, re-create the pod with `pulumi up --replace <its URN>`."
     )
+    evidence = hami_evidence(pod, {"status": node_status} if node_status else None, plugin=mock)
 
-    scheduler = spec.get("schedulerName")
-    if scheduler != HAMI_SCHEDULER_NAME:
+    if evidence.broken == WEBHOOK:
         raise SmokeTestError(
-            f"{where} has schedulerName {scheduler!r}, not {HAMI_SCHEDULER_NAME!r}: its admission did not go "
+            f"{where} has {evidence.seen}: its admission did not go "
             "through HAMi's webhook (hami-webhook). Either the tenant API server cannot reach the webhook through "
             "the Konnectivity tunnel (kubectl -n kube-system get pods -l k8s-app=konnectivity-agent) or the "
             "webhook is not registered (kubectl get mutatingwebhookconfiguration hami-webhook)." + retry
         )
-
-    missing = [key for key in (VGPU_NODE_ANNOTATION, DEVICES_ALLOCATED_ANNOTATION) if not annotations.get(key)]
-    if missing:
+    if evidence.broken == SCHEDULER:
         raise SmokeTestError(
             f"{where} was admitted by HAMi's webhook but HAMi's scheduler did not allocate a GPU to it "
-            f"(annotation {', '.join(missing)} missing). Check on the GPU nodes the {REGISTER_ANNOTATION} "
+            f"(annotation {', '.join(evidence.missing)} missing). Check on the GPU nodes the {REGISTER_ANNOTATION} "
             "annotation, the nvidia.com/gpu capacity in their status, and HAMi's device plugin pods "
             "(kubectl -n kube-system get pods -l app.kubernetes.io/component=hami-mock-device-plugin, or "
             "hami-device-plugin with gpuMode nvidia); "
             "`kubectl describe pod` shows HAMi's FilteringFailed reasons." + retry
         )
-
-    vgpu_node = annotations[VGPU_NODE_ANNOTATION]
-    node = spec.get("nodeName")
-    if node and node != vgpu_node:
+    if evidence.broken == BINDING:
         raise SmokeTestError(
-            f"{where} is bound to node {node} but HAMi allocated its GPU on {vgpu_node}: the pod was not bound "
+            f"{where} is {evidence.seen}: the pod was not bound "
             "by HAMi's scheduler extender (check the hami-scheduler pod logs in kube-system)." + retry
         )
-
-    allocatable = dict(_field(node_status, "allocatable", "allocatable") or {})
-    if mock:
-        absent = [key for key in PLUGIN_RESOURCES if not allocatable.get(key)]
-        if absent:
-            raise SmokeTestError(
-                f"{where} was scheduled onto {vgpu_node}, but that node advertises no {', '.join(absent)}: HAMi's mock "
-                "device plugin registered nothing there (kubectl -n kube-system logs -l "
-                "app.kubernetes.io/component=hami-mock-device-plugin; it needs the node's nvidia.com/gpu capacity "
-                f"and the {REGISTER_ANNOTATION} annotation)." + retry
-            )
+    if evidence.broken == PLUGIN:
+        raise SmokeTestError(
+            f"{where} was scheduled onto {evidence.allocated_on}, but that node advertises no "
+            f"{', '.join(evidence.missing)}: HAMi's mock "
+            "device plugin registered nothing there (kubectl -n kube-system logs -l "
+            "app.kubernetes.io/component=hami-mock-device-plugin; it needs the node's nvidia.com/gpu capacity "
+            f"and the {REGISTER_ANNOTATION} annotation)." + retry
+        )
     return {
         "pod": name,
-        "node": node or vgpu_node,
-        "schedulerName": scheduler,
-        "devicesAllocated": annotations[DEVICES_ALLOCATED_ANNOTATION],
-        "nodeResources": {key: str(allocatable[key]) for key in PLUGIN_RESOURCES if key in allocatable},
+        "node": evidence.node,
+        "schedulerName": evidence.scheduler_name,
+        "devicesAllocated": evidence.devices,
+        "nodeResources": evidence.node_resources,
     }
