@@ -16,8 +16,10 @@ from typing import Any
 from kubernetes.utils import parse_quantity
 
 from components.gpu.smoke import hami_evidence
+from components.gpu.values import HAMI_NAMESPACE, HAMI_RELEASE
 from components.images import PAUSE_IMAGE
-from components.management.kamaji import KAMAJI_NAMESPACE, etcd_network_policy
+from components.management.kamaji import etcd_network_policy
+from components.naming import KAMAJI_NAMESPACE
 from components.tenant.spec import ISOLATION_POLICY_NAME, KONNECTIVITY_PORT
 from config import Versions
 from ops.verify_api import ApiError, Connect, Json, KubeApi
@@ -27,9 +29,8 @@ from ops.verify_api import ApiError, Connect, Json, KubeApi
 KONNECTIVITY_AGENT = "konnectivity-agent"
 # HAMi release `hami` in kube-system: charts/hami/templates/_helpers.tpl names the
 # scheduler `<fullname>-scheduler` and the webhook configuration `<fullname>-webhook`.
-HAMI_NAMESPACE = "kube-system"
-HAMI_SCHEDULER = "hami-scheduler"
-HAMI_WEBHOOK = "hami-webhook"
+HAMI_SCHEDULER = f"{HAMI_RELEASE}-scheduler"
+HAMI_WEBHOOK = f"{HAMI_RELEASE}-webhook"
 HAMI_EXTENDER_CONTAINER = "vgpu-scheduler-extender"
 GPU, GPU_MEMORY, GPU_CORES = "nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores"
 

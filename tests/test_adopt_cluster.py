@@ -12,12 +12,11 @@ from components.management.cluster import KindManagementCluster, KindManagementC
 from components.management.kamaji import (
     ADOPTED_LB_POOL_NAME,
     CERT_MANAGER_CHART,
-    KAMAJI_NAMESPACE,
     METALLB_NAMESPACE,
     Kamaji,
     KamajiArgs,
 )
-from components.naming import COMPONENT_PREFIX
+from components.naming import COMPONENT_PREFIX, KAMAJI_NAMESPACE
 from config import Versions
 from tests.support.mockrun import ProgramFailedError, run_program
 from tests.support.sim import World

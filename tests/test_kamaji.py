@@ -20,10 +20,8 @@ import yaml
 from components.helm import helm_values_args, null_overrides, without_nulls
 from components.management.cluster import KindManagementCluster, KindManagementClusterArgs
 from components.management.kamaji import (
-    DEFAULT_DATASTORE,
     ETCD_CHART_DIR,
     KAMAJI_CHART_DIR,
-    KAMAJI_NAMESPACE,
     KAMAJI_RELEASE_NAME,
     LB_POOL_NAME,
     Kamaji,
@@ -36,7 +34,7 @@ from components.management.kamaji import (
     metallb_values,
     pool_bounds,
 )
-from components.naming import COMPONENT_PREFIX
+from components.naming import COMPONENT_PREFIX, DEFAULT_DATASTORE, KAMAJI_NAMESPACE
 from config import Versions
 from ops import upstream
 from tests.support.chart_values import load_chart_values, unknown_value_keys

@@ -7,7 +7,9 @@ simulated `up` really leaves on the management cluster, not from our constant.
 
 from __future__ import annotations
 
+import ast
 import copy
+from pathlib import Path
 
 import pytest
 
@@ -63,3 +65,53 @@ def test_valid_names_pass():
     raw = _tenant_named("team-0a")
     raw["tenants"][0]["workers"][0]["name"] = "gpu-01"
     assert load_stack_config(raw).tenants[0].name == "team-0a"
+
+
+# --------------------------------------------------------------------------- #
+# One definition per shared name
+# --------------------------------------------------------------------------- #
+
+ROOT = Path(__file__).resolve().parent.parent
+PRODUCT = ["__main__.py", "components", "config", "ops"]
+# Each group is one thing under all the names it has had: at most one module may define any of them.
+SHARED_NAMES = [
+    {"KAMAJI_NAMESPACE"},
+    {"DEFAULT_DATASTORE", "SHARED_DATASTORE"},
+    {"LABEL_STACK"}, {"LABEL_TENANT"}, {"LABEL_WORKER"}, {"LABEL_ROLE"}, {"LABEL_PREFIX", "DOCKER_LABEL_PREFIX"},
+    {"VGPU_NODE_ANNOTATION", "VGPU_NODE"}, {"DEVICES_ALLOCATED_ANNOTATION", "VGPU_DEVICES"},
+    {"HAMI_SCHEDULER_NAME"}, {"HAMI_NAMESPACE"}, {"DNS1035_LABEL"},
+    {"sdk_field", "_field"},
+]
+# A literal spelt out twice is the same duplicate under two names.
+SHARED_VALUES = ["kamaji-system", "hami.io/vgpu-node", "hami.io/vgpu-devices-allocated", "hami-scheduler"]
+
+
+def product_modules() -> dict[str, ast.Module]:
+    paths = [ROOT / p for p in PRODUCT if (ROOT / p).is_file()]
+    paths += [f for p in PRODUCT if (ROOT / p).is_dir() for f in sorted((ROOT / p).rglob("*.py"))]
+    return {str(path.relative_to(ROOT)): ast.parse(path.read_text()) for path in paths}
+
+
+def module_level_names(tree: ast.Module) -> dict[str, ast.AST]:
+    """Names a module binds at top level (constants, functions, classes), with the value of plain assignments."""
+    names: dict[str, ast.AST] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            names.update({t.id: node.value for t in node.targets if isinstance(t, ast.Name)})
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            names[node.target.id] = node.value
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names[node.name] = node
+    return names
+
+
+def test_each_shared_name_and_value_is_defined_in_one_module():
+    modules = {path: module_level_names(tree) for path, tree in product_modules().items()}
+    assert "components/naming.py" in modules and len(modules) > 30
+    for group in SHARED_NAMES:
+        defining = sorted(path for path, names in modules.items() if group & set(names))
+        assert len(defining) == 1, f"{sorted(group)} defined in {defining}: import it from one place"
+    for value in SHARED_VALUES:
+        defining = sorted(path for path, names in modules.items() for node in names.values()
+                          if isinstance(node, ast.Constant) and node.value == value)
+        assert len(defining) == 1, f"{value!r} is a constant in {defining}: import it from one place"

@@ -22,6 +22,7 @@ import yaml
 from pulumi.runtime import rpc
 
 from components.management.kamaji import ETCD_CHART_DIR
+from components.naming import DEFAULT_DATASTORE
 from components.tenant import spec as tenant_spec
 from components.tenant.control_plane import TenantControlPlane, TenantControlPlaneArgs
 from config import load_stack_config
@@ -363,7 +364,7 @@ def test_credentials_are_secret_outputs_and_the_public_parts_are_not(lab):
 
 def test_shared_and_dedicated_data_stores_follow_the_config(lab, datastore_schema):
     tenant_a = lab.run.named("tenant-a-tcp")
-    assert tenant_a.inputs["spec"]["dataStore"] == tenant_spec.SHARED_DATASTORE
+    assert tenant_a.inputs["spec"]["dataStore"] == DEFAULT_DATASTORE
     assert not [r for r in lab.run.resources if r.name in ("tenant-a-etcd", "tenant-a-datastore")]
     store = lab.tenants["tenant-b"].data_store
     etcd = lab.run.named("tenant-b-etcd", "kubernetes:helm.sh/v3:Release")
@@ -378,7 +379,7 @@ def test_shared_and_dedicated_data_stores_follow_the_config(lab, datastore_schem
     name = datastore.inputs["metadata"]["name"]
     assert lab.run.named("tenant-b-tcp").inputs["spec"]["dataStore"] == name
     assert lab.run.outputs["tenants"].value["tenant-b"]["dataStore"] == name
-    assert lab.run.outputs["tenants"].value["tenant-a"]["dataStore"] == tenant_spec.SHARED_DATASTORE
+    assert lab.run.outputs["tenants"].value["tenant-a"]["dataStore"] == DEFAULT_DATASTORE
     assert _live_tcp(lab, "tenant-b")["status"]["storage"]["dataStoreName"] == name
 
 

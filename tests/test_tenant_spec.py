@@ -14,6 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from components.naming import DEFAULT_DATASTORE
 from components.tenant import spec as tenant_spec
 from config import Quota, load_stack_config
 from tests.support.crd_schema import _strict, schema_errors
@@ -453,7 +454,7 @@ def _kamaji_etcd_values(vendor_dir):
 def test_shared_datastore_names_the_etcd_kamajis_chart_deploys(vendor_dir, datastore_crd):
     upstream = _kamaji_etcd_values(vendor_dir)
     chart_values = yaml.safe_load((vendor_dir / "kamaji" / "values.yaml").read_text())
-    assert tenant_spec.SHARED_DATASTORE == upstream["datastore"]["name"] == chart_values["defaultDatastoreName"]
+    assert DEFAULT_DATASTORE == upstream["datastore"]["name"] == chart_values["defaultDatastoreName"]
     assert tenant_spec.SHARED_ETCD_NAME == upstream["fullnameOverride"]
     assert upstream["certManager"]["enabled"] and not upstream["selfSignedCertificates"]["enabled"]
     spec = tenant_spec.shared_datastore_spec("kamaji-system", 3)
@@ -466,7 +467,7 @@ def test_shared_datastore_names_the_etcd_kamajis_chart_deploys(vendor_dir, datas
         assert all(ref["name"].startswith(f"{fullname}-") for ref in refs)
         # cert-manager writes tls.crt / tls.key.
         assert [ref["keyPath"] for ref in refs] == ["tls.crt", "tls.key"]
-    manifest = tenant_spec.datastore_manifest(tenant_spec.SHARED_DATASTORE, spec)
+    manifest = tenant_spec.datastore_manifest(DEFAULT_DATASTORE, spec)
     assert "namespace" not in manifest["metadata"], "DataStore is cluster-scoped"
     assert schema_errors(manifest, strict_schema(datastore_crd)) == []
 
@@ -486,7 +487,7 @@ def test_dedicated_datastore_and_etcd_values_come_from_the_tenant_config(dev_con
     assert values["datastore"] == {"enabled": False}
     fullname = values["fullnameOverride"]
     name = tenant_spec.dedicated_datastore_name("tenant-b")
-    assert name != tenant_spec.SHARED_DATASTORE
+    assert name != DEFAULT_DATASTORE
     spec = tenant_spec.dedicated_datastore_spec("tenant-b", store.replicas)
     domain = _kamaji_etcd_values(vendor_dir)["clusterDomain"]
     assert spec["endpoints"] == [f"{fullname}-{i}.{fullname}.tenant-b.svc.{domain}:2379" for i in range(3)]

@@ -21,12 +21,9 @@ import yaml
 import config
 from components import shell as ns
 from components.host_operations import NodeMembershipProvider
+from components.naming import LABEL_ROLE, LABEL_STACK, LABEL_TENANT, LABEL_WORKER
 from components.worker.access import container_command, container_command_if_present, node_program
 from components.worker.node import (
-    LABEL_ROLE,
-    LABEL_STACK,
-    LABEL_TENANT,
-    LABEL_WORKER,
     TenantAccess,
     WorkerNode,
     WorkerNodeArgs,

@@ -25,7 +25,7 @@ import pulumi_docker as docker
 
 import config
 from components import shell as node_scripts
-from components.naming import COMPONENT_PREFIX, KIND_NETWORK
+from components.naming import COMPONENT_PREFIX, KIND_NETWORK, LABEL_ROLE, LABEL_STACK
 from components.worker.access import NodeAccess, NodeScript, run_on_node
 
 # Registry host -> the upstream URL its cache proxies. Every image the platform runs comes from one of these
@@ -48,8 +48,6 @@ DEBUG_PORT = 5001
 CACHE_PATH = "/var/lib/registry"
 # Where a node's own registry configuration lives (containerd's default config_path, first entry).
 CERTS_D = "/etc/containerd/certs.d"
-LABEL_STACK = "gpu-tenancy.stack"
-LABEL_ROLE = "gpu-tenancy.role"
 # How long `docker.Container(wait=True)` waits for a cache's healthcheck.
 READY_TIMEOUT_SECONDS = 120
 

@@ -51,13 +51,12 @@ import pulumi_kubernetes as k8s
 import config
 from components import host_operations
 from components.helm import Chart, helm_release
-from components.naming import COMPONENT_PREFIX
+from components.naming import COMPONENT_PREFIX, DEFAULT_DATASTORE, KAMAJI_NAMESPACE
 from components.tenant import spec as tenant_spec
 
 CERT_MANAGER_CHART = Chart("cert-manager", "cert-manager", "https://charts.jetstack.io", "cert-manager")
 METALLB_NAMESPACE = "metallb-system"
 METALLB_CHART = Chart("metallb", "metallb", "https://metallb.github.io/metallb", METALLB_NAMESPACE)
-KAMAJI_NAMESPACE = "kamaji-system"
 # The CRDs hard-code kamaji-system/kamaji-webhook-service and kamaji-serving-cert (clastix/kamaji
 # charts/kamaji/crds/kamaji.clastix.io_tenantcontrolplanes.yaml: conversion webhook, cert-manager inject-ca-from).
 KAMAJI_RELEASE_NAME = "kamaji"
@@ -66,8 +65,6 @@ KAMAJI_CHART_DIR = "./.cache/charts/kamaji"
 KAMAJI_CHART = Chart(KAMAJI_RELEASE_NAME, KAMAJI_CHART_DIR, "", KAMAJI_NAMESPACE)
 # kamaji-etcd as the Kamaji chart vendors it (for tenants' dedicated data stores).
 ETCD_CHART_DIR = f"{KAMAJI_CHART_DIR}/charts/kamaji-etcd"
-# The shared DataStore, and Kamaji's default for TenantControlPlanes that name none.
-DEFAULT_DATASTORE = "default"
 SHARED_ETCD_REPLICAS = 1
 LB_POOL_NAME = "kind-ip-pool"
 # On a cluster we did not create the pool holds tenant API server addresses, not kind's.

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import binascii
 import ipaddress
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,17 +19,15 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from components.helm import Chart
+from components.naming import KAMAJI_NAMESPACE
 from config import Quota, Tenant
 from config.cidrs import dns_service_ip
-from config.models import DataStore
+from config.models import DNS1035_LABEL, DataStore
 
 # --------------------------------------------------------------------------- #
 # Management cluster: the tenant namespace and its NetworkPolicy
 # --------------------------------------------------------------------------- #
 
-# Kamaji's release must live here (its CRDs hard-code kamaji-system/kamaji-webhook-service); its controller and
-# the kamaji-etcd datastore run here.
-KAMAJI_NAMESPACE = "kamaji-system"
 # Label every namespace carries (Kubernetes >= 1.22), so selectors need no labelling of our own.
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 TENANT_LABEL = "gpu-tenancy/tenant"
@@ -117,7 +114,6 @@ KONNECTIVITY_PORT = 8132
 # Pulumi does not await custom resources by default; this makes it wait for Kamaji's Ready.
 WAIT_FOR_ANNOTATION = "pulumi.com/waitFor"
 WAIT_FOR_READY = "jsonpath={.status.kubernetesResources.version.status}=Ready"
-DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 # Kamaji's default `spec.kubernetes.admissionControllers` (the CRD default, clastix/kamaji
 # api/v1alpha1/tenantcontrolplane_types.go L136) plus NodeRestriction, which kubeadm enables and Kamaji's list
 # lacks: without it any node's kubelet credential can modify every other Node. The list replaces the default,
@@ -299,7 +295,6 @@ def discovery_hash(ca_pem: str | bytes) -> str:
 # certificates, in kamaji-system; charts/kamaji/values.yaml). This program owns the DataStore object itself, so
 # Helm's uninstall never waits on its finalizer (that only Kamaji's controller removes) and tear-down deletes it
 # while the controller still runs.
-SHARED_DATASTORE = "default"
 SHARED_ETCD_NAME = "kamaji-etcd"
 ETCD_CLIENT_PORT = 2379
 ETCD_CHART = Chart("etcd", "kamaji-etcd", "", "")

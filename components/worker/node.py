@@ -29,16 +29,17 @@ import config
 from components import host_operations
 from components import shell as node_scripts
 from components.management import image_cache as registry_mirror
-from components.naming import COMPONENT_PREFIX, KIND_NETWORK, node_name
+from components.naming import (
+    COMPONENT_PREFIX,
+    KIND_NETWORK,
+    LABEL_ROLE,
+    LABEL_STACK,
+    LABEL_TENANT,
+    LABEL_WORKER,
+    node_name,
+)
 from components.worker.access import NodeAccess, NodeScript, node_access, run_on_node
 from config.models import KIND_NODE_IMAGES
-
-# Docker labels on every worker container, for `docker ps --filter label=...` and cleanup checks.
-LABEL_PREFIX = "gpu-tenancy"
-LABEL_STACK = f"{LABEL_PREFIX}.stack"
-LABEL_TENANT = f"{LABEL_PREFIX}.tenant"
-LABEL_WORKER = f"{LABEL_PREFIX}.worker"
-LABEL_ROLE = f"{LABEL_PREFIX}.role"
 
 
 def worker_image(tenant: config.Tenant) -> str:
