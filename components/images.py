@@ -144,13 +144,3 @@ def node_images(config) -> dict[str, list[str]]:
                 pulls.append(image)
     return nodes
 
-
-def platform_images(config) -> set[str]:
-    """Every image some node of the lab pulls (`config`: a StackConfig or the raw stack config)."""
-    return {image for images in node_images(_stack_config(config)).values() for image in images}
-
-
-def _stack_config(config):
-    from config import StackConfig, load_stack_config
-
-    return config if isinstance(config, StackConfig) else load_stack_config(config)

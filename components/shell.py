@@ -40,10 +40,8 @@ NODE_JOIN_ENV = (
     TENANT_VERSION_ENV,
     NODE_KIND_ENV,
 )
-NODE_LEAVE_ENV = (NODE_NAME_ENV,)
 # node-mirrors.sh (run on the kind node and on workers).
 REGISTRY_MIRRORS_ENV = "REGISTRY_MIRRORS"  # lines "<registry> <upstream server URL> <mirror URL>"
-NODE_MIRRORS_ENV = (NODE_NAME_ENV, REGISTRY_MIRRORS_ENV, NODE_KIND_ENV)
 
 # Test-only knobs of the node scripts (never set in production, so the scripts' defaults apply).
 NODE_ROOT_ENV = "GPU_TENANCY_NODE_ROOT"  # prefix for /etc, /proc and /sys

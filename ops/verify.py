@@ -330,10 +330,6 @@ def render_summary(reports: Sequence[TenantReport]) -> str:
     return f"verify failed: {failures} of {total} checks failed ({failed_where}){skipped}"
 
 
-def render_report(reports: Sequence[TenantReport]) -> str:
-    return "\n\n".join([*(render_table(report) for report in reports), render_summary(reports)])
-
-
 # --- command line -----------------------------------------------------------------------------
 
 

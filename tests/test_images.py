@@ -10,15 +10,20 @@ import copy
 import yaml
 
 from bench.image_pulls import pull_counts, table
-from components.images import PAUSE_IMAGE, node_images, platform_images
+from components.images import PAUSE_IMAGE, node_images
 from components.management.image_cache import MIRRORED_REGISTRIES, registries_of
-from config import load_stack_config
+from config import StackConfig, load_stack_config
 from ops.graph import generated_config
 from tests.support.mockrun import load_stack_file
 
 
 def dev():
     return load_stack_config(load_stack_file("dev"))
+
+
+def platform_images(config: StackConfig) -> set[str]:
+    """Every image some node of the lab pulls."""
+    return {image for images in node_images(config).values() for image in images}
 
 
 def values(vendor_dir, chart):
@@ -73,13 +78,15 @@ def test_a_tenant_on_another_version_pulls_its_control_plane_images_on_the_manag
 
 
 def test_only_mirrored_registries_are_pulled_from():
-    assert registries_of(sorted(platform_images(dev()))) <= set(MIRRORED_REGISTRIES)
+    images = platform_images(dev())
+    assert images, "the inventory is empty"
+    assert registries_of(sorted(images)) <= set(MIRRORED_REGISTRIES)
 
 
 def test_with_the_mirror_upstream_pulls_do_not_grow_with_tenants():
     small, large = (pull_counts(load_stack_config(generated_config(n))) for n in (2, 32))
     assert large.without_mirror > 10 * small.without_mirror // 2
-    assert small.first_up == large.first_up == len(platform_images(generated_config(2)))
+    assert small.first_up == large.first_up == len(platform_images(load_stack_config(generated_config(2))))
     assert small.again == large.again == 0  # what the first up pulled stays cached (TTL 0)
     # An empty cache (a cleared volume) pulls everything again, once.
     assert pull_counts(load_stack_config(generated_config(32)), cached=set()).again == large.first_up

@@ -34,6 +34,10 @@ KUBE_PROXY_CONNTRACK_FIELDS = {
 CLIENT_CONNECTION_FIELDS = {"kubeconfig", "acceptContentTypes", "contentType", "qps", "burst"}
 # kube-proxy v0.35.0 config/v1alpha1/register.go L25/L28.
 KUBE_PROXY_CONFIG_API_VERSION = "kubeproxy.config.k8s.io/v1alpha1"
+# The label Kamaji puts on the objects it owns (clastix/kamaji internal/constants ProjectNameLabelKey; e.g.
+# internal/resources/konnectivity/agent.go CleanUp deletes only what carries it). Ours never do, so Kamaji leaves them
+# alone.
+KAMAJI_PROJECT_LABEL = "kamaji.clastix.io/project"
 
 # The names kubeadm v1.35 uses: cmd/kubeadm/app/constants/constants.go and phases/addons/proxy/proxy.go,
 # the same as kubeadm's own e2e test (test/e2e_kubeadm/proxy_addon_test.go). (kind, namespace, name) in
@@ -269,8 +273,8 @@ def test_every_object_is_part_of_gpu_tenancy_and_none_carries_kamajis_label():
     for obj in _objects():
         assert obj["metadata"]["labels"][PART_OF_LABEL] == PART_OF, obj["kind"]
         for labels in _all_labels(obj):
-            assert kube_proxy.KAMAJI_PROJECT_LABEL not in labels, obj["kind"]
-        assert kube_proxy.KAMAJI_PROJECT_LABEL not in yaml.safe_dump(obj)
+            assert KAMAJI_PROJECT_LABEL not in labels, obj["kind"]
+        assert KAMAJI_PROJECT_LABEL not in yaml.safe_dump(obj)
 
 
 def test_kubeadms_own_labels_are_kept():

@@ -59,14 +59,6 @@ def test_every_node_pulls_through_a_cache_on_the_kind_network(running):
             assert f'[host."{mirror}"]' in text and text == hosts_toml(registry, mirror)
 
 
-def test_every_image_the_platform_pulls_comes_from_a_mirrored_registry():
-    from components.images import platform_images
-
-    images = platform_images(load_stack_file("dev"))
-    assert images, "the inventory is empty"
-    assert registries_of(images) <= set(MIRRORED_REGISTRIES)
-
-
 def test_registries_of_normalises_like_containerd():
     assert registries_of(["calico/node:v3", "nginx", "quay.io/x/y:1", "registry.k8s.io/pause:3.10.1",
                           "localhost:5000/a", "ghcr.io/o/i@sha256:" + "0" * 64]) == {

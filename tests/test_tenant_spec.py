@@ -89,7 +89,13 @@ def tenants(dev_config):
 
 
 def _manifest(tenant, datastore="default", source_ranges=SOURCE_RANGES):
-    return tenant_spec.tenant_control_plane_manifest(tenant, datastore, source_ranges)
+    """The whole TenantControlPlane object, as components/tenant/control_plane.py creates it."""
+    return {
+        "apiVersion": tenant_spec.TCP_API_VERSION,
+        "kind": tenant_spec.TCP_KIND,
+        "metadata": tenant_spec.tenant_control_plane_metadata(tenant),
+        "spec": tenant_spec.tenant_control_plane_spec(tenant, datastore, source_ranges),
+    }
 
 
 def _k8s_errors(manifest):

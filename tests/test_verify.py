@@ -33,7 +33,6 @@ from ops.verify import (
     platform_from_outputs,
     read_outputs_file,
     read_stack_outputs,
-    render_report,
     render_summary,
     render_table,
     verify_mirror,
@@ -1341,7 +1340,8 @@ def test_report_is_what_the_cli_prints(tmp_path, capsys):
                                    waiting_on(clock)))
     reports.append(verify_mirror(rendered.outputs["imageMirror"], rendered.docker))
     assert code == 0
-    assert out == render_report(reports) + "\n"
+    # Each tenant's table as soon as it is checked, then the summary.
+    assert out == "\n\n".join([*(render_table(report) for report in reports), render_summary(reports)]) + "\n"
 
 
 # --- the real API adapter, against a local HTTP server ----------------------------------------

@@ -46,8 +46,6 @@ PORT = 5000
 # expvar JSON (`registry.proxy.*` hits and misses) on this debug port; it is not published.
 DEBUG_PORT = 5001
 CACHE_PATH = "/var/lib/registry"
-# Where a node's own registry configuration lives (containerd's default config_path, first entry).
-CERTS_D = "/etc/containerd/certs.d"
 # How long `docker.Container(wait=True)` waits for a cache's healthcheck.
 READY_TIMEOUT_SECONDS = 120
 

@@ -98,8 +98,6 @@ SERVICE_ACCOUNT_CA = f"{SERVICE_ACCOUNT_DIR}/ca.crt"
 SERVICE_ACCOUNT_TOKEN = f"{SERVICE_ACCOUNT_DIR}/token"
 
 KUBE_PROXY_CONFIG_API_VERSION = "kubeproxy.config.k8s.io/v1alpha1"
-# The label Kamaji puts on the objects it owns. Ours never carry it, so Kamaji leaves them alone.
-KAMAJI_PROJECT_LABEL = "kamaji.clastix.io/project"
 
 
 def _labels(upstream: dict[str, str] | None = None) -> dict[str, str]:

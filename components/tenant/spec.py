@@ -200,16 +200,6 @@ def tenant_control_plane_spec(tenant: Tenant, datastore: str, source_ranges: Seq
     }
 
 
-def tenant_control_plane_manifest(tenant: Tenant, datastore: str, source_ranges: Sequence[str]) -> dict[str, Any]:
-    """The whole TenantControlPlane object, as it is validated against Kamaji's CRD."""
-    return {
-        "apiVersion": TCP_API_VERSION,
-        "kind": TCP_KIND,
-        "metadata": tenant_control_plane_metadata(tenant),
-        "spec": tenant_control_plane_spec(tenant, datastore, source_ranges),
-    }
-
-
 def control_plane_endpoint(status: Mapping[str, Any] | None, tcp_name: str) -> str:
     """`<LB IP>:6443` from a Ready TenantControlPlane's status."""
     endpoint = (status or {}).get("controlPlaneEndpoint")

@@ -878,10 +878,6 @@ class DynamicModel:
         return dict(resource.outputs)
 
 
-# The world dynamic providers talk to while the simulator calls them (see tests.support.sim.hostapi).
-_DYNAMIC: list[Context] = []
-
-
 class dynamic_world:  # noqa: N801 -- used as a context manager
     """The dynamic providers' API hooks point at the simulated machine (tests/support/sim/hostapi.py) meanwhile."""
 
@@ -892,18 +888,12 @@ class dynamic_world:  # noqa: N801 -- used as a context manager
         self.hooks = hostapi.patched(ctx.world)
 
     def __enter__(self):
-        _DYNAMIC.append(self.ctx)
         self.hooks.__enter__()
         return self.ctx
 
     def __exit__(self, *exc):
         self.hooks.__exit__(*exc)
-        _DYNAMIC.pop()
         return False
-
-
-def current_dynamic_context() -> Context | None:
-    return _DYNAMIC[-1] if _DYNAMIC else None
 
 
 MODELS: dict[str, Callable[[], Any]] = {

@@ -6,7 +6,6 @@ Each rule is what the pinned upstream source does; the file is named next to it.
 
 from __future__ import annotations
 
-import copy
 import datetime
 import hashlib
 import ipaddress
@@ -798,10 +797,6 @@ def _run(pod: dict[str, Any], node: dict[str, Any]) -> None:
     # The kubelet drops extended requests the node does not advertise (pkg/kubelet/lifecycle/predicate.go
     # removeMissingExtendedResources), so a pod runs even if the mock plugin registered nothing.
     pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
-
-
-def copy_obj(obj: dict[str, Any]) -> dict[str, Any]:
-    return copy.deepcopy(obj)
 
 
 __all__ = ["KamajiState", "TenantFeatures", "helm_install", "helm_upgrade", "helm_uninstall", "join", "reset",
