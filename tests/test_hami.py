@@ -1,6 +1,6 @@
 """HamiMockGpu: the simulated cards HAMi reads, and the component in the lifecycle simulator (the Konnectivity
 gate, per-node registration, the smoke pod and its evidence). The host-side providers it uses (GpuCapacity,
-KonnectivityReady) are tested call by call in tests/test_tenant_api.py."""
+KonnectivityReady) are tested call by call in tests/test_host_operations.py."""
 
 from __future__ import annotations
 

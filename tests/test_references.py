@@ -3,7 +3,13 @@ upstream file, never notes kept beside the checkout."""
 
 from __future__ import annotations
 
+import ast
+import functools
+import importlib
+import io
 import re
+import tokenize
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,3 +44,91 @@ def test_nothing_points_at_notes_outside_the_repository():
             for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
             if OUTSIDE_NOTES.search(line)]
     assert not hits, "say the reason and name the upstream file instead:\n" + "\n".join(hits)
+
+
+# --------------------------------------------------------------------------- #
+# What comments and docstrings name exists
+# --------------------------------------------------------------------------- #
+
+# A path into one of our own top-level folders. (Upstream files are cited with their project and never start with
+# one of these; `docs/` is left out because upstream projects have docs/ folders too.)
+OUR_PATH = re.compile(r"(?<![\w./-])((?:components|ops|config|tests|bench)/[\w./-]*\w\.(?:py|sh|yaml|md|json|txt))\b")
+# A dotted name in one of our packages: a module, or a module's function, class or constant.
+OUR_NAME = re.compile(r"(?<![\w./-])((?:components|ops|config|tests)(?:\.[A-Za-z_]\w*)+)")
+# `config.yaml`, kube-proxy's `config.conf`, Go's `config.go`: file names, not Python names.
+FILE_SUFFIXES = {"go", "conf", "yaml", "yml", "toml", "json", "txt", "md", "py", "sh", "tpl"}
+
+
+def prose(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, text) of each comment and docstring of a Python file, or of each comment of a shell script or the
+    Makefile."""
+    text = path.read_text()
+    if path.suffix != ".py":
+        for number, line in enumerate(text.splitlines(), 1):
+            if "#" in line:
+                yield number, line[line.index("#"):]
+        return
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type == tokenize.COMMENT:
+            yield token.start[0], token.string
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            docstring = ast.get_docstring(node, clean=False)
+            if docstring:
+                yield node.body[0].lineno, docstring
+
+
+@functools.cache
+def all_prose() -> tuple[tuple[str, int, str], ...]:
+    """(file, line, text) of every comment and docstring of the code, the scripts and the Makefile, read once."""
+    return tuple((str(path.relative_to(ROOT)), number, text)
+                 for path in source_files() if path.suffix in (".py", ".sh") or path.name == "Makefile"
+                 for number, text in prose(path))
+
+
+def resolves(dotted: str) -> bool:
+    """Whether `a.b.c` is one of our modules, or an attribute (function, class, constant) of one."""
+    parts = dotted.split(".")
+    for split in range(len(parts), 0, -1):
+        module = ROOT.joinpath(*parts[:split])
+        if module.with_suffix(".py").is_file() or (module / "__init__.py").is_file():
+            obj = importlib.import_module(".".join(parts[:split]))
+            for attribute in parts[split:]:
+                if not hasattr(obj, attribute):
+                    return False
+                obj = getattr(obj, attribute)
+            return True
+    return False
+
+
+def test_every_repository_path_a_comment_names_exists():
+    named, broken = 0, []
+    for path, number, text in all_prose():
+        for name in OUR_PATH.findall(text):
+            named += 1
+            if not (ROOT / name).exists():
+                broken.append(f"{path}:{number}: {name}")
+    assert named > 30
+    assert not broken, "comments and docstrings name files that do not exist:\n" + "\n".join(broken)
+
+
+def test_every_module_and_function_a_comment_names_exists():
+    named, broken = 0, []
+    for path, number, text in all_prose():
+        for name in OUR_NAME.findall(text):
+            if name.rsplit(".", 1)[-1] in FILE_SUFFIXES:
+                continue
+            named += 1
+            if not resolves(name):
+                broken.append(f"{path}:{number}: {name}")
+    assert named > 30
+    assert not broken, "comments and docstrings name modules or functions that do not exist:\n" + "\n".join(broken)
+
+
+def test_the_checks_recognise_what_they_look_for():
+    text = "see tests/test_join_script.py and components.worker.access.ssh_stdin; kamaji docs/x.md, config.go"
+    assert OUR_PATH.findall(text) == ["tests/test_join_script.py"]
+    assert [n for n in OUR_NAME.findall(text) if n.rsplit(".", 1)[-1] not in FILE_SUFFIXES] == [
+        "components.worker.access.ssh_stdin"]
+    assert not resolves("components.worker.access.ssh_stdin") and resolves("components.worker.access.node_program")
+    assert resolves("tests.support.sim.Lifecycle") and not resolves("components.nothing_here")

@@ -2,8 +2,8 @@
 
 The simulator does not execute bash: it recognises each script this program ships by what it runs (kind,
 kubeadm, kubectl) and applies the script's contract to the world. The scripts themselves are executed
-against stub binaries in their own tests (tests/test_join_script.py, tests/test_kind_cluster.py,
-tests/test_node_scripts.py), which pin that contract; this module is the other half: what the contract
+against stub binaries in their own tests (tests/test_node_scripts.py, tests/test_kind_scripts.py,
+tests/test_mirror_script.py), which pin that contract; this module is the other half: what the contract
 does to kind, Docker and the tenants.
 """
 
@@ -38,7 +38,7 @@ class Invocation:
 
 
 def _ssh_branch(program: str, action: str) -> tuple[str, dict[str, str]]:
-    """The script and decoded secrets of one action of the SSH stdin program (components.worker.access.ssh_stdin)."""
+    """The script and decoded secrets of one action of the SSH stdin program (components.worker.access.node_program)."""
     match = re.search(rf"^{action}\)\n\(\n(.*?)\n\) </dev/null\n;;$", program, re.S | re.M)
     if match is None:
         return "", {}
