@@ -46,10 +46,11 @@ help:
 	@echo "make e2e         full lifecycle on this Docker host (up, verify, update, no-op, destroy)"
 	@echo "make venv, make backend, make pulumi-cli: the steps the targets above use"
 
+# The host check (standard library only, run by $(PYTHON) itself) names each missing apt package before the venv
+# is made: a stock Ubuntu 24.04 has no ensurepip without python3.12-venv.
 $(VENV)/.installed: requirements.txt requirements-dev.txt
-	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null || { \
-		echo "$(PYTHON) is not Python 3.10 or newer: install one, then: rm -rf $(VENV) && make <target> PYTHON=python3.12" >&2; \
-		exit 1; }
+	@command -v $(PYTHON) >/dev/null || { echo "missing: $(PYTHON): sudo apt-get install python3 python3-venv" >&2; exit 1; }
+	@$(PYTHON) -m ops.hostcheck
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	touch $@

@@ -30,3 +30,13 @@ def test_make_up_fetches_the_chart_before_preflight_checks_it():
     charts = next(i for i, line in enumerate(lines) if "ops.upstream fetch --group chart" in line)
     preflight = next(i for i, line in enumerate(lines) if "ops.preflight" in line)
     assert charts < preflight
+
+
+def test_the_host_check_runs_before_the_venv_is_made():
+    # -W: as if requirements.txt had changed, so the venv rule runs even where .venv is current.
+    done = subprocess.run(["make", "-n", "-W", "requirements.txt", "venv"], cwd=ROOT, capture_output=True, text=True,
+                          check=True)
+    lines = done.stdout.splitlines()
+    check = next(i for i, line in enumerate(lines) if line.endswith("-m ops.hostcheck"))
+    venv = next(i for i, line in enumerate(lines) if " -m venv " in line)
+    assert check < venv
