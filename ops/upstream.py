@@ -42,11 +42,13 @@ what is wrong with it (empty = fine), and `require("chart")` raises UpstreamErro
 from __future__ import annotations
 
 import argparse
+import errno
 import hashlib
 import json
 import os
 import re
 import secrets
+import socket
 import sys
 import time
 import urllib.error
@@ -73,6 +75,10 @@ _REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 class UpstreamError(Exception):
     """The manifest is malformed, or pinned files are missing or modified."""
+
+
+class UnreachableError(UpstreamError):
+    """No connection to the download host (or the proxy in front of it): every other file would fail the same way."""
 
 
 # --------------------------------------------------------------------------------------------------- manifest
@@ -293,8 +299,18 @@ def _unexpected(entries: list[dict], dest: Path | str | None) -> list[str]:
 # --------------------------------------------------------------------------------------------------- fetch
 
 
+def unreachable(err: urllib.error.URLError) -> bool:
+    """Whether `err` says the host (or proxy) cannot be reached at all: its name does not resolve, nothing listens,
+    there is no route, or the connection timed out. Retrying then only repeats the wait, file after file."""
+    reason = err.reason
+    if isinstance(reason, (socket.gaierror, ConnectionRefusedError, TimeoutError)):
+        return True
+    return isinstance(reason, OSError) and reason.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH)
+
+
 def download(url: str, timeout: float = 60.0, attempts: int = 3) -> bytes:
-    """The body of `url`; retries server errors and connection problems, not 4xx. Raises OSError subclasses."""
+    """The body of `url`; retries server errors and dropped connections, not 4xx and not an unreachable host
+    (see `unreachable`). Raises OSError subclasses."""
     for attempt in range(1, attempts + 1):
         try:
             request = urllib.request.Request(url, headers={"User-Agent": "gpu-tenancy-upstream/1"})
@@ -304,11 +320,39 @@ def download(url: str, timeout: float = 60.0, attempts: int = 3) -> bytes:
             err.close()  # the error carries the open response; code and reason stay readable
             if err.code < 500 or attempt == attempts:
                 raise
-        except (urllib.error.URLError, TimeoutError, ConnectionError):
+        except urllib.error.URLError as err:
+            if unreachable(err) or attempt == attempts:
+                raise
+        except (TimeoutError, ConnectionError):
             if attempt == attempts:
                 raise
         time.sleep(attempt)
     raise AssertionError("unreachable")
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+def unreachable_message(url: str, err: urllib.error.URLError, group: str, dest: Path | str | None = None) -> str:
+    """One line: which host (or proxy) did not answer, why, and the two ways out."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or url
+    proxy = urllib.request.getproxies().get(parts.scheme)
+    if proxy and not urllib.request.proxy_bypass(parts.netloc):
+        proxy_parts = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+        shown = f"{proxy_parts.scheme}://{proxy_parts.hostname}" + (f":{proxy_parts.port}" if proxy_parts.port else "")
+        where = f"the proxy {shown} ({parts.scheme.upper()}_PROXY) for {host}"
+        way_out = f"check {parts.scheme.upper()}_PROXY / NO_PROXY"
+    else:
+        where = host
+        way_out = f"if this machine reaches the internet through a proxy, export {parts.scheme.upper()}_PROXY"
+    copy_from = group_root("chart", dest) / "charts" if group == "chart" else vendor_dir(dest)
+    return (f"cannot reach {where} ({err.reason}): {way_out}, or copy {_shown(copy_from)}/ from a machine that has "
+            f"it (`{MAKE_TARGETS[group]}` then checks every file)")
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -339,7 +383,8 @@ def fetch(
     """Download what is missing or invalid, verify it, write it atomically. Returns the problems (empty = success).
 
     A file that fails (download error or hash mismatch) is not written; a previously present invalid copy stays
-    as it was and is still reported.
+    as it was and is still reported. An unreachable host (or proxy) stops the whole fetch at the first file:
+    UnreachableError, one line naming it.
     """
     entries = select(load_manifest(manifest), group)
     failures: list[str] = []
@@ -354,6 +399,11 @@ def fetch(
             data = download(url, timeout=timeout, attempts=attempts)
         except urllib.error.HTTPError as err:
             failures.append(f"{entry['dest']}: download failed: HTTP {err.code} {err.reason} from {url}")
+            continue
+        except urllib.error.URLError as err:
+            if unreachable(err):
+                raise UnreachableError(unreachable_message(url, err, entry["group"], dest)) from None
+            failures.append(f"{entry['dest']}: download failed: {err} ({url})")
             continue
         except (OSError, ValueError) as err:  # URLError, timeouts, connection errors, bad URLs
             failures.append(f"{entry['dest']}: download failed: {err} ({url})")
@@ -398,6 +448,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             problems = fetch(args.group, args.dest, args.manifest)
         else:
             problems = verify(args.group, args.dest, args.manifest)
+    except UnreachableError as err:
+        print(f"upstream: {err}", file=sys.stderr)
+        return 1
     except UpstreamError as err:
         print(f"upstream: {err}", file=sys.stderr)
         return 2

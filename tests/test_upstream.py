@@ -9,7 +9,9 @@ import http.server
 import json
 import os
 import re
+import socket
 import threading
+import urllib.error
 from pathlib import Path, PurePosixPath
 from urllib.parse import unquote
 
@@ -206,11 +208,65 @@ def test_missing_upstream_file_is_reported_as_404(manifest, server, tmp_path):
     assert not (tmp_path / "charts/demo/templates/cm.yaml").exists()
 
 
-def test_unreachable_server_is_a_download_failure(manifest, tmp_path):
-    failures = upstream.fetch("reference", tmp_path, manifest, base_url="http://127.0.0.1:9", timeout=5, attempts=1)
-    assert len(failures) == 3
-    assert all(": download failed:" in failure for failure in failures)
+def test_an_unreachable_host_stops_the_fetch_at_the_first_file_without_retries(manifest, tmp_path, monkeypatch):
+    # Offline, 3 attempts x 49 files took minutes and printed 49 lines (maintainer review Part 1 #1).
+    calls, sleeps = [], []
+    monkeypatch.setattr(upstream.time, "sleep", sleeps.append)
+
+    def urlopen(request, timeout):
+        calls.append(request.full_url)
+        raise urllib.error.URLError(socket.gaierror(-2, "Name or service not known"))
+
+    monkeypatch.setattr(upstream.urllib.request, "urlopen", urlopen)
+    with pytest.raises(upstream.UnreachableError) as caught:
+        upstream.fetch("chart", tmp_path, manifest, base_url="https://raw.githubusercontent.com", attempts=3)
+    assert len(calls) == 1 and sleeps == []
+    assert str(caught.value) == (
+        "cannot reach raw.githubusercontent.com ([Errno -2] Name or service not known): if this machine reaches the "
+        f"internet through a proxy, export HTTPS_PROXY, or copy {tmp_path / 'charts'}/ from a machine that has it "
+        "(`make charts` then checks every file)")
+    assert not (tmp_path / "charts").exists()
+
+
+def test_a_closed_port_is_unreachable_too(manifest, tmp_path):
+    with pytest.raises(upstream.UnreachableError, match=r"^cannot reach 127\.0\.0\.1 \(.*refused"):
+        upstream.fetch("reference", tmp_path, manifest, base_url="http://127.0.0.1:9", timeout=5, attempts=3)
     assert not (tmp_path / "vendor").exists()
+
+
+def test_an_unreachable_proxy_is_named_without_its_credentials(monkeypatch):
+    monkeypatch.setenv("HTTPS_PROXY", "http://me:secret@proxy.example:3128")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    err = urllib.error.URLError(ConnectionRefusedError(111, "Connection refused"))
+    message = upstream.unreachable_message("https://raw.githubusercontent.com/a/b/c", err, "reference")
+    assert message.startswith("cannot reach the proxy http://proxy.example:3128 (HTTPS_PROXY) for "
+                              "raw.githubusercontent.com ([Errno 111] Connection refused): check HTTPS_PROXY / NO_PROXY")
+    assert "secret" not in message and ".cache/upstream/vendor/" in message
+
+
+def test_a_dropped_connection_is_still_retried(monkeypatch):
+    calls = []
+    monkeypatch.setattr(upstream.time, "sleep", lambda _: None)
+
+    def urlopen(request, timeout):
+        calls.append(request.full_url)
+        raise urllib.error.URLError(ConnectionResetError(104, "Connection reset by peer"))
+
+    monkeypatch.setattr(upstream.urllib.request, "urlopen", urlopen)
+    with pytest.raises(urllib.error.URLError):
+        upstream.download("https://example.invalid/x", attempts=3)
+    assert len(calls) == 3
+
+
+def test_cli_prints_one_line_for_an_unreachable_host(manifest, tmp_path, capsys):
+    manifest_file = tmp_path / "manifest.json"
+    manifest_file.write_text(json.dumps(manifest))
+    assert upstream.main(["fetch", "--dest", str(tmp_path / "out"), "--manifest", str(manifest_file)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    (line,) = captured.err.splitlines()
+    assert line.startswith("upstream: cannot reach 127.0.0.1 (")
 
 
 def test_cli_names_every_failed_file_and_exits_non_zero(manifest, server, tmp_path, monkeypatch, capsys):
