@@ -93,7 +93,13 @@ backend: pulumi-cli venv
 # removed when it ends.
 PRIVATE_TMP := tmp="$$(mktemp -d)" && trap 'rm -rf "$$tmp"' EXIT && TMPDIR="$$tmp"
 
-up: charts preflight backend
+# In this order, one step after the other: the host and stack checks (no download needed, so the preflight table
+# appears even offline), then the pinned chart (the fetch stops at the first unreachable host), then its check.
+up: venv
+	@$(PY) -m ops.preflight --stack $(STACK)
+	$(PY) -m ops.upstream fetch --group chart
+	@$(PY) -m ops.upstream verify --group chart
+	@$(MAKE) --no-print-directory backend
 	$(PRIVATE_TMP) pulumi up --stack $(STACK) $(PULUMI_FLAGS)
 	@$(PY) -m ops.status --stack $(STACK) || true
 

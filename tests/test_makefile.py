@@ -25,11 +25,18 @@ def test_pulumi_runs_with_a_private_tmpdir_removed_afterwards(target, command):
     assert line.startswith('tmp="$(mktemp -d)" && trap \'rm -rf "$tmp"\' EXIT && TMPDIR="$tmp" ')
 
 
-def test_make_up_fetches_the_chart_before_preflight_checks_it():
+def test_make_up_checks_the_host_then_fetches_the_chart_then_checks_it():
+    # Offline, the preflight table must appear before any download is tried (maintainer review Part 1 #1).
     lines = dry_run("up")
-    charts = next(i for i, line in enumerate(lines) if "ops.upstream fetch --group chart" in line)
-    preflight = next(i for i, line in enumerate(lines) if "ops.preflight" in line)
-    assert charts < preflight
+
+    def first(text: str) -> int:
+        return next(i for i, line in enumerate(lines) if text in line)
+
+    host = first("-m ops.preflight --stack dev")
+    assert "--charts" not in lines[host]
+    steps = [host, first("ops.upstream fetch --group chart"), first("ops.upstream verify --group chart"),
+             first("pulumi stack select dev"), first("pulumi up --stack dev")]
+    assert steps == sorted(steps), lines
 
 
 def test_the_host_check_runs_before_the_venv_is_made():
