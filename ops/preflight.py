@@ -119,9 +119,21 @@ HOST = Probes(
 @dataclass(frozen=True)
 class CheckResult:
     name: str
+    # False: a failure, with `fix` saying what to do. Skipped and informational results are not failures.
     ok: bool
     detail: str
     fix: str = ""
+    # "skip": not checked, because a check it depends on failed; "info": nothing to do now. Empty for ok/FAIL.
+    state: str = ""
+
+    @property
+    def mark(self) -> str:
+        return self.state or ("ok  " if self.ok else "FAIL")
+
+
+def skipped(name: str, needs: str) -> CheckResult:
+    """A check that could not run because `needs` failed above: reported, never as a second failure."""
+    return CheckResult(name, True, f"not checked: needs {needs}, which failed above", state="skip")
 
 
 def _int_setting(probes: Probes, path: str) -> int | None:
@@ -178,9 +190,16 @@ def check_python(probes: Probes) -> CheckResult:
     )
 
 
+DOCKER_DAEMON = "Docker daemon answers"
+DOCKER_ENGINE = "Docker Engine, not Docker Desktop"
+ONE_DOCKER = "one Docker daemon for kind and Pulumi"
+KIND_SUBNET = "kind network subnet"
+NEEDS_THE_DAEMON = (DOCKER_ENGINE, ONE_DOCKER, KIND_SUBNET)
+
+
 def _docker_info(probes: Probes) -> tuple[CheckResult, str | None]:
     """The daemon check, and the daemon's OperatingSystem when it answered."""
-    name = "Docker daemon answers"
+    name = DOCKER_DAEMON
     code, stdout, stderr = probes.run(DOCKER_INFO)
     server, _, system = _first_line(stdout).partition("\t")
     if code == 0 and server.strip():
@@ -198,7 +217,7 @@ def _docker_info(probes: Probes) -> tuple[CheckResult, str | None]:
 
 
 def check_docker_engine(system: str) -> CheckResult:
-    name = "Docker Engine, not Docker Desktop"
+    name = DOCKER_ENGINE
     if "docker desktop" not in system.lower():
         return CheckResult(name, True, system or "unknown operating system")
     return CheckResult(
@@ -240,7 +259,7 @@ def check_one_docker(
     otherwise its `host` (stack config `docker:host`, else DOCKER_HOST, else unix:///var/run/docker.sock); it
     ignores `docker context use`.
     """
-    name = "one Docker daemon for kind and Pulumi"
+    name = ONE_DOCKER
     provider_config = provider_config or {}
     stack_flag = f" --stack {stack}" if stack else ""
     env_host, env_context = probes.env("DOCKER_HOST"), probes.env("DOCKER_CONTEXT")
@@ -298,7 +317,7 @@ def check_one_docker(
 
 
 def check_kind_network(probes: Probes) -> CheckResult:
-    name = "kind network subnet"
+    name = KIND_SUBNET
     fix = (
         "kind get clusters | xargs -r -n1 kind delete cluster --name && docker network rm kind   "
         "# kind recreates it on the next `make up`, from Docker's default-address-pools "
@@ -421,18 +440,19 @@ def run_checks(
         return [host, python, pulumi_cli]
     results = [host, python]
     if not probes.which("docker"):
-        results.append(CheckResult(
-            "Docker daemon answers", False, "the `docker` CLI is not on PATH",
+        daemon, system = CheckResult(
+            DOCKER_DAEMON, False, "the `docker` CLI is not on PATH",
             "install Docker Engine: https://docs.docker.com/engine/install/",
-        ))
+        ), None
     else:
         daemon, system = _docker_info(probes)
-        results.append(daemon)
-        if system is not None:
-            results.append(check_docker_engine(system))
-        results.append(check_one_docker(probes, provider_config, stack))
-        if daemon.ok:
-            results.append(check_kind_network(probes))
+    results.append(daemon)
+    if daemon.ok and system is not None:
+        results += [check_docker_engine(system), check_one_docker(probes, provider_config, stack),
+                    check_kind_network(probes)]
+    else:
+        # Each asks the daemon, or is about the daemon kind and Pulumi will use.
+        results += [skipped(name, "the Docker daemon") for name in NEEDS_THE_DAEMON]
     return [*results, check_kind(probes), pulumi_cli, *check_inotify(probes)]
 
 
@@ -635,8 +655,7 @@ def needs_local_lab(stack_config: dict) -> bool:
 def render(results: Sequence[CheckResult]) -> str:
     lines = []
     for result in results:
-        mark = "ok  " if result.ok else "FAIL"
-        lines.append(f"[{mark}] {result.name}: {result.detail}")
+        lines.append(f"[{result.mark}] {result.name}: {result.detail}")
         if not result.ok and result.fix:
             lines.append(f"       fix: {result.fix}")
     failed = sum(not r.ok for r in results)

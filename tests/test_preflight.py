@@ -95,6 +95,21 @@ def test_render_format():
     ]
 
 
+def test_render_marks_skipped_and_informational_results_and_counts_neither():
+    text = preflight.render([
+        preflight.CheckResult("a", False, "broken", "do this"),
+        preflight.skipped("b", "a"),
+        preflight.CheckResult("c", True, "later", "not shown", state="info"),
+    ])
+    assert text.splitlines() == [
+        "[FAIL] a: broken",
+        "       fix: do this",
+        "[skip] b: not checked: needs a, which failed above",
+        "[info] c: later",
+        "preflight failed: 1 check(s) above need fixing",
+    ]
+
+
 def test_swap_and_conntrack_are_no_longer_checked():
     probes, _ = fake(files={"/proc/swaps": "Filename Type Size Used Priority\n/swap.img file 2097148 0 -2\n",
                             "/proc/sys/net/netfilter/nf_conntrack_max": "65536\n"})
@@ -190,9 +205,12 @@ def test_docker_daemon_down_says_how_to_start_it(capsys):
     assert result.fix == "sudo systemctl start docker"
     out = capsys.readouterr().out
     assert "fix: sudo systemctl start docker" in out
-    # Nothing else asks the daemon once it does not answer.
-    assert tuple(KIND_NETWORK) not in calls
-    assert "Docker Engine, not Docker Desktop" not in by_name(run_checks(probes))
+    # Nothing else asks the daemon once it does not answer, and what depends on it is a skip, not an "ok" printed
+    # under the failure (maintainer review Part 1 #9).
+    assert tuple(KIND_NETWORK) not in calls and CONTEXT_INSPECT not in calls
+    assert "[skip] one Docker daemon for kind and Pulumi: not checked: needs the Docker daemon, which failed above" in out
+    assert "[skip] Docker Engine, not Docker Desktop: not checked" in out and "[skip] kind network subnet" in out
+    assert out.rstrip().endswith("preflight failed: 1 check(s) above need fixing")
 
 
 def test_docker_zero_exit_with_the_error_on_stderr_fails():
@@ -215,7 +233,8 @@ def test_missing_docker_cli():
     assert not result.ok and "not on PATH" in result.detail
     assert "docs.docker.com/engine/install" in result.fix
     assert not any(argv[0] == "docker" for argv in calls)
-    assert "one Docker daemon for kind and Pulumi" not in results
+    assert results["one Docker daemon for kind and Pulumi"].state == "skip"
+    assert [r.name for r in results.values() if r.state == "skip"] == list(preflight.NEEDS_THE_DAEMON)
 
 
 # --- Docker Engine, not Docker Desktop -----------------------------------------------------------------------------
