@@ -1,5 +1,6 @@
 """Preflight checks against faked host probes (no Docker, no network)."""
 
+import json
 import sys
 import textwrap
 
@@ -664,3 +665,65 @@ def test_non_project_keys_are_not_validated():
     stack["config"]["docker:host"] = "unix:///var/run/docker.sock"
     stack["config"]["kubernetes:enableServerSideApply"] = "true"
     assert check_stack_config("lab", stack).ok
+
+
+# --- the Kamaji chart ------------------------------------------------------------------------------------------------
+
+def test_a_chart_not_fetched_yet_is_information_since_make_up_fetches_it(tmp_path, capsys):
+    # A fresh clone: `make preflight` used to FAIL with "make charts" (maintainer review Part 1 #8).
+    assert preflight.main(["--charts"], fake()[0], root=tmp_path) == 0
+    out = capsys.readouterr().out
+    assert ("[info] Kamaji chart (pinned, verified): not fetched yet (`make up` fetches it into .cache/charts; "
+            "`make charts` fetches it now)") in out
+    assert out.rstrip().endswith("preflight passed")
+
+
+CHART_FILES = {"charts/kamaji/Chart.yaml": b"apiVersion: v2\nname: kamaji\n", "charts/kamaji/values.yaml": b"{}\n"}
+
+
+@pytest.fixture
+def chart_manifest(tmp_path, monkeypatch):
+    """A two-file chart manifest in place of the real one; returns where its files go."""
+    from ops import upstream
+
+    entries = [{"group": "chart", "repo": "clastix/kamaji", "ref": "a" * 40, "path": dest, "dest": dest,
+                "git_blob": upstream.git_blob_id(data)} for dest, data in CHART_FILES.items()]
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps(entries))
+    monkeypatch.setattr(upstream, "MANIFEST", manifest)
+    return tmp_path / ".cache"
+
+
+def put(cache, dest, data):
+    (cache / dest).parent.mkdir(parents=True, exist_ok=True)
+    (cache / dest).write_bytes(data)
+
+
+def test_a_chart_file_that_differs_from_the_manifest_fails(tmp_path, chart_manifest):
+    put(chart_manifest, "charts/kamaji/values.yaml", b"changed by hand\n")
+    result = preflight.check_charts(tmp_path)
+    assert not result.ok and result.state == ""
+    assert result.detail.startswith("charts/kamaji/values.yaml: git blob id mismatch")
+    assert "Chart.yaml" not in result.detail  # not fetched yet is not the problem
+    assert result.fix.startswith("make charts")
+
+
+def test_a_partly_fetched_chart_is_information_too(tmp_path, chart_manifest):
+    put(chart_manifest, "charts/kamaji/Chart.yaml", CHART_FILES["charts/kamaji/Chart.yaml"])
+    result = preflight.check_charts(tmp_path)
+    assert result.ok and result.state == "info" and result.detail.startswith("1 of 2 files not fetched yet")
+
+
+def test_a_fetched_chart_passes(tmp_path, chart_manifest):
+    for dest, data in CHART_FILES.items():
+        put(chart_manifest, dest, data)
+    result = preflight.check_charts(tmp_path)
+    assert result.ok and result.state == "" and result.detail.endswith(".cache/charts/kamaji")
+
+
+def test_a_file_the_manifest_does_not_list_fails(tmp_path, chart_manifest):
+    for dest, data in CHART_FILES.items():
+        put(chart_manifest, dest, data)
+    put(chart_manifest, "charts/kamaji/templates/extra.yaml", b"kind: Secret\n")
+    result = preflight.check_charts(tmp_path)
+    assert not result.ok and "templates/extra.yaml: not in the upstream manifest" in result.detail
