@@ -6,7 +6,10 @@ with their stdout and stderr kept apart, /proc reads, environment variables, the
 version) are injectable, so the checks are unit-tested without Docker.
 
 Checked for a local lab: a Linux host (the tenants' MetalLB addresses live on the `kind` bridge, which only a
-Linux host routes to), Docker Engine rather than Docker Desktop (same reason), one Docker daemon for the docker
+Linux host routes to), Docker Engine rather than Docker Desktop (same reason), a rootful daemon (rootless Docker
+keeps the `kind` bridge in RootlessKit's namespace: same reason again), no userns-remap and no btrfs, zfs or
+devicemapper storage (kind gives its own node --userns=host and a /dev/mapper bind there; the worker containers
+get neither, so such hosts are refused), one Docker daemon for the docker
 CLI (kind) and the pulumi-docker provider (the worker containers), an existing `kind` network large enough to
 carve MetalLB's /24 from, kind >= v0.31.0, pulumi >= v3.260.0, Python >= 3.10 and the inotify limits. A stack
 that adopts an existing cluster and has only SSH workers needs just Python and the Pulumi CLI here. With
@@ -57,7 +60,9 @@ MAX_KIND_PREFIX = 24
 # pulumi-docker's `host` when neither `docker:host` nor DOCKER_HOST is set (on Linux).
 PULUMI_DOCKER_DEFAULT_HOST = "unix:///var/run/docker.sock"
 
-DOCKER_INFO = ["docker", "info", "--format", "{{.ServerVersion}}\t{{.OperatingSystem}}"]
+# One `docker info` for the daemon checks: version, OS, security options (rootless, userns), storage driver.
+DOCKER_INFO = ["docker", "info", "--format", "{{.ServerVersion}}\t{{.OperatingSystem}}\t{{json .SecurityOptions}}\t"
+               "{{.Driver}}\t{{json .DriverStatus}}"]
 KIND_NETWORK = ["docker", "network", "inspect", "kind", "--format", "{{json .IPAM.Config}}"]
 ENDPOINT_FORMAT = ["--format", "{{.Endpoints.docker.Host}}"]
 
@@ -194,16 +199,52 @@ DOCKER_DAEMON = "Docker daemon answers"
 DOCKER_ENGINE = "Docker Engine, not Docker Desktop"
 ONE_DOCKER = "one Docker daemon for kind and Pulumi"
 KIND_SUBNET = "kind network subnet"
-NEEDS_THE_DAEMON = (DOCKER_ENGINE, ONE_DOCKER, KIND_SUBNET)
+ROOTFUL = "rootful Docker (not rootless)"
+NO_USERNS_REMAP = "no user-namespace remapping in dockerd"
+STORAGE = "Docker storage the worker kubelets can use"
+NEEDS_THE_DAEMON = (DOCKER_ENGINE, ROOTFUL, NO_USERNS_REMAP, STORAGE, ONE_DOCKER, KIND_SUBNET)
 
 
-def _docker_info(probes: Probes) -> tuple[CheckResult, str | None]:
-    """The daemon check, and the daemon's OperatingSystem when it answered."""
+@dataclass(frozen=True)
+class DockerFacts:
+    """What `docker info` says about the daemon, as the checks below read it."""
+
+    system: str
+    security_options: tuple[str, ...] = ()
+    driver: str = ""
+    backing_filesystem: str = ""
+
+
+def _json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def _facts(line: str) -> DockerFacts:
+    server, system, security, driver, status = (line.split("\t") + [""] * 5)[:5]
+    options = _json(security)
+    backing = ""
+    for item in _json(status) or []:
+        if isinstance(item, list) and len(item) == 2 and item[0] == "Backing Filesystem":
+            backing = str(item[1]).lower()
+    return DockerFacts(
+        system.strip(),
+        tuple(str(option) for option in options) if isinstance(options, list) else (),
+        driver.strip().lower(),
+        backing,
+    )
+
+
+def _docker_info(probes: Probes) -> tuple[CheckResult, DockerFacts | None]:
+    """The daemon check, and what the daemon said about itself when it answered."""
     name = DOCKER_DAEMON
     code, stdout, stderr = probes.run(DOCKER_INFO)
-    server, _, system = _first_line(stdout).partition("\t")
-    if code == 0 and server.strip():
-        return CheckResult(name, True, f"server {server.strip()}"), system.strip()
+    line = _first_line(stdout)
+    server = line.partition("\t")[0].strip()
+    if code == 0 and server:
+        return CheckResult(name, True, f"server {server}"), _facts(line)
     said = _said("", stderr) if stderr.strip() else f"no server version (exit code {code})"
     if "permission denied" in stderr.lower():
         return CheckResult(
@@ -214,6 +255,74 @@ def _docker_info(probes: Probes) -> tuple[CheckResult, str | None]:
         name, False, f"`docker info` failed: {said}",
         "sudo systemctl start docker",
     ), None
+
+
+def _security_option(facts: DockerFacts, name: str) -> bool:
+    # Each option is a comma-separated list like "name=seccomp,profile=builtin" (kind provider.go info()).
+    return any(f"name={name}" in option.split(",") for option in facts.security_options)
+
+
+def check_rootful(facts: DockerFacts) -> CheckResult:
+    """Rootless Docker runs its bridges, `kind` included, inside RootlessKit's network namespace, where the host
+    cannot reach container addresses (docs.docker.com/engine/security/rootless/troubleshoot, moby/moby#43625):
+    the tenants' MetalLB addresses on the `kind` bridge would be unreachable for Pulumi and `make verify`."""
+    if not _security_option(facts, "rootless"):
+        return CheckResult(ROOTFUL, True, "the daemon runs as root")
+    return CheckResult(
+        ROOTFUL, False,
+        "this daemon is rootless: the `kind` bridge lives in RootlessKit's network namespace, so the tenants' "
+        "MetalLB addresses on it cannot be reached from this host and every tenant provider would time out late "
+        "in `pulumi up`",
+        "use the system daemon: sudo systemctl enable --now docker && unset DOCKER_HOST && "
+        "docker context use default (with this user in the docker group: sudo usermod -aG docker \"$USER\")",
+    )
+
+
+def check_no_userns_remap(facts: DockerFacts) -> CheckResult:
+    """dockerd refuses a privileged container in a remapped user namespace unless it runs with --userns=host
+    (moby daemon_unix.go verifyPlatformContainerSettings). kind adds that flag to its own node (kind
+    provision.go, usernsRemap); the worker containers (components/worker/node.py) are privileged and do not."""
+    if not _security_option(facts, "userns"):
+        return CheckResult(NO_USERNS_REMAP, True, "off")
+    return CheckResult(
+        NO_USERNS_REMAP, False,
+        "dockerd runs with userns-remap: it refuses the privileged worker containers ('privileged mode is "
+        "incompatible with user namespaces'), so the first worker would fail",
+        "remove \"userns-remap\" from /etc/docker/daemon.json, then sudo systemctl restart docker (or run the lab on "
+        "a Docker host without it)",
+    )
+
+
+# kind binds /dev/mapper into its node on these drivers (provision.go mountDevMapper, kind#1416): without it the
+# kubelet cannot resolve the device of its root filesystem and never starts.
+DEVMAPPER_DRIVERS = ("btrfs", "zfs", "devicemapper")
+DEVMAPPER_BACKING = ("btrfs", "zfs")
+
+
+def check_storage(facts: DockerFacts) -> CheckResult:
+    """The worker containers run a kubelet on Docker's storage as kind's nodes do, but without kind's /dev/mapper
+    bind: refuse the storage where kind needs it. kind also binds it over an xfs backing filesystem; that is
+    reported, not refused (xfs is the common default, and kind#1416 is about btrfs and zfs)."""
+    driver, backing = facts.driver or "unknown", facts.backing_filesystem
+    described = f"{driver}" + (f" on {backing}" if backing else "")
+    fix = ("move Docker's data-root to an ext4 filesystem with the overlay2 driver (\"data-root\" and "
+           "\"storage-driver\" in /etc/docker/daemon.json, then sudo systemctl restart docker)")
+    if facts.driver in DEVMAPPER_DRIVERS or backing in DEVMAPPER_BACKING:
+        return CheckResult(
+            STORAGE, False,
+            f"storage {described}: kind binds /dev/mapper into its own node here (kind#1416); the worker "
+            "containers do not, so their kubelets could not find their root filesystem's device and the joins "
+            "would time out",
+            fix,
+        )
+    if backing == "xfs":
+        return CheckResult(
+            STORAGE, True,
+            f"storage {described}: kind binds /dev/mapper into its nodes on xfs, the worker containers do not; if "
+            "a worker's kubelet fails with 'failed to get rootfs info', " + fix,
+            state="info",
+        )
+    return CheckResult(STORAGE, True, described)
 
 
 def check_docker_engine(system: str) -> CheckResult:
@@ -440,16 +549,16 @@ def run_checks(
         return [host, python, pulumi_cli]
     results = [host, python]
     if not probes.which("docker"):
-        daemon, system = CheckResult(
+        daemon, facts = CheckResult(
             DOCKER_DAEMON, False, "the `docker` CLI is not on PATH",
             "install Docker Engine: https://docs.docker.com/engine/install/",
         ), None
     else:
-        daemon, system = _docker_info(probes)
+        daemon, facts = _docker_info(probes)
     results.append(daemon)
-    if daemon.ok and system is not None:
-        results += [check_docker_engine(system), check_one_docker(probes, provider_config, stack),
-                    check_kind_network(probes)]
+    if daemon.ok and facts is not None:
+        results += [check_docker_engine(facts.system), check_rootful(facts), check_no_userns_remap(facts),
+                    check_storage(facts), check_one_docker(probes, provider_config, stack), check_kind_network(probes)]
     else:
         # Each asks the daemon, or is about the daemon kind and Pulumi will use.
         results += [skipped(name, "the Docker daemon") for name in NEEDS_THE_DAEMON]

@@ -25,9 +25,12 @@ HEALTHY_FILES = {
     "/proc/sys/fs/inotify/max_user_watches": "524288\n",
     "/proc/sys/fs/inotify/max_user_instances": "8192\n",
 }
+# `docker info` of Docker Engine 28 on Ubuntu 24.04 (rootful, overlay2 on ext4).
+DOCKER_INFO_LINE = ('28.2.2\tUbuntu 24.04.2 LTS\t["name=apparmor","name=seccomp,profile=builtin","name=cgroupns"]\t'
+                    'overlay2\t[["Backing Filesystem","extfs"],["Supports d_type","true"],["Using metacopy","false"]]\n')
 # What a healthy Linux host with Docker Engine, kind v0.31.0 and pulumi v3.272.0 answers.
 HEALTHY_ANSWERS = {
-    tuple(DOCKER_INFO): (0, "28.2.2\tUbuntu 24.04.2 LTS\n", ""),
+    tuple(DOCKER_INFO): (0, DOCKER_INFO_LINE, ""),
     CONTEXT_INSPECT: (0, DEFAULT_SOCKET + "\n", ""),
     tuple(KIND_NETWORK): (0, '[{"Subnet":"fc00:f853:ccd:e793::/64"},{"Subnet":"172.18.0.0/16","Gateway":"172.18.0.1"}]\n', ""),
     ("kind", "version"): (0, "kind v0.31.0 go1.25.5 linux/amd64\n", ""),
@@ -78,7 +81,8 @@ def test_healthy_host_passes(capsys):
     assert set(calls) == set(HEALTHY_ANSWERS)
     assert [r.name for r in run_checks(probes)] == [
         "Linux host", "Python >= 3.10", "Docker daemon answers", "Docker Engine, not Docker Desktop",
-        "one Docker daemon for kind and Pulumi", "kind network subnet", "kind >= v0.31.0", "pulumi >= v3.260.0",
+        "rootful Docker (not rootless)", "no user-namespace remapping in dockerd",
+        "Docker storage the worker kubelets can use", "one Docker daemon for kind and Pulumi", "kind network subnet", "kind >= v0.31.0", "pulumi >= v3.260.0",
         "fs.inotify.max_user_watches", "fs.inotify.max_user_instances",
     ]
 
@@ -136,7 +140,9 @@ def test_every_failure_has_a_fix():
         python=(3, 9, 18),
     )
     results = run_checks(probes)
-    assert [r.name for r in results if r.ok] == ["Linux host", "Docker daemon answers"]
+    assert [r.name for r in results if r.ok] == [
+        "Linux host", "Docker daemon answers", "rootful Docker (not rootless)", "no user-namespace remapping in dockerd",
+        "Docker storage the worker kubelets can use"]
     assert all(r.fix for r in results if not r.ok)
 
 
@@ -249,6 +255,62 @@ def test_docker_desktop_fails():
                    answers={tuple(DOCKER_INFO): (0, "28.3.2\tDocker Desktop\n", "")})
     assert not result.ok and "VM" in result.detail
     assert "docker context use default" in result.fix and "docs.docker.com/engine/install" in result.fix
+
+
+# --- rootless, userns-remap, storage (review MM-5, TP-5) ---------------------------------------------------------
+
+def docker_info(security='["name=seccomp,profile=builtin"]', driver="overlay2",
+                status='[["Backing Filesystem","extfs"]]'):
+    return {tuple(DOCKER_INFO): (0, f"29.1.0\tUbuntu 24.04.3 LTS\t{security}\t{driver}\t{status}\n", "")}
+
+
+def test_a_healthy_daemon_reports_its_storage():
+    assert check("Docker storage the worker kubelets can use").detail == "overlay2 on extfs"
+    assert check("rootful Docker (not rootless)").ok and check("no user-namespace remapping in dockerd").ok
+
+
+def test_rootless_docker_fails_because_the_kind_bridge_is_unreachable():
+    result = check("rootful Docker (not rootless)",
+                   answers=docker_info('["name=seccomp,profile=builtin","name=rootless","name=cgroupns"]'))
+    assert not result.ok and "RootlessKit's network namespace" in result.detail and "MetalLB" in result.detail
+    assert "sudo systemctl enable --now docker" in result.fix and "docker context use default" in result.fix
+
+
+def test_a_rootless_name_inside_another_option_is_not_rootless():
+    assert check("rootful Docker (not rootless)", answers=docker_info('["name=seccomp,profile=/x/name=rootlessish"]')).ok
+
+
+def test_userns_remap_fails_because_the_workers_are_privileged():
+    result = check("no user-namespace remapping in dockerd",
+                   answers=docker_info('["name=apparmor","name=seccomp,profile=builtin","name=userns"]'))
+    assert not result.ok and "privileged mode is incompatible with user namespaces" in result.detail
+    assert result.fix.startswith('remove "userns-remap" from /etc/docker/daemon.json')
+
+
+@pytest.mark.parametrize(("driver", "status", "shown"), [
+    ("btrfs", '[["Build Version","Btrfs v6.6.3"]]', "btrfs"),
+    ("zfs", "[]", "zfs"),
+    ("devicemapper", "null", "devicemapper"),
+    ("overlay2", '[["Backing Filesystem","btrfs"]]', "overlay2 on btrfs"),
+    ("overlay2", '[["Backing Filesystem","zfs"]]', "overlay2 on zfs"),
+])
+def test_storage_where_kind_binds_dev_mapper_fails(driver, status, shown):
+    result = check("Docker storage the worker kubelets can use", answers=docker_info(driver=driver, status=status))
+    assert not result.ok and result.detail.startswith(f"storage {shown}: kind binds /dev/mapper")
+    assert "data-root" in result.fix and "ext4" in result.fix
+
+
+def test_xfs_backing_is_reported_not_refused():
+    result = check("Docker storage the worker kubelets can use",
+                   answers=docker_info(status='[["Backing Filesystem","xfs"]]'))
+    assert result.ok and result.state == "info" and "failed to get rootfs info" in result.detail
+
+
+def test_the_containerd_image_store_passes():
+    # Docker 29's default store: driver overlayfs, no Backing Filesystem entry.
+    result = check("Docker storage the worker kubelets can use",
+                   answers=docker_info(driver="overlayfs", status='[["driver-type","io.containerd.snapshotter.v1"]]'))
+    assert result.ok and result.state == "" and result.detail == "overlayfs"
 
 
 # --- one Docker daemon for kind and Pulumi -------------------------------------------------------------------------

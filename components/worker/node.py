@@ -56,7 +56,11 @@ def worker_image(tenant: config.Tenant) -> str:
 
 @dataclass(frozen=True)
 class NodeContainerSpec:
-    """A node container as `docker run` flags would describe it (kind's provision.go, as data)."""
+    """A node container as `docker run` flags would describe it (kind's provision.go, as data).
+
+    Not mirrored: kind's host-specific flags (--userns=host under userns-remap, the /dev/mapper bind on btrfs/zfs,
+    /dev/fuse when rootless; provision.go commonArgs). Preflight refuses those hosts instead (ops/preflight.py).
+    """
 
     name: str
     hostname: str
