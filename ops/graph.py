@@ -21,6 +21,7 @@ from typing import Any
 
 from components.naming import COMPONENT_PREFIX, node_name
 from config import ConfigError, StackConfig, load_stack_config
+from config.stack_file import StackFileError
 from ops.graph_analysis import GraphNode, GraphReport, analyse, mermaid
 from tests.support.mockrun import ProgramRun, load_stack_file, run_program
 
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"make graph: {error.filename} does not exist: create it (cp Pulumi.dev.yaml {error.filename}) or "
               "pass STACK=<name> of an existing stack file", file=sys.stderr)
         return 2
-    except ConfigError as error:
+    except (ConfigError, StackFileError) as error:
         # The user's mistake, not ours: the message, no traceback (as `pulumi up` prints a RunError).
         print(f"make graph: {error}", file=sys.stderr)
         return 2

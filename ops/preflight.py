@@ -721,11 +721,15 @@ def load_stack(stack: str, root: Path = PROJECT_ROOT) -> tuple[dict | None, Chec
             f"cp {_stack_template(stack, root)} {path.name}   # then edit it; or set keys one by one: "
             f"pulumi config set --stack {stack} --path '{PROJECT}:tenants[0].name' team-a",
         )
+    from config.stack_file import StackFileError, load
+
     try:
-        document = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as error:
+        document = load(path) or {}
+    except OSError as error:
         return None, CheckResult(f"Pulumi.{stack}.yaml readable", False, f"cannot be read: {error}",
-                                 f"fix the YAML of {path.name} at the position above")
+                                 f"ls -l {path.name}   # readable by this user?")
+    except StackFileError as error:
+        return None, CheckResult(f"Pulumi.{stack}.yaml readable", False, error.detail, error.fix)
     if not isinstance(document, dict) or not isinstance(document.get("config") or {}, dict):
         return None, CheckResult(
             f"Pulumi.{stack}.yaml readable", False,

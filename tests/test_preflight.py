@@ -635,7 +635,8 @@ def test_unparsable_stack_file(tmp_path, capsys):
     write_stack(tmp_path, "bad", "config:\n  gpu-tenancy:tenants: [\n")
     assert preflight.main(["--stack", "bad"], fake()[0], root=tmp_path) == 1
     out = capsys.readouterr().out
-    assert "[FAIL] Pulumi.bad.yaml readable: cannot be read" in out and "line" in out
+    assert "[FAIL] Pulumi.bad.yaml readable: Pulumi.bad.yaml is not valid YAML:" in out
+    assert 'in "Pulumi.bad.yaml", line 3, column 1' in out
 
 
 def test_without_stack_the_stack_file_is_not_read(tmp_path, capsys):

@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from config import stack_file
 from tests.support.sim.state import contains_secret, plain
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -191,7 +190,7 @@ def run_program(
 
 def load_stack_file(name: str = "dev") -> dict[str, Any]:
     """The `gpu-tenancy:*` keys of `Pulumi.<name>.yaml`, namespace removed."""
-    document = yaml.safe_load((PROJECT_ROOT / f"Pulumi.{name}.yaml").read_text())
+    document = stack_file.load(PROJECT_ROOT / f"Pulumi.{name}.yaml")
     prefix = f"{PROJECT}:"
     return {
         key[len(prefix):]: value
