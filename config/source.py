@@ -11,6 +11,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+import pulumi
 from pulumi.runtime import config as runtime_config
 
 from .models import StackConfig
@@ -48,6 +49,6 @@ def secret_stack_keys(keys: Iterable[str]) -> set[str]:
 
 
 def read_stack_config() -> StackConfig:
-    """The validated stack configuration; raises ConfigError listing every problem."""
+    """The validated stack configuration; raises ConfigError listing every problem, its fix naming this stack."""
     raw = raw_stack_config()
-    return load_stack_config(raw, secret_stack_keys(raw))
+    return load_stack_config(raw, secret_stack_keys(raw), pulumi.get_stack())

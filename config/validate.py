@@ -47,19 +47,31 @@ class ConfigIssue:
 class ConfigError(RunError, ValueError):
     """The stack configuration is invalid; `issues` lists every problem.
 
-    A `pulumi.RunError`: `pulumi up` prints it as a plain message instead of a Python traceback.
+    A `pulumi.RunError`: `pulumi up` prints it as a plain message instead of a Python traceback. `problems` is
+    the list alone (for a caller with its own fix line, like preflight); the message adds one fix line, naming
+    the stack's file when `stack` is known.
     """
 
-    def __init__(self, issues: list[ConfigIssue]):
+    def __init__(self, issues: list[ConfigIssue], stack: str | None = None):
         self.issues = issues
+        self.stack = stack
         lines = "\n".join(f"  - {issue}" for issue in issues)
-        super().__init__(
+        self.problems = (
             f"invalid '{NAMESPACE}' stack configuration ({len(issues)} problem"
-            f"{'s' if len(issues) != 1 else ''}):\n{lines}\n"
-            f"Fix these keys in Pulumi.<stack>.yaml under '{NAMESPACE}:' "
-            f"(or with `pulumi config set --path '{NAMESPACE}:<key path>' <value>`); "
-            "see the configuration reference in README.md."
+            f"{'s' if len(issues) != 1 else ''}):\n{lines}"
         )
+        super().__init__(f"{self.problems}\n{self.fix}")
+
+    @property
+    def fix(self) -> str:
+        file = f"Pulumi.{self.stack}.yaml" if self.stack else "Pulumi.<stack>.yaml"
+        flag = f"--stack {self.stack} " if self.stack else ""
+        return (f"Fix these keys in {file} under '{NAMESPACE}:' (or with `pulumi config set {flag}--path "
+                f"'{NAMESPACE}:<key path>' <value>`); see the configuration reference in README.md.")
+
+    def for_stack(self, stack: str) -> ConfigError:
+        """The same problems, with the fix line naming `stack`'s file."""
+        return ConfigError(self.issues, stack)
 
 
 def format_path(loc: Iterable[Any]) -> str:
@@ -634,10 +646,13 @@ def _range_conflict_issue(conflict: Any, config: StackConfig, ranges: list[Any])
     return ConfigIssue(f"tenants[{c.index}].{c.key}", message)
 
 
-def load_stack_config(raw: dict[str, Any], secret_keys: Collection[str] = ()) -> StackConfig:
+def load_stack_config(
+    raw: dict[str, Any], secret_keys: Collection[str] = (), stack: str | None = None
+) -> StackConfig:
     """Validate raw config and fill in automatic CIDRs, or raise ConfigError listing every problem at once.
 
-    `secret_keys` names the top-level keys Pulumi holds as secrets (or that contain secrets).
+    `secret_keys` names the top-level keys Pulumi holds as secrets (or that contain secrets); `stack`, when known,
+    is named in the error's fix line.
     """
     config, issues = _validate(raw)
     if config is not None:
@@ -647,10 +662,10 @@ def load_stack_config(raw: dict[str, Any], secret_keys: Collection[str] = ()) ->
         checks = _stack_issues(config, tenants) + _infrastructure_issues(config, tenants, secret_keys)
         issues += [issue for issue in checks if issue.path not in refused]
     if issues or config is None:
-        raise ConfigError(issues)
+        raise ConfigError(issues, stack)
     ranges, conflicts = allocate_ranges([(t.name, t.service_cidr, t.pod_cidr) for t in config.tenants])
     if conflicts:
-        raise ConfigError([_range_conflict_issue(c, config, ranges) for c in conflicts])
+        raise ConfigError([_range_conflict_issue(c, config, ranges) for c in conflicts], stack)
     allocated = [
         tenant.model_copy(update={"service_cidr": r.service_cidr, "pod_cidr": r.pod_cidr})
         for tenant, r in zip(config.tenants, ranges, strict=True)
@@ -658,5 +673,5 @@ def load_stack_config(raw: dict[str, Any], secret_keys: Collection[str] = ()) ->
     config = config.model_copy(update={"tenants": allocated})
     issues = _pod_room_issues(list(enumerate(config.tenants)))
     if issues:
-        raise ConfigError(issues)
+        raise ConfigError(issues, stack)
     return config

@@ -147,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except (ConfigError, StackFileError) as error:
         # The user's mistake, not ours: the message, no traceback (as `pulumi up` prints a RunError).
+        if isinstance(error, ConfigError) and args.tenants is None:
+            error = error.for_stack(args.stack)
         print(f"make graph: {error}", file=sys.stderr)
         return 2
     print(render(result, label))

@@ -695,8 +695,8 @@ def check_stack_config(stack: str, stack_config: dict) -> CheckResult:
     except ConfigError as error:
         issues = [issue for issue in error.issues if not _hidden(issue, opaque)]
         if issues:
-            detail = str(error) if len(issues) == len(error.issues) else str(ConfigError(issues))
-            return CheckResult(name, False, detail, fix)
+            # The problems only: the fix line below is preflight's, which knows the stack.
+            return CheckResult(name, False, ConfigError(issues, stack).problems, fix)
         config = None
     workers = sum(len(tenant.workers) for tenant in config.tenants) if config else 0
     summary = f"{len(config.tenants)} tenant(s), {workers} worker(s)" if config else "checked"

@@ -212,6 +212,28 @@ def test_error_shows_the_bad_value_and_the_fix_location():
     assert "Pulumi.<stack>.yaml" in message
 
 
+def test_the_fix_line_names_the_stack_when_it_is_known():
+    # Maintainer review Part 1 #6: the validator printed `Pulumi.<stack>.yaml` although the stack was known.
+    raw = base()
+    raw["tenants"][0]["workers"][0]["gpus"][0]["cores"] = 250
+    with pytest.raises(ConfigError) as caught:
+        load_stack_config(raw, stack="lab")
+    error = caught.value
+    assert str(error) == f"{error.problems}\n{error.fix}"
+    assert error.fix.startswith("Fix these keys in Pulumi.lab.yaml under 'gpu-tenancy:' (or with `pulumi config set "
+                                "--stack lab --path 'gpu-tenancy:<key path>' <value>`)")
+    assert "<stack>" not in str(error) and "Fix these keys" not in error.problems
+    assert str(error.for_stack("prod")).endswith(ConfigError(error.issues, "prod").fix)
+
+
+def test_the_program_names_its_own_stack_in_the_fix_line():
+    raw = base()
+    raw["tenantz"] = []
+    with pytest.raises(ProgramFailedError) as failed:
+        run_program(raw, stack="lab")
+    assert "Fix these keys in Pulumi.lab.yaml" in str(failed.value) and "<stack>" not in str(failed.value)
+
+
 def test_field_errors_and_checks_across_fields_are_reported_in_one_round():
     raw = base()
     # Field errors ...

@@ -694,6 +694,8 @@ def test_invalid_configuration_reports_every_problem_at_once():
     assert "tenants[0].podCIDR: unknown key 'podCIDR'" in result.detail and "did you mean 'podCidr'?" in result.detail
     assert "tenants[1].workers[0].gpus[0].cores = 250" in result.detail
     assert "Pulumi.lab.yaml" in result.fix and "make preflight STACK=lab" in result.fix
+    # One fix line per problem: preflight's, not the validator's as well (maintainer review Part 1 #6).
+    assert "Fix these keys" not in result.detail and "<stack>" not in result.detail
 
 
 def test_unencrypted_stack_credentials_fail_once_not_twice():
