@@ -129,6 +129,17 @@ def redact(value: Any) -> Any:
     return value
 
 
+def _meant(loc: tuple[Any, ...]) -> str | None:
+    """The allowed key an unknown key at `loc` most likely misspells, if any."""
+    parent = _model_at(loc[:-1])
+    allowed = _allowed_keys(parent) if parent else []
+    close = difflib.get_close_matches(str(loc[-1]), allowed, n=1, cutoff=0.5)
+    if not close:
+        lowered = {key.lower(): key for key in allowed}
+        close = [lowered[str(loc[-1]).lower()]] if str(loc[-1]).lower() in lowered else []
+    return close[0] if close else None
+
+
 def _issue_from_pydantic(error: dict[str, Any]) -> ConfigIssue:
     loc = tuple(error["loc"])
     path = format_path(loc)
@@ -136,14 +147,8 @@ def _issue_from_pydantic(error: dict[str, Any]) -> ConfigIssue:
     if kind == "extra_forbidden":
         parent = _model_at(loc[:-1])
         allowed = _allowed_keys(parent) if parent else []
-        hint = ""
-        close = difflib.get_close_matches(str(loc[-1]), allowed, n=1, cutoff=0.5)
-        if not close:
-            lowered = {key.lower(): key for key in allowed}
-            if str(loc[-1]).lower() in lowered:
-                close = [lowered[str(loc[-1]).lower()]]
-        if close:
-            hint = f"; did you mean '{close[0]}'?"
+        meant = _meant(loc)
+        hint = f"; did you mean '{meant}'?" if meant else ""
         return ConfigIssue(
             path,
             f"unknown key '{loc[-1]}' (allowed here: {', '.join(allowed)}){hint}",
@@ -265,13 +270,15 @@ SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease", 
                                "calico-apiserver"})
 
 
-def _smoke_test_issues(config: StackConfig, tenants: Indexed) -> list[ConfigIssue]:
+def _smoke_test_issues(config: StackConfig, tenants: Indexed, partial: Collection[int] = ()) -> list[ConfigIssue]:
+    """The smoke-test request against each tenant's workers and quota; `partial` names tenants that lost a refused
+    card, worker or key, whose workers are not judged (the fit would only echo the refusal)."""
     smoke = config.smoke_test
     if not smoke.enabled:
         return []
     issues = []
     for index, tenant in tenants:
-        if smoke.worker_in(tenant) is None:
+        if index not in partial and smoke.worker_in(tenant) is None:
             issues.append(ConfigIssue(
                 "smokeTest",
                 f"the smoke-test request ({smoke.gpus} GPU x {smoke.memory_mib} MiB, {smoke.cores}% cores) fits on no "
@@ -333,8 +340,6 @@ def _stack_issues(config: StackConfig, tenants: Indexed) -> list[ConfigIssue]:
             "other tenant's",
             explicit[j][1],
         ))
-    issues.extend(_pod_room_issues(tenants))
-    issues.extend(_smoke_test_issues(config, tenants))
     return issues
 
 
@@ -585,48 +590,80 @@ def _has_default(loc: tuple[Any, ...]) -> bool:
     return field is not None and not field.is_required()
 
 
-def _prune(raw: Any, loc: tuple[Any, ...], extra: bool) -> bool:
+def _prune(raw: Any, loc: tuple[Any, ...], extra: bool) -> int:
     """Remove what failed at `loc` from `raw`: the key itself when it is unknown or optional, else the innermost
-    list element holding it (a card, a worker, a tenant). False when nothing could be removed."""
+    list element holding it (a card, a worker, a tenant). The length of the location removed; 0 when nothing
+    could be removed."""
     cut = len(loc)
     if not (extra or _has_default(loc)):
         cut = max((i + 1 for i, part in enumerate(loc) if isinstance(part, int)), default=0)
     if cut == 0:
-        return False
+        return 0
     parent = raw
     for part in loc[: cut - 1]:
         try:
             parent = parent[part]
         except (KeyError, IndexError, TypeError):
-            return False
+            return 0
     try:
         del parent[loc[cut - 1]]
     except (KeyError, IndexError, TypeError):
-        return False
-    return True
+        return 0
+    return cut
 
 
-def _validate(raw: Any) -> tuple[StackConfig | None, list[ConfigIssue]]:
+@dataclass
+class _Pruned:
+    """What `_validate` removed to validate the rest: which tenants (by their index in the stack file) lost
+    something, where each remaining tenant sits in the file, and whether part of `smokeTest` went."""
+
+    origin: list[int]
+    tenants: set[int]
+    smoke_test: bool = False
+
+
+def _location_order(entry: dict[str, Any]) -> list[tuple[int, str]]:
+    # List indices compare as numbers (tenants[10] after tenants[2]), keys by name.
+    return [(part, "") if isinstance(part, int) else (-1, str(part)) for part in entry["loc"]]
+
+
+def _validate(raw: Any) -> tuple[StackConfig | None, list[ConfigIssue], _Pruned]:
     """The model, and every field error; with errors, the model of what is left once they are pruned, so the checks
     across fields report in the same round."""
     import copy
 
     issues: list[ConfigIssue] = []
     working = copy.deepcopy(raw)
+    tenants = raw.get("tenants") if isinstance(raw, dict) else None
+    pruned = _Pruned(origin=list(range(len(tenants))) if isinstance(tenants, list) else [], tenants=set())
     for _ in range(20):
         try:
-            return StackConfig.model_validate(working), issues
+            return StackConfig.model_validate(working), issues, pruned
         except ValidationError as error:
             errors = error.errors()
         if not issues:
-            issues = [_issue_from_pydantic(e) for e in errors]
+            # A misspelt required key is one problem: the unknown key says what it meant, so the meant key's
+            # "required key is missing" is not reported beside it.
+            misspelt = {(*e["loc"][:-1], meant) for e in errors
+                        if e["type"] == "extra_forbidden" and (meant := _meant(tuple(e["loc"])))}
+            issues = [_issue_from_pydantic(e) for e in errors
+                      if not (e["type"] == "missing" and tuple(e["loc"]) in misspelt)]
         # Delete from the deepest location first so earlier list indices stay valid.
-        pruned = False
-        for entry in sorted(errors, key=lambda e: [str(p) for p in e["loc"]], reverse=True):
-            pruned |= _prune(working, tuple(entry["loc"]), entry["type"] == "extra_forbidden")
-        if not pruned:
+        removed = False
+        for entry in sorted(errors, key=_location_order, reverse=True):
+            loc = tuple(entry["loc"])
+            cut = _prune(working, loc, entry["type"] == "extra_forbidden")
+            removed |= cut > 0
+            if cut and loc[0] == "tenants" and len(loc) > 1 and isinstance(loc[1], int) \
+                    and loc[1] < len(pruned.origin):
+                pruned.tenants.add(pruned.origin[loc[1]])
+                if cut == 2:  # the whole tenant
+                    del pruned.origin[loc[1]]
+            elif cut and loc[0] == "smokeTest":
+                pruned.smoke_test = True
+        if not removed:
             break
-    return None, issues
+    return None, issues, pruned
 
 
 def _range_conflict_issue(conflict: Any, config: StackConfig, ranges: list[Any]) -> ConfigIssue:
@@ -654,12 +691,17 @@ def load_stack_config(
     `secret_keys` names the top-level keys Pulumi holds as secrets (or that contain secrets); `stack`, when known,
     is named in the error's fix line.
     """
-    config, issues = _validate(raw)
+    config, issues, pruned = _validate(raw)
     if config is not None:
-        tenants = list(enumerate(config.tenants))
-        # A value refused above was pruned: a cross-field check would only report its absence again.
+        # Paths name each tenant by its place in the stack file, even when one before it was refused whole.
+        tenants = list(zip(pruned.origin, config.tenants, strict=True))
+        # A value refused above was pruned: a cross-field check would only report its absence again. So the
+        # smoke-test fit skips a tenant that lost a card, worker or key, and nothing is judged against a smokeTest
+        # that lost a key. (Fewer workers can only pass the pod-range check more easily: it judges them all.)
         refused = {issue.path for issue in issues}
-        checks = _stack_issues(config, tenants) + _infrastructure_issues(config, tenants, secret_keys)
+        checks = (_stack_issues(config, tenants) + _pod_room_issues(tenants)
+                  + (_smoke_test_issues(config, tenants, pruned.tenants) if not pruned.smoke_test else [])
+                  + _infrastructure_issues(config, tenants, secret_keys))
         issues += [issue for issue in checks if issue.path not in refused]
     if issues or config is None:
         raise ConfigError(issues, stack)

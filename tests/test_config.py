@@ -335,3 +335,63 @@ def test_the_smoke_test_fits_a_worker_only_with_enough_cards_on_that_worker():
     tenant["workers"] = tenant["workers"][:1] + [{"name": "other", "gpus": [card("G-6")]}]
     with pytest.raises(ConfigError, match=r"fits on no worker of tenants\[0\]"):
         load_stack_config(raw)
+
+
+# --- one problem, one message (maintainer review Part 1 #5) ---------------------------------------------------------
+
+def problems(raw):
+    with pytest.raises(ConfigError) as caught:
+        load_stack_config(raw)
+    return [str(issue) for issue in caught.value.issues]
+
+
+def test_a_misspelt_required_key_is_one_problem():
+    raw = base()
+    gpu = raw["tenants"][0]["workers"][0]["gpus"][0]
+    gpu["memoryMib"] = gpu.pop("memoryMiB")
+    (only,) = problems(raw)
+    assert only.startswith("tenants[0].workers[0].gpus[0].memoryMib: unknown key 'memoryMib'")
+    assert only.endswith("did you mean 'memoryMiB'?")
+
+
+def test_a_refused_card_does_not_also_fail_the_smoke_test_fit():
+    raw = base()
+    raw["tenants"][0]["workers"][0]["gpus"][0]["memoryMiB"] = 0
+    assert problems(raw) == [
+        "tenants[0].workers[0].gpus[0].memoryMiB = 0: Input should be greater than or equal to 1"]
+
+
+def test_the_smoke_test_fit_is_still_judged_for_the_other_tenants():
+    raw = base()
+    raw["tenants"][0]["workers"][0]["gpus"][0]["memoryMiB"] = 0
+    raw["tenants"][1]["workers"][0]["gpus"][0]["memoryMiB"] = 1024
+    paths = [p.split(":")[0].split(" = ")[0] for p in problems(raw)]
+    assert paths == ["tenants[0].workers[0].gpus[0].memoryMiB", "smokeTest"]
+    assert "fits on no worker of tenants[1] ('tenant-b')" in problems(raw)[1]
+
+
+def test_a_refused_smoke_test_key_is_not_judged_against_quotas():
+    raw = base()
+    raw["smokeTest"] = {"memoryMiB": "lots"}
+    raw["tenants"][0]["quota"] = {"memoryMiB": 1000}  # below the default request; the user's value is unknown
+    (only,) = problems(raw)
+    assert only.startswith("smokeTest.memoryMiB = 'lots'")
+
+
+def test_a_tenant_refused_whole_keeps_the_others_paths():
+    raw = base()
+    del raw["tenants"][0]["name"]  # required: the whole tenant is set aside
+    raw["tenants"][1]["namespaces"] = ["ml", "ml"]
+    assert problems(raw) == ["tenants[0].name: required key is missing", "tenants[1].namespaces[1] = 'ml': is listed twice"]
+
+
+def test_refused_tenants_are_removed_in_index_order_beyond_ten():
+    raw = base()
+    raw["tenants"] = [raw["tenants"][0]] + [
+        {"name": f"t{i}", "workers": [{"name": "w", "gpus": [card(f"G-{i}")]}]} for i in range(1, 12)
+    ]
+    for index in (2, 10):
+        del raw["tenants"][index]["name"]
+    raw["tenants"][11]["namespaces"] = ["ml", "ml"]
+    assert problems(raw) == ["tenants[2].name: required key is missing", "tenants[10].name: required key is missing",
+                             "tenants[11].namespaces[1] = 'ml': is listed twice"]
