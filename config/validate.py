@@ -140,6 +140,18 @@ def _meant(loc: tuple[Any, ...]) -> str | None:
     return close[0] if close else None
 
 
+def _unquoted_message(loc: tuple[Any, ...], value: bool | int | float) -> str:
+    """A string key given a number or boolean: YAML read an unquoted `1.35` or `yes` that way. Say how to write it,
+    with the key's own default as the example when it has one (kubernetesVersion: v1.35.0)."""
+    what = "a boolean" if isinstance(value, bool) else "a number"
+    model = _model_at(loc[:-1])
+    field = next((f for n, f in (model.model_fields.items() if model else ()) if (f.alias or n) == loc[-1]), None)
+    example = field.default if field is not None and isinstance(field.default, str) else None
+    if example:
+        return f"YAML reads this as {what}: write it as a string like {example}"
+    return f"YAML reads this as {what}: write it as a string, in quotes"
+
+
 def _issue_from_pydantic(error: dict[str, Any]) -> ConfigIssue:
     loc = tuple(error["loc"])
     path = format_path(loc)
@@ -161,6 +173,8 @@ def _issue_from_pydantic(error: dict[str, Any]) -> ConfigIssue:
     if message.startswith("Value error, "):
         message = message[len("Value error, "):]
     value = error.get("input", _MISSING)
+    if kind == "string_type" and isinstance(value, (bool, int, float)):
+        message = _unquoted_message(loc, value)
     if any(part in SECRET_KEYS for part in loc):
         value = _MISSING
     elif value is not _MISSING:

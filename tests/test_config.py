@@ -395,3 +395,24 @@ def test_refused_tenants_are_removed_in_index_order_beyond_ten():
     raw["tenants"][11]["namespaces"] = ["ml", "ml"]
     assert problems(raw) == ["tenants[2].name: required key is missing", "tenants[10].name: required key is missing",
                              "tenants[11].namespaces[1] = 'ml': is listed twice"]
+
+
+def test_an_unquoted_version_says_to_write_it_as_a_string():
+    # `kubernetesVersion: 1.35` is a float to YAML (maintainer review Part 1 #7).
+    raw = base()
+    raw["tenants"][0]["kubernetesVersion"] = 1.35
+    raw["versions"] = {"hami": 2.1}
+    assert problems(raw) == [
+        "tenants[0].kubernetesVersion = 1.35: YAML reads this as a number: write it as a string like v1.35.0",
+        "versions.hami = 2.1: YAML reads this as a number: write it as a string like 2.10.0",
+    ]
+
+
+def test_an_unquoted_yes_or_number_without_a_default_says_to_quote_it():
+    raw = base()
+    raw["tenants"][0]["workers"][0]["name"] = True
+    raw["tenants"][1]["name"] = 123
+    assert problems(raw) == [
+        "tenants[0].workers[0].name = True: YAML reads this as a boolean: write it as a string, in quotes",
+        "tenants[1].name = 123: YAML reads this as a number: write it as a string, in quotes",
+    ]
