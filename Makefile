@@ -74,7 +74,7 @@ charts: venv
 	$(PY) -m ops.upstream fetch --group chart
 
 pulumi-cli:
-	@command -v pulumi >/dev/null || { echo "the pulumi CLI is not on PATH: curl -fsSL https://get.pulumi.com | sh -s -- --version 3.272.0" >&2; exit 1; }
+	@command -v pulumi >/dev/null || { $(PYTHON) -m ops.hostcheck pulumi; exit 1; }
 
 backend: pulumi-cli venv
 	@mkdir -p $(STATE_DIR)

@@ -14,7 +14,8 @@ Each missing thing is one line with the apt package that provides it; the exit c
 Docker, kind, the Pulumi CLI and the sysctls are checked later by `make preflight` (ops/preflight.py), which
 needs the venv. This file keeps to syntax old interpreters can parse, so a Python 3.6 still gets the message.
 
-    python3 -m ops.hostcheck
+    python3 -m ops.hostcheck           # the checks
+    python3 -m ops.hostcheck pulumi    # the Pulumi CLI install line, on stderr (the Makefile's pulumi-cli)
 """
 
 import importlib.util
@@ -22,6 +23,16 @@ import shutil
 import sys
 
 MIN_PYTHON = (3, 10)
+
+# The Pulumi CLI release the project is tested with, and the one install line every command prints for it:
+# preflight, the Makefile's pulumi-cli (`python3 -m ops.hostcheck pulumi`), make status/verify/kubeconfig.
+# get.pulumi.com installs into ~/.pulumi/bin and leaves this shell's PATH as it was, hence the export.
+PULUMI_RELEASE = "3.272.0"
+PULUMI_INSTALL = (
+    "curl -fsSL https://get.pulumi.com | sh -s -- --version " + PULUMI_RELEASE + " && "
+    'export PATH="$HOME/.pulumi/bin:$PATH"'
+)
+PULUMI_MISSING = "the pulumi CLI is not on PATH: " + PULUMI_INSTALL
 
 class Missing:
     """One thing the host lacks: what, why, and the apt package that provides it."""
@@ -81,8 +92,11 @@ def report(found):
 
 def main(argv=None, probes=None):
     argv = sys.argv[1:] if argv is None else argv
+    if argv == ["pulumi"]:
+        print(PULUMI_MISSING, file=sys.stderr)
+        return 1
     if argv:
-        print("usage: python3 -m ops.hostcheck", file=sys.stderr)
+        print("usage: python3 -m ops.hostcheck [pulumi]", file=sys.stderr)
         return 2
     found = missing(probes)
     for line in report(found):

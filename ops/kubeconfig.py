@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from ops.hostcheck import PULUMI_MISSING
 from ops.private_file import write_private
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,7 +31,7 @@ def tenant_kubeconfigs(stack: str, admin: bool, run: Run = subprocess.run) -> di
     try:
         done = run(argv, cwd=ROOT, capture_output=True, text=True, check=False)
     except FileNotFoundError:
-        raise KubeconfigError("the pulumi CLI is not on PATH") from None
+        raise KubeconfigError(PULUMI_MISSING) from None
     if done.returncode != 0:
         # stdout may hold decrypted secrets: only stderr is shown.
         raise KubeconfigError(f"`pulumi stack output {output}` failed: {' '.join(done.stderr.split())[-400:]}")

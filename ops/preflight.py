@@ -40,6 +40,8 @@ from typing import Any
 
 import yaml
 
+from ops.hostcheck import PULUMI_INSTALL
+
 PROJECT = "gpu-tenancy"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -54,7 +56,6 @@ KIND_RELEASE = "v0.31.0"
 # The program relies on the engine replacing `deletedWith` dependents together with their target
 # (pulumi/pulumi#23818, first released after v3.259.0).
 MIN_PULUMI = (3, 260, 0)
-PULUMI_RELEASE = "3.272.0"
 # MetalLB's pool is carved from the last /24 of the kind network.
 MAX_KIND_PREFIX = 24
 # pulumi-docker's `host` when neither `docker:host` nor DOCKER_HOST is set (on Linux).
@@ -71,10 +72,6 @@ KIND_INSTALL = (
     f"curl -fsSLO https://kind.sigs.k8s.io/dl/{KIND_RELEASE}/kind-linux-$arch && "
     f"curl -fsSLO https://kind.sigs.k8s.io/dl/{KIND_RELEASE}/kind-linux-$arch.sha256sum && "
     "sha256sum -c kind-linux-$arch.sha256sum && sudo install -m 0755 kind-linux-$arch /usr/local/bin/kind)"
-)
-PULUMI_INSTALL = (
-    f"curl -fsSL https://get.pulumi.com | sh -s -- --version {PULUMI_RELEASE} && "
-    'export PATH="$HOME/.pulumi/bin:$PATH"'
 )
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from ops import verify_api
+from ops.hostcheck import PULUMI_MISSING
 from ops.verify_api import Connect, Json
 from ops.verify_checks import (
     FAIL,
@@ -83,8 +84,7 @@ def read_stack_outputs(stack: str, run: Run = subprocess.run, cwd: Path = ROOT, 
         done = run(argv, cwd=cwd, capture_output=True, text=True, check=False)
     except FileNotFoundError:
         raise OutputsError(
-            "the `pulumi` CLI is not on PATH: install it (curl -fsSL https://get.pulumi.com | sh) "
-            "or pass --outputs-file <saved outputs.json>"
+            f"{PULUMI_MISSING}; or pass --outputs-file <saved outputs.json>"
         ) from None
     if done.returncode != 0:
         # stdout may carry decrypted secrets: only stderr is shown.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -47,3 +48,17 @@ def test_the_host_check_runs_before_the_venv_is_made():
     check = next(i for i, line in enumerate(lines) if line.endswith("-m ops.hostcheck"))
     venv = next(i for i, line in enumerate(lines) if " -m venv " in line)
     assert check < venv
+
+
+def test_make_pulumi_cli_prints_the_one_install_line(tmp_path):
+    # One hint everywhere, with the version and the PATH export (maintainer review Part 1 #10). An empty PATH: no
+    # pulumi; a passphrase in the environment: the Makefile needs no sha256sum to compute the passphrase file.
+    from ops.hostcheck import PULUMI_MISSING
+
+    done = subprocess.run(
+        [shutil.which("make"), "--no-print-directory", "pulumi-cli", f"PYTHON={sys.executable}"], cwd=ROOT,
+        env={"PATH": str(tmp_path), "HOME": str(tmp_path), "PULUMI_CONFIG_PASSPHRASE": ""},
+        capture_output=True, text=True, check=False,
+    )
+    assert done.returncode != 0
+    assert done.stderr.splitlines()[0] == PULUMI_MISSING

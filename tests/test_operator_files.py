@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ops import kubeconfig, passphrase
+from ops import hostcheck, kubeconfig, passphrase
 from ops.private_file import write_private
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -255,7 +255,7 @@ def test_no_pulumi_cli(out, monkeypatch, tmp_path, capsys):
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))
     assert kubeconfig.main(["--stack", "dev", "--tenant", "alpha"], directory=out) == 2
-    assert capsys.readouterr().err == "make kubeconfig: the pulumi CLI is not on PATH\n"
+    assert capsys.readouterr().err == f"make kubeconfig: {hostcheck.PULUMI_MISSING}\n"
     assert list(out.iterdir()) == []
 
 

@@ -69,3 +69,14 @@ def test_a_stack_without_outputs_exits_2_with_the_next_step(capsys):
 
     assert main(["--stack", "dev"], run=run) == 2
     assert "run `make up` first" in capsys.readouterr().err
+
+
+def test_without_the_pulumi_cli_it_prints_the_one_install_line(capsys):
+    from ops.hostcheck import PULUMI_INSTALL
+
+    def run(argv, **_):
+        raise FileNotFoundError(2, "No such file or directory", "pulumi")
+
+    assert main(["--stack", "dev"], run=run) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("make status: the pulumi CLI is not on PATH: ") and PULUMI_INSTALL in err

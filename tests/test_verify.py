@@ -1199,9 +1199,12 @@ def test_default_stack_is_dev():
 
 
 def test_pulumi_missing(capsys):
+    from ops.hostcheck import PULUMI_MISSING
+
     assert verify.main([], run=FakeRun(missing=True)) == 2
     err = capsys.readouterr().err
-    assert "the `pulumi` CLI is not on PATH" in err and "--outputs-file" in err
+    # The one install line, with its version and the PATH export (maintainer review Part 1 #10).
+    assert f"verify: {PULUMI_MISSING}; or pass --outputs-file" in err
 
 
 def test_pulumi_failure_shows_stderr_but_never_stdout():
