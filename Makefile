@@ -133,6 +133,8 @@ bench: venv
 e2e: venv charts
 	GPU_TENANCY_E2E=1 $(PY) -m pytest -m e2e tests/e2e -v -rs
 
-kubeconfig: pulumi-cli venv
+# The usage first, then the prerequisites (a sub-make, so a missing TENANT is said before a missing pulumi).
+kubeconfig:
 	@test -n "$(TENANT)" || { echo "usage: make kubeconfig TENANT=<tenant name> [ADMIN=1]" >&2; exit 2; }
+	@$(MAKE) --no-print-directory pulumi-cli venv
 	@$(PY) -m ops.kubeconfig --stack $(STACK) --tenant '$(TENANT)' $(if $(ADMIN),--admin)

@@ -50,15 +50,34 @@ def test_the_host_check_runs_before_the_venv_is_made():
     assert check < venv
 
 
-def test_make_pulumi_cli_prints_the_one_install_line(tmp_path):
-    # One hint everywhere, with the version and the PATH export (maintainer review Part 1 #10). An empty PATH: no
-    # pulumi; a passphrase in the environment: the Makefile needs no sha256sum to compute the passphrase file.
-    from ops.hostcheck import PULUMI_MISSING
-
-    done = subprocess.run(
-        [shutil.which("make"), "--no-print-directory", "pulumi-cli", f"PYTHON={sys.executable}"], cwd=ROOT,
+def make_without_pulumi(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`make ARGS` with an empty PATH (no pulumi) and a passphrase in the environment (so the Makefile needs no
+    sha256sum to name the passphrase file)."""
+    return subprocess.run(
+        [shutil.which("make"), "--no-print-directory", *args, f"PYTHON={sys.executable}"], cwd=ROOT,
         env={"PATH": str(tmp_path), "HOME": str(tmp_path), "PULUMI_CONFIG_PASSPHRASE": ""},
         capture_output=True, text=True, check=False,
     )
+
+
+def test_make_pulumi_cli_prints_the_one_install_line(tmp_path):
+    # One hint everywhere, with the version and the PATH export (maintainer review Part 1 #10).
+    from ops.hostcheck import PULUMI_MISSING
+
+    done = make_without_pulumi(tmp_path, "pulumi-cli")
+    assert done.returncode != 0 and done.stderr.splitlines()[0] == PULUMI_MISSING
+
+
+def test_make_kubeconfig_says_its_usage_before_the_prerequisites(tmp_path):
+    # Without TENANT and without pulumi, the usage line comes first (maintainer review Part 1 #10).
+    done = make_without_pulumi(tmp_path, "kubeconfig")
     assert done.returncode != 0
-    assert done.stderr.splitlines()[0] == PULUMI_MISSING
+    assert done.stderr.splitlines()[0] == "usage: make kubeconfig TENANT=<tenant name> [ADMIN=1]"
+    assert "pulumi" not in done.stderr
+
+
+def test_make_kubeconfig_with_a_tenant_checks_the_pulumi_cli_next(tmp_path):
+    from ops.hostcheck import PULUMI_MISSING
+
+    done = make_without_pulumi(tmp_path, "kubeconfig", "TENANT=alpha")
+    assert done.returncode != 0 and done.stderr.splitlines()[0] == PULUMI_MISSING
