@@ -561,3 +561,11 @@ def test_chart_files_that_are_also_reference_files_agree(real):
     for entry in shared_kamaji:
         assert entry["ref"] == KAMAJI_COMMIT
         assert blobs[entry["path"]] == blob((SHARED / entry["dest"]).read_bytes()), entry["path"]
+
+
+def test_the_readme_shows_the_offline_line_as_make_up_prints_it(monkeypatch):
+    for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    err = urllib.error.URLError(socket.gaierror(-2, "Name or service not known"))
+    line = "upstream: " + upstream.unreachable_message("https://raw.githubusercontent.com/x/y/z", err, "chart")
+    assert line in (Path(upstream.ROOT) / "README.md").read_text().splitlines()
