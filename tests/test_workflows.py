@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from ops import preflight
+from ops import hostcheck, preflight
 from tests.e2e import lab
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,15 +47,15 @@ def test_e2e_installs_the_kind_and_pulumi_that_preflight_pins():
     env = e2e["env"]
     assert env["KIND_VERSION"] == preflight.KIND_RELEASE
     assert re.fullmatch(r"[0-9a-f]{64}", env["KIND_SHA256"])
-    assert env["PULUMI_VERSION"] == preflight.PULUMI_RELEASE == requirement("pulumi")
+    assert env["PULUMI_VERSION"] == hostcheck.PULUMI_RELEASE == requirement("pulumi")
     script = runs(e2e)
     # The same download as preflight's hint, checked against the pinned sum before it is installed.
     assert "https://kind.sigs.k8s.io/dl/${KIND_VERSION}/kind-linux-amd64" in script
     assert f"https://kind.sigs.k8s.io/dl/{preflight.KIND_RELEASE}/kind-linux-$arch" in preflight.KIND_INSTALL
     assert script.index('echo "${KIND_SHA256}  kind" | sha256sum -c -') < script.index("sudo install -m 0755 kind")
     assert 'curl -fsSL https://get.pulumi.com | sh -s -- --version "${PULUMI_VERSION}"' in script
-    assert f"curl -fsSL https://get.pulumi.com | sh -s -- --version {preflight.PULUMI_RELEASE}" in \
-        preflight.PULUMI_INSTALL
+    assert f"curl -fsSL https://get.pulumi.com | sh -s -- --version {hostcheck.PULUMI_RELEASE}" in \
+        hostcheck.PULUMI_INSTALL
     # Each install proves the version it got.
     assert 'kind version | grep -F " ${KIND_VERSION} "' in script
     assert 'pulumi" version | grep -Fx "v${PULUMI_VERSION}"' in script
