@@ -1,7 +1,9 @@
 """The shell scripts of the management and worker layers (components/*/scripts) and the variables they read.
 
-Each script takes its values from the environment only (a secret travels as a variable forwarded by name,
-never in an argv) and is fed to bash whole: `bash -s` on stdin on a worker, `bash -c` on the Pulumi host.
+Each script takes its values from the environment (and stdin) only: a secret travels as a variable, never in
+an argv. Python reads these files and hands them to bash whole; it never writes shell code. On the Pulumi host
+pulumi-command runs a script's text with the interpreter `["/bin/bash", "-c"]`; on a worker, dispatch.sh runs it
+(see components/worker/access.py).
 """
 
 from __future__ import annotations
@@ -17,9 +19,19 @@ NODE_LEAVE = "node-leave.sh"
 KIND_CREATE = "kind-create.sh"
 KIND_DELETE = "kind-delete.sh"
 NODE_MIRRORS = "node-mirrors.sh"
-SCRIPT_NAMES = (NODE_JOIN, NODE_LEAVE, KIND_CREATE, KIND_DELETE, NODE_MIRRORS)
+DISPATCH = "dispatch.sh"
+CONTAINER_EXEC = "container-exec.sh"
+# The scripts dispatch.sh may run on a node.
+NODE_SCRIPT_NAMES = (NODE_JOIN, NODE_LEAVE, NODE_MIRRORS)
+SCRIPT_NAMES = (*NODE_SCRIPT_NAMES, KIND_CREATE, KIND_DELETE, DISPATCH, CONTAINER_EXEC)
 _SCRIPT_DIRS = {KIND_CREATE: MANAGEMENT_SCRIPTS, KIND_DELETE: MANAGEMENT_SCRIPTS,
-                NODE_JOIN: WORKER_SCRIPTS, NODE_LEAVE: WORKER_SCRIPTS, NODE_MIRRORS: WORKER_SCRIPTS}
+                **{name: WORKER_SCRIPTS for name in (*NODE_SCRIPT_NAMES, DISPATCH, CONTAINER_EXEC)}}
+
+# dispatch.sh (run on the node): its argument is the action, its stdin this file and then the data block.
+ACTIONS = ("create", "delete")
+# container-exec.sh (run on the Pulumi host for a container worker).
+CONTAINER_ENV = "GPU_TENANCY_CONTAINER"
+GONE_HINT_ENV = "GPU_TENANCY_GONE_HINT"
 
 # node-join.sh and node-leave.sh (run on the worker).
 NODE_NAME_ENV = "NODE_NAME"

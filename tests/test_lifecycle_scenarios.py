@@ -6,6 +6,8 @@ and what is left alone. A failing test prints the plan the way `pulumi preview` 
 
 from __future__ import annotations
 
+from components.shell import CONTAINER_ENV
+from components.worker.access import container_interpreter
 from tests.support.lifecycle_support import (
     MANAGEMENT,
     adopt_lab,
@@ -14,6 +16,7 @@ from tests.support.lifecycle_support import (
     running_kind_lab,
     tenant_names,
 )
+from tests.support.sim.state import plain, secret
 
 CARD_C = {"uuid": "GPU-MOCK-C0", "model": "NVIDIA-A100", "memoryMiB": 8192}
 
@@ -183,3 +186,30 @@ def test_a_change_to_tenant_b_touches_nothing_of_tenant_a_or_the_management_laye
     assert set(owners) == {"tenant-b"}, plan.render()
     assert MANAGEMENT not in owners
     assert running.output("tenants")["tenant-a"]["endpoint"] == endpoint_a
+
+
+def test_an_upgrade_that_rewrites_the_node_commands_updates_them_in_place():
+    """The first `up` after an upgrade that changes how node commands are written (here, the inline bash programs
+    before dispatch.sh) updates each node command, which re-runs its idempotent create on the node: joined nodes
+    stay joined, nothing is replaced, and the kind cluster command is left alone."""
+    running = running_lab()
+    node_commands = {r.name for r in running.resources() if r.inputs.get("interpreter") == container_interpreter()}
+    assert node_commands == {"image-mirror-kind-node", "tenant-a-worker-0-join", "tenant-a-worker-0-mirrors",
+                             "tenant-b-worker-0-join", "tenant-b-worker-0-mirrors"}
+    for name in node_commands:
+        inputs = running.resource(name).inputs
+        # What the previous version stored: the action in an environment variable, a whole bash program on stdin.
+        container = plain(inputs["environment"])[CONTAINER_ENV]
+        inputs["create"] = f"docker exec -i -e GPU_TENANCY_ACTION=create {container} bash -s"
+        inputs["delete"] = f"exec docker exec -i -e GPU_TENANCY_ACTION=delete {container} bash -s"
+        inputs["stdin"] = secret("set -euo pipefail\n{\ncase \"${GPU_TENANCY_ACTION:-}\" in\nesac\n}\n")
+        del inputs["interpreter"], inputs["environment"]
+    joined = {name: machine.kubelet_conf for name, machine in running.world.machines.items()}
+
+    for plan in (running.preview(), running.up()):
+        assert plan.changed() == {"update": node_commands}, plan.render()
+    assert {name: machine.kubelet_conf for name, machine in running.world.machines.items()} == joined
+    for tenant in ("tenant-a", "tenant-b"):
+        stdout = plain(running.resource(f"{tenant}-worker-0-join").outputs["stdout"])
+        assert stdout == f"worker {tenant}-worker-0 already joined"
+    assert running.up().changed() == {}

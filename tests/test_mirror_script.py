@@ -30,7 +30,9 @@ def run(root: Path, mirrors: str, kind: str = ns.NODE_KIND_CONTAINER, path: str 
         ) -> subprocess.CompletedProcess[str]:
     env = {"PATH": path or os.environ["PATH"], ns.NODE_NAME_ENV: NODE, ns.REGISTRY_MIRRORS_ENV: mirrors,
            ns.NODE_ROOT_ENV: str(root), ns.NODE_KIND_ENV: kind}
-    return subprocess.run([shutil.which("bash"), "-s"], input=ns.script_text(ns.NODE_MIRRORS), env=env,
+    # As dispatch.sh runs it on a node: `bash -c <text> <name>`, stdin from /dev/null.
+    return subprocess.run([shutil.which("bash"), "-c", ns.script_text(ns.NODE_MIRRORS), ns.NODE_MIRRORS],
+                          stdin=subprocess.DEVNULL, env=env,
                           capture_output=True, text=True, timeout=30)
 
 

@@ -3,7 +3,8 @@
 Stubs stand in for what only exists on a node (kubeadm, kubelet, containerd, curl, systemctl, modprobe,
 sysctl, swapoff, kubectl); they record their argv and their environment. A temporary directory stands in
 for the node's root filesystem (GPU_TENANCY_NODE_ROOT). PATH holds only the stubs and a few coreutils, so
-a removed stub really is a missing tool. The scripts are fed to `bash -s` on stdin, as on a worker.
+a removed stub really is a missing tool. The scripts run as dispatch.sh runs them on a worker: `bash -c <text>
+<name>`, stdin from /dev/null.
 """
 
 from __future__ import annotations
@@ -239,9 +240,11 @@ class Node:
         return {k: v for k, v in env.items() if v is not None}
 
     def run(self, script: str, **env: str | None) -> subprocess.CompletedProcess[str]:
-        """As on a worker: `bash -s` with the script on stdin, the values in the environment."""
+        """As dispatch.sh runs a script on a worker: `bash -c <text> <name>`, stdin from /dev/null, the values in
+        the environment."""
         return subprocess.run(
-            ["bash", "-s"], input=script, capture_output=True, text=True, env=self.env(**env), timeout=60
+            ["bash", "-c", script, "node-script.sh"], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+            env=self.env(**env), timeout=60,
         )
 
     def run_join(self, kind: str = ns.NODE_KIND_CONTAINER, **env: str | None) -> subprocess.CompletedProcess[str]:
@@ -922,7 +925,7 @@ def test_every_script_is_strict_bash_in_one_brace_group(name):
 
 @pytest.mark.parametrize("name", [ns.NODE_JOIN, ns.NODE_LEAVE])
 def test_a_truncated_script_runs_nothing(node, name):
-    """The brace group at work: bash reads the whole body from stdin before running it."""
+    """The brace group at work: bash parses the whole body before running any of it."""
     node.mark_joined()
     text = ns.script_text(name)
     truncated = text[: text.rindex("\n}")] + "\n"

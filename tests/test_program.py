@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from components.gpu.cards import REGISTER_ANNOTATION, register_annotation
+from components.shell import CONTAINER_ENV, GONE_HINT_ENV
 from components.tenant.spec import ADMIN_KUBECONFIG_KEY, admin_kubeconfig_secret_name, discovery_hash
 from config import load_stack_config
 from config.models import KIND_NODE_IMAGES, Management
@@ -242,8 +243,10 @@ def test_commands_that_carry_credentials_never_log_them(dev):
     for join in joins:
         assert join.is_secret("stdin") and join.inputs["logging"] == "none"
         assert {"stdout", "stderr"} <= set(join.additional_secret_outputs)
-        # The command line names the action only.
-        assert join.inputs["create"] == f"docker exec -i -e GPU_TENANCY_ACTION=create {join.name[:-5]} bash -s"
+        # The command line names the action only; the environment names the container only.
+        assert (join.inputs["create"], join.inputs["delete"]) == ("create", "delete")
+        assert set(join.inputs["environment"]) == {CONTAINER_ENV, GONE_HINT_ENV}
+        assert join.inputs["environment"][CONTAINER_ENV] == join.name.removesuffix("-join")
 
 
 def test_workers_are_kind_node_containers_joined_through_their_membership(dev, lab):

@@ -98,8 +98,8 @@ def test_ssh_workers_join_over_ssh_with_their_pinned_host_keys(run, prod, exampl
             assert connection["privateKey"] == PRIVATE_KEY
             assert join.is_secret("connection") and join.is_secret("stdin")
             # The command lines name the action only (non-root users go through sudo -n).
-            assert join.inputs["create"] == "sudo -n env GPU_TENANCY_ACTION=create bash -s"
-            assert join.inputs["delete"] == "sudo -n env GPU_TENANCY_ACTION=delete bash -s"
+            assert join.inputs["create"] == "sudo -n bash -s -- create"
+            assert join.inputs["delete"] == "sudo -n bash -s -- delete"
             # On the machine: joined to its own tenant's control plane.
             assert prod.world.ssh[worker.ssh.host].machine.kubelet_conf == f"https://{endpoint}"
         assert run.outputs["tenants"].value[tenant.name]["nodes"] == [f"{tenant.name}-{w.name}" for w in tenant.workers]

@@ -12,7 +12,7 @@ import pytest
 
 from tests.support.sim import Lifecycle, World, paths
 from tests.support.sim.providers import structural_diff
-from tests.support.sim.state import UNKNOWN
+from tests.support.sim.state import UNKNOWN, plain
 
 # --------------------------------------------------------------------------- #
 # Property paths (pulumi/pulumi sdk/go/common/resource/properties_path.go)
@@ -177,13 +177,13 @@ def test_a_command_runs_create_again_when_its_inputs_change_and_delete_sees_the_
     ran = []
     from tests.support.sim import scripts
 
-    original = scripts.run
+    original = scripts.execute
 
-    def record(w, invocation, action):
-        ran.append((action, invocation.environment.get("VALUE")))
+    def record(w, resource_type, inputs, action):
+        ran.append((action, plain(inputs)["environment"]["VALUE"]))
         return "ok"
 
-    scripts.run = record
+    scripts.execute = record
     try:
         def program_with(value):
             def program():
@@ -197,7 +197,7 @@ def test_a_command_runs_create_again_when_its_inputs_change_and_delete_sees_the_
         assert sim.up().step("c").op == "update"
         sim.destroy()
     finally:
-        scripts.run = original
+        scripts.execute = original
     assert ran == [("create", "1"), ("create", "2"), ("delete", "2")]
 
 
@@ -226,8 +226,8 @@ def test_deletes_run_dependents_first_and_deleted_with_skips_the_provider_call(w
     deleted = []
     from tests.support.sim import scripts
 
-    original = scripts.run
-    scripts.run = lambda w, invocation, action: deleted.append(invocation.script) or "ok"
+    original = scripts.execute
+    scripts.execute = lambda w, resource_type, inputs, action: deleted.append(plain(inputs)[action]) or "ok"
     try:
         def program():
             parent = command.local.Command("parent", create="true", delete="echo parent")
@@ -241,7 +241,7 @@ def test_deletes_run_dependents_first_and_deleted_with_skips_the_provider_call(w
         deleted.clear()
         sim.destroy()
     finally:
-        scripts.run = original
+        scripts.execute = original
     # step.go isDeletedWith: "inside" goes with "parent" without a call of its own.
     assert deleted == ["echo child", "echo parent"]
 
@@ -257,15 +257,15 @@ def test_delete_before_replace_deletes_the_dependents_that_would_be_replaced_fir
 
     from tests.support.sim import scripts
 
-    original = scripts.run
-    scripts.run = lambda w, invocation, action: "ok"
+    original = scripts.execute
+    scripts.execute = lambda w, resource_type, inputs, action: "ok"
     try:
         sim = _sim(world, program_with("1"))
         sim.up()
         sim.program = program_with("2")
         plan = sim.up()
     finally:
-        scripts.run = original
+        scripts.execute = original
     ops = [(s.op, s.name) for s in plan.steps if s.op != "same"]
     # SG:3268 calculateDependentReplacements: "join" (its trigger becomes unknown) goes first; a plain
     # depends_on ("bystander") is never a dependent replacement.
@@ -284,8 +284,8 @@ def test_a_dependent_deleted_with_the_replaced_resource_is_not_deleted_on_its_ow
     from tests.support.sim import scripts
 
     ran = []
-    original = scripts.run
-    scripts.run = lambda w, invocation, action: ran.append((action, invocation.script)) or "ok"
+    original = scripts.execute
+    scripts.execute = lambda w, resource_type, inputs, action: ran.append((action, plain(inputs)[action])) or "ok"
     try:
         sim = _sim(world, program_with("1"))
         sim.up()
@@ -293,7 +293,7 @@ def test_a_dependent_deleted_with_the_replaced_resource_is_not_deleted_on_its_ow
         sim.program = program_with("2")
         plan = sim.up()
     finally:
-        scripts.run = original
+        scripts.execute = original
     assert ("delete-replaced", "inside") in [(s.op, s.name) for s in plan.steps]
     # step_generator.go records both deletes before either runs, so step.go isDeletedWith skips "inside".
     assert [script for action, script in ran if action == "delete"] == ["echo machine"]

@@ -10,7 +10,7 @@ import pytest
 
 from components import shell as ns
 from components.host_operations import NodeMembershipProvider
-from components.worker.access import node_program, ssh_command
+from components.worker.access import node_stdin, ssh_command
 from config import ConfigError, load_stack_config
 from tests.support.mockrun import load_stack_file
 from tests.support.sim import hostapi
@@ -100,10 +100,9 @@ def test_the_join_program_goes_on_the_secret_stdin_and_the_command_line_names_on
     token = plain(lab.resource(f"{NODE}-membership").outputs["token"])
 
     assert (inputs["create"], inputs["delete"]) == (ssh_command("create", "ops"), ssh_command("delete", "ops")) == (
-        "sudo -n env GPU_TENANCY_ACTION=create bash -s", "sudo -n env GPU_TENANCY_ACTION=delete bash -s")
+        "sudo -n bash -s -- create", "sudo -n bash -s -- delete")
     root = run.named("tenant-a-gpu-2-join", REMOTE).inputs
-    assert (root["create"], root["delete"]) == ("env GPU_TENANCY_ACTION=create bash -s",
-                                                "env GPU_TENANCY_ACTION=delete bash -s")
+    assert (root["create"], root["delete"]) == ("bash -s -- create", "bash -s -- delete")
     values = program_values(inputs["stdin"])
     assert values == {
         "create": {
@@ -113,9 +112,9 @@ def test_the_join_program_goes_on_the_secret_stdin_and_the_command_line_names_on
         },
         "delete": {ns.NODE_NAME_ENV: NODE},
     }
-    assert inputs["stdin"] == node_program({
-        "create": (ns.script_text(ns.NODE_JOIN), values["create"]),
-        "delete": (ns.script_text(ns.NODE_LEAVE), values["delete"]),
+    assert inputs["stdin"] == node_stdin({
+        "create": (ns.NODE_JOIN, ns.script_text(ns.NODE_JOIN), values["create"]),
+        "delete": (ns.NODE_LEAVE, ns.script_text(ns.NODE_LEAVE), values["delete"]),
     })
     assert join.is_secret("stdin") and "environment" not in inputs
     assert inputs["addPreviousOutputInEnv"] is False and inputs["logging"] == "none"

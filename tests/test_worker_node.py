@@ -22,7 +22,7 @@ import config
 from components import shell as ns
 from components.host_operations import NodeMembershipProvider
 from components.naming import LABEL_ROLE, LABEL_STACK, LABEL_TENANT, LABEL_WORKER
-from components.worker.access import container_command, container_command_if_present, node_program
+from components.worker.access import container_environment, container_interpreter, node_stdin
 from components.worker.node import (
     TenantAccess,
     WorkerNode,
@@ -33,6 +33,7 @@ from components.worker.node import (
 from config.models import KIND_NODE_IMAGES
 from tests.support.mockrun import ProgramFailedError, ProgramRun, run_program
 from tests.support.sim import Lifecycle, hostapi, systems
+from tests.support.sim.scripts import invocation
 from tests.support.sim.state import contains_secret, plain
 from tests.support.sim.world import ApiError, Machine
 from tests.support.ssh_worker import PRIVATE_KEY_BODY, last_run, program_values, ssh_worker_config, worker_lab
@@ -224,7 +225,7 @@ def test_membership_names_the_machine_and_the_control_plane(lab):
     assert {"kubeconfig", "management_kubeconfig", "token"} <= set(membership.additional_secret_outputs)
 
 
-def test_join_feeds_the_node_program_to_docker_exec_and_only_the_action_is_on_the_command_line(lab):
+def test_join_feeds_the_node_scripts_to_docker_exec_and_only_the_action_is_on_the_command_line(lab):
     join = lab.run.named(f"{NODE}-join", LOCAL)
     inputs = join.inputs
     tenant = lab.sim.output("tenants")["tenant-a"]
@@ -239,17 +240,23 @@ def test_join_feeds_the_node_program_to_docker_exec_and_only_the_action_is_on_th
         ns.NODE_KIND_ENV: ns.NODE_KIND_CONTAINER,
     }
 
-    assert inputs["create"] == container_command(NODE, "create")
-    assert inputs["delete"] == container_command_if_present(
-        NODE, "delete", f"If Node {NODE} remains in the tenant, the next removal of this worker deletes it.")
-    assert inputs["stdin"] == node_program({
-        "create": (ns.script_text(ns.NODE_JOIN), {name: values[name] for name in ns.NODE_JOIN_ENV}),
-        "delete": (ns.script_text(ns.NODE_LEAVE), {ns.NODE_NAME_ENV: NODE}),
+    assert inputs["interpreter"] == container_interpreter()
+    assert (inputs["create"], inputs["delete"]) == ("create", "delete")
+    assert inputs["environment"] == container_environment(
+        NODE, f"If Node {NODE} remains in the tenant, the next removal of this worker deletes it.")
+    assert inputs["stdin"] == node_stdin({
+        "create": (ns.NODE_JOIN, ns.script_text(ns.NODE_JOIN), {name: values[name] for name in ns.NODE_JOIN_ENV}),
+        "delete": (ns.NODE_LEAVE, ns.script_text(ns.NODE_LEAVE), {ns.NODE_NAME_ENV: NODE}),
     })
-    assert join.is_secret("stdin") and not join.is_secret("create") and not join.is_secret("delete")
-    assert "environment" not in inputs
+    assert join.is_secret("stdin")
+    for key in ("interpreter", "create", "delete", "environment"):
+        assert not join.is_secret(key)
     assert inputs["logging"] == "none" and inputs["addPreviousOutputInEnv"] is False
     assert {"stdout", "stderr"} <= set(join.additional_secret_outputs)
+    # The token reaches the node only inside the secret stdin.
+    created = invocation(LOCAL, join.raw_inputs, "create")
+    assert (created.script, created.container) == (ns.NODE_JOIN, NODE)
+    assert ns.JOIN_TOKEN_ENV in created.secret
 
 
 def test_join_is_replaced_with_the_membership_the_machine_or_the_control_plane(lab):
@@ -278,7 +285,7 @@ def test_only_the_joins_run_on_nodes_and_no_tenant_credential_reaches_one(lab):
     assert len(credentials) > 10
 
     node_side = [r for r in lab.run.resources
-                 if r.type == REMOTE or (r.type == LOCAL and str(r.inputs.get("create", "")).startswith("docker exec"))]
+                 if r.type == REMOTE or (r.type == LOCAL and r.inputs.get("interpreter") == container_interpreter())]
     assert sorted(r.name for r in node_side) == [f"{SSH_NODE}-join", f"{NODE}-join"]
     for resource in node_side:
         inputs = resource.inputs

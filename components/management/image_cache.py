@@ -114,7 +114,7 @@ def configure_node(
 
     `machine` identifies the node's machine (a container id, an SSH host): a new machine is configured again.
     """
-    script = node_scripts.script_text(node_scripts.NODE_MIRRORS)
+    script = node_scripts.NODE_MIRRORS
     kind = node_scripts.NODE_KIND_MACHINE if access.is_ssh else node_scripts.NODE_KIND_CONTAINER
     return run_on_node(
         name,

@@ -1,30 +1,30 @@
 """Run a script on a worker node, whether it is a local kindest/node container or a real machine over SSH.
 
 The only work done ON a node is node-side work (kubeadm join and reset, local files): the scripts in
-components/*/scripts/, which take their values from the environment. Nothing that talks to the tenant API
+components/worker/scripts/, which take their values from the environment. Nothing that talks to the tenant API
 runs on a node (components.host_operations does that from the Pulumi host).
 
-Both kinds of node get the same program on stdin: one bash program holding the create and the delete
-branch, each preceded by its own variables as base64 literals decoded into exported variables (never
-echoed, never in any argv). The command line only names the action:
+Python assembles data here, never shell code. Both kinds of node get the same stdin: the text of
+components/worker/scripts/dispatch.sh, then a data block naming, for each action, the script and its variables
+(base64; never echoed, never in any argv). The command line only names the action:
 
-* a **container** worker: `docker exec -i -e GPU_TENANCY_ACTION=<action> <container> bash -s`, run by
-  pulumi-command `local.Command` on the Pulumi host (whose processes then hold no secret in their
-  environment: the docker CLI only forwards stdin);
-* an **SSH** worker: `[sudo -n] env GPU_TENANCY_ACTION=<action> bash -s`, by `remote.Command` (its
-  `environment` input would need the server's AcceptEnv; pulumi/pulumi-command
-  provider/pkg/provider/remote/commandOutputs.go calls `session.Setenv`).
+* a **container** worker: pulumi-command `local.Command` runs container-exec.sh on the Pulumi host (interpreter
+  `["/bin/bash", "-c", <its text>, "container-exec.sh"]`, command `<action>`), which runs
+  `docker exec -i <container> bash -s -- <action>` (its processes hold no secret in their environment: the
+  docker CLI only forwards stdin);
+* an **SSH** worker: `[sudo -n] bash -s -- <action>`, by `remote.Command` (its `environment` input would need
+  the server's AcceptEnv; pulumi/pulumi-command provider/pkg/provider/remote/commandOutputs.go calls
+  `session.Setenv`).
 
 pulumi-command feeds the stored stdin to the delete command as well (local/commandOutputs.go and
-remote/commandOutputs.go set stdin from the stored inputs), and the dispatcher picks the delete branch.
-The whole stdin is secret; values a delete needs are only those its branch names.
+remote/commandOutputs.go set stdin from the stored inputs), and dispatch.sh picks the delete line.
+The whole stdin is secret; values a delete needs are only those its line names.
 """
 
 from __future__ import annotations
 
 import base64
 import re
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -32,19 +32,26 @@ import pulumi
 import pulumi_command as command
 
 import config
+from components import shell
 from components.naming import node_name
 from config.models import SshConnection
 
-# The action word the dispatcher reads; it is on the command line, so it must never carry data.
-ACTION_ENV = "GPU_TENANCY_ACTION"
-CREATE = "create"
-DELETE = "delete"
-ACTIONS = (CREATE, DELETE)
+# The action word dispatch.sh and container-exec.sh take as their argument; it is on the command line, so it
+# must never carry data.
+CREATE, DELETE = shell.ACTIONS
+ACTIONS = shell.ACTIONS
 
 # pulumi-command output may echo what a script printed: secret, and never streamed to the Pulumi log.
 SECRET_OUTPUTS = ["stdout", "stderr"]
 
-_SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# The last line of dispatch.sh's data block: a stdin cut short before it runs nothing.
+DATA_END = "end"
+# What dispatch.sh accepts. Variables are upper case: none is one of dispatch.sh's own (lower-case) variables.
+_VARIABLE_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
+_SCRIPT_NAME = re.compile(r"[a-z0-9][a-z0-9-]*\.sh")
+# dispatch.sh hands a script's text to bash as one argument, which Linux caps at 32 pages
+# (MAX_ARG_STRLEN, include/uapi/linux/binfmts.h), minus the terminating NUL.
+MAX_SCRIPT_BYTES = 32 * 4096 - 1
 
 
 @dataclass(frozen=True)
@@ -84,12 +91,20 @@ def node_access(tenant: str, worker: config.Worker) -> NodeAccess:
 
 @dataclass(frozen=True)
 class NodeScript:
-    """A bash script to run on a node and the environment it reads (every value secret in transit)."""
+    """What a node command runs for one action: a script of components/worker/scripts (`shell.NODE_JOIN`, ...)
+    and the variables it reads. Every value travels inside the secret stdin.
 
-    script: str
+    The data block of the stdin holds exactly this, so a reader of the Command's inputs (the lifecycle
+    simulator, tests/support/sim/scripts.py) gets the same structure back."""
+
+    name: str
     environment: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
-    # Container workers only: what to tell the user when the container is already gone (delete scripts).
-    gone_hint: str = ""
+
+    def __post_init__(self) -> None:
+        if self.name not in shell.NODE_SCRIPT_NAMES:
+            known = ", ".join(shell.NODE_SCRIPT_NAMES)
+            raise ValueError(f"{self.name!r} is not a node script; expected one of {known}")
+        _check_names(self.environment)
 
 
 # --------------------------------------------------------------------------- #
@@ -102,88 +117,61 @@ def _check_action(action: str) -> None:
         raise ValueError(f"unknown action {action!r}; expected one of {ACTIONS}")
 
 
-def container_command(container: str, action: str) -> str:
-    """Run the stdin program in `container` for `action` (the docker CLI forwards stdin; no value in argv)."""
-    _check_action(action)
-    return f"docker exec -i -e {ACTION_ENV}={action} {shlex.quote(container)} bash -s"
+def container_interpreter() -> list[str]:
+    """How pulumi-command runs a container worker's command: bash with container-exec.sh's text, then the
+    script's name as $0. pulumi-command appends the command (`create` or `delete`) as $1
+    (local/commandOutputs.go run: `args = append(interpreter, command)`)."""
+    return ["/bin/bash", "-c", shell.script_text(shell.CONTAINER_EXEC), shell.CONTAINER_EXEC]
 
 
-def container_command_if_present(container: str, action: str, gone_hint: str = "") -> str:
-    """`container_command`, but succeeding without running anything when the container is gone or stopped.
-
-    Any other `docker container inspect` failure (e.g. the daemon is down) fails: the container may still exist.
-    """
-    name = shlex.quote(container)
-    hint = f" {gone_hint}" if gone_hint else ""
-    gone = shlex.quote(f"gpu-tenancy: container {container} is gone: nothing to undo.{hint}")
-    stopped = shlex.quote(f"gpu-tenancy: container {container} is stopped: nothing to undo.{hint}")
-    return (
-        f"if ! state=\"$(docker container inspect -f '{{{{.State.Running}}}}' {name} 2>&1)\"; then\n"
-        '  case "$state" in\n'
-        f"    *'No such'*) echo {gone}; exit 0 ;;\n"
-        '    *) echo "$state" >&2; exit 1 ;;\n'
-        "  esac\n"
-        "fi\n"
-        'if [ "$state" != true ]; then\n'
-        f"  echo {stopped}\n"
-        "  exit 0\n"
-        "fi\n"
-        f"exec {container_command(container, action)}\n"
-    )
+def container_environment(container: str, gone_hint: str = "") -> dict[str, str]:
+    """container-exec.sh's variables: the container, and what to say when a delete finds it gone (no secret)."""
+    environment = {shell.CONTAINER_ENV: container}
+    if gone_hint:
+        environment[shell.GONE_HINT_ENV] = gone_hint
+    return environment
 
 
 def ssh_command(action: str, user: str) -> str:
     """The remote command line: names the action, carries no data. Non-root users need passwordless sudo."""
     _check_action(action)
     # sudo -n fails at once ("a password is required") instead of waiting for a password nobody types.
-    prefix = "" if user == "root" else "sudo -n "
-    return f"{prefix}env {ACTION_ENV}={action} bash -s"
+    prefix = [] if user == "root" else ["sudo", "-n"]
+    return " ".join([*prefix, "bash", "-s", "--", action])
 
 
 # --------------------------------------------------------------------------- #
-# The stdin program (scripts + their variables)
+# The stdin: dispatch.sh, then the data block it reads
 # --------------------------------------------------------------------------- #
 
 
-def _check_names(names: Sequence[str]) -> None:
+def _check_names(names: Mapping[str, object]) -> None:
     for name in names:
-        if not _SHELL_NAME.fullmatch(name):
-            raise ValueError(f"{name!r} is not a shell variable name")
+        if not _VARIABLE_NAME.fullmatch(name):
+            raise ValueError(f"{name!r} is not an upper-case shell variable name")
 
 
-def _assign(name: str, value: str) -> str:
-    # The base64 alphabet needs no quoting; printf is a builtin, so the value is in no process's argv.
-    # The trailing `x` keeps trailing newlines that command substitution would strip.
-    encoded = base64.b64encode(value.encode()).decode()
-    return (f"{name}=\"$(printf '%s' '{encoded}' | base64 -d && printf x)\"; {name}=\"${{{name}%x}}\"; "
-            f"export {name}\n")
+def _base64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
 
 
-def node_program(actions: Mapping[str, tuple[str, Mapping[str, str]]]) -> str:
-    """The bash program fed to `bash -s` on a node: one branch per action, chosen by $GPU_TENANCY_ACTION.
+def node_stdin(actions: Mapping[str, tuple[str, str, Mapping[str, str]]]) -> str:
+    """What a node command feeds to `bash -s -- <action>`: dispatch.sh, then one data line per action.
 
-    `actions` maps an action to (script, {variable: value}). Each branch exports only its own variables in a
-    subshell, then runs its script there, with stdin from /dev/null.
+    `actions` maps an action to (script name, script text, {variable: value}). A line is
+    `<action> <name> <base64 text> <NAME>=<base64 value>...`; the block ends with `end`.
     """
-    branches = []
-    for action, (script, values) in actions.items():
+    lines = []
+    for action, (name, text, values) in actions.items():
         _check_action(action)
-        _check_names(list(values))
-        assignments = "".join(_assign(name, value) for name, value in values.items())
-        branches.append(f"{action})\n(\n{assignments}{script.rstrip()}\n) </dev/null\n;;\n")
-    known = " ".join(actions)
-    return (
-        "set -euo pipefail\n"
-        "# One brace group: bash reads all of it from stdin before running any command.\n"
-        "{\n"
-        f'case "${{{ACTION_ENV}:-}}" in\n'
-        + "".join(branches)
-        + "*)\n"
-        f"printf 'gpu-tenancy: unknown action \"%s\" (expected: {known})\\n' \"${{{ACTION_ENV}:-}}\" >&2\n"
-        "exit 2 ;;\n"
-        "esac\n"
-        "}\n"
-    )
+        _check_names(values)
+        if not _SCRIPT_NAME.fullmatch(name):
+            raise ValueError(f"{name!r} is not a script file name")
+        if not text or len(text.encode()) > MAX_SCRIPT_BYTES:
+            raise ValueError(f"{name}: a node script must hold 1 to {MAX_SCRIPT_BYTES} bytes")
+        variables = [f"{key}={_base64(value)}" for key, value in values.items()]
+        lines.append(" ".join([action, name, _base64(text), *variables]))
+    return shell.script_text(shell.DISPATCH) + "".join(f"{line}\n" for line in [*lines, DATA_END])
 
 
 # --------------------------------------------------------------------------- #
@@ -197,32 +185,34 @@ def run_on_node(
     *,
     create: NodeScript,
     delete: NodeScript | None = None,
+    gone_hint: str = "",
     triggers: Sequence[pulumi.Input[str]] | None = None,
     opts: pulumi.ResourceOptions | None = None,
 ) -> command.local.Command | command.remote.Command:
     """A pulumi-command Command that runs `create` (and `delete` on destroy) on the node.
 
-    The scripts' environments travel inside the secret stdin program only. `opts` carries parent, depends_on
-    and delete_before_replace.
+    The scripts' environments travel inside the secret stdin only. `gone_hint` (container workers) is what a
+    delete says when the container is already gone. `opts` carries parent, depends_on and delete_before_replace.
     """
     scripts = {CREATE: create} if delete is None else {CREATE: create, DELETE: delete}
-    for script in scripts.values():
-        _check_names(list(script.environment))
     stdin = pulumi.Output.all(**{
         f"{action}.{key}": value for action, script in scripts.items() for key, value in script.environment.items()
-    }).apply(lambda values: node_program({
-        action: (script.script, {key: str(values[f"{action}.{key}"]) for key in script.environment})
+    }).apply(lambda values: node_stdin({
+        action: (script.name, shell.script_text(script.name),
+                 {key: str(values[f"{action}.{key}"]) for key in script.environment})
         for action, script in scripts.items()
     }))
     options = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(additional_secret_outputs=SECRET_OUTPUTS))
     trigger_list = list(triggers) if triggers is not None else None
 
     if access.ssh is None:
-        container = access.container_name or ""
         return command.local.Command(
             name,
-            create=container_command(container, CREATE),
-            delete=container_command_if_present(container, DELETE, delete.gone_hint) if delete else None,
+            interpreter=container_interpreter(),
+            # container-exec.sh's argument: the action word is the whole command.
+            create=CREATE,
+            delete=DELETE if delete is not None else None,
+            environment=container_environment(access.container_name or "", gone_hint if delete else ""),
             # Holds the scripts' variables: secret as a whole, also in the state.
             stdin=pulumi.Output.secret(stdin),
             triggers=trigger_list,

@@ -189,7 +189,7 @@ class WorkerNode(pulumi.ComponentResource):
 
         node_kind = node_scripts.NODE_KIND_MACHINE if self.access.is_ssh else node_scripts.NODE_KIND_CONTAINER
         join = NodeScript(
-            node_scripts.script_text(node_scripts.NODE_JOIN),
+            node_scripts.NODE_JOIN,
             {
                 node_scripts.NODE_NAME_ENV: node,
                 node_scripts.TENANT_ENDPOINT_ENV: tenant.endpoint,
@@ -200,16 +200,13 @@ class WorkerNode(pulumi.ComponentResource):
                 node_scripts.NODE_KIND_ENV: node_kind,
             },
         )
-        leave = NodeScript(
-            node_scripts.script_text(node_scripts.NODE_LEAVE),
-            {node_scripts.NODE_NAME_ENV: node},
-            gone_hint=f"If Node {node} remains in the tenant, the next removal of this worker deletes it.",
-        )
+        leave = NodeScript(node_scripts.NODE_LEAVE, {node_scripts.NODE_NAME_ENV: node})
         self.join = run_on_node(
             f"{name}-join",
             self.access,
             create=join,
             delete=leave,
+            gone_hint=f"If Node {node} remains in the tenant, the next removal of this worker deletes it.",
             # The membership's id first: when it is replaced (delete-before-replace) the join is a dependent
             # replacement and resets the node before the membership removes its Node object.
             triggers=[self.membership.id, machine, tenant.endpoint, tenant.discovery_hash],

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import base64
 import copy
-import re
 from typing import Any
 
 from config.models import SshConnection
 from tests.support.mockrun import ProgramRun, StackOutput, load_stack_file, registration
 from tests.support.sim import Lifecycle, World
 from tests.support.sim.lab import lab_world
+from tests.support.sim.scripts import read_node_stdin
 from tests.support.sim.state import plain
 
 # Shape-valid for the config model; the simulator never parses it.
@@ -79,13 +78,6 @@ def last_run(sim: Lifecycle) -> ProgramRun:
     )
 
 
-_BRANCH = re.compile(r"^(create|delete)\)\n\(\n(.*?)\n\) </dev/null\n;;$", re.S | re.M)
-_ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=\"\$\(printf '%s' '([A-Za-z0-9+/=]*)'", re.M)
-
-
 def program_values(stdin: str) -> dict[str, dict[str, str]]:
-    """{action: {variable: value}} of a node program (components.worker.access.node_program), decoded."""
-    return {
-        action: {name: base64.b64decode(encoded).decode() for name, encoded in _ASSIGNMENT.findall(body)}
-        for action, body in _BRANCH.findall(stdin)
-    }
+    """{action: {variable: value}} of a node command's stdin (components.worker.access.node_stdin), decoded."""
+    return {action: values for action, (_name, _text, values) in read_node_stdin(stdin).items()}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Joins this machine to a tenant's hosted control plane with kubeadm, idempotently. Runs ON the worker as
-# root, fed to `bash -s` on stdin (docker exec into a kindest/node container, or SSH to a real server).
+# root, started by dispatch.sh (docker exec into a kindest/node container, or SSH to a real server).
 #
 # Environment (names in components/shell.py):
 #   NODE_NAME        Kubernetes Node name

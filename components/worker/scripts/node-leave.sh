@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Takes this machine out of its tenant: `kubeadm reset -f` stops the kubelet and removes its credentials.
-# Runs ON the worker as root, fed to `bash -s` on stdin. It needs no kubeconfig and does not touch the
+# Runs ON the worker as root, started by dispatch.sh. It needs no kubeconfig and does not touch the
 # tenant API: the Pulumi host deletes the Node object after this has run.
 #
 # Environment (names in components/shell.py):

@@ -2,7 +2,7 @@
 # Points this node's containerd at pull-through image mirrors: one /etc/containerd/certs.d/<registry>/hosts.toml
 # per registry, which tries the mirror first and falls back to the registry itself. containerd 2.x (kindest/node
 # since kind v0.27) reads that directory by default and re-reads it on every pull, so no restart is needed
-# (containerd docs/hosts.md). Runs ON the node as root, fed to `bash -s` on stdin.
+# (containerd docs/hosts.md). Runs ON the node as root, started by dispatch.sh.
 #
 # Only files this script wrote (first line: the marker below) are ever replaced or removed; a registry that
 # already has a hosts.toml of someone else's is refused, not overwritten.

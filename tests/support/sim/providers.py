@@ -558,17 +558,6 @@ class KubernetesProviderModel:
 # --------------------------------------------------------------------------- #
 
 
-def _invocation(resource: Resource, action: str) -> scripts.Invocation:
-    inputs = plain(resource.inputs)
-    connection = inputs.get("connection") or {}
-    return scripts.Invocation(
-        script=str(inputs.get(action) or ""),
-        stdin=str(inputs.get("stdin") or ""),
-        environment={k: str(v) for k, v in (inputs.get("environment") or {}).items()},
-        remote_host=connection.get("host") if resource.type == "command:remote:Command" else None,
-    )
-
-
 def _check_host_key(ctx: Context, resource: Resource) -> None:
     if resource.type != "command:remote:Command":
         return
@@ -624,13 +613,14 @@ class CommandModel:
         self._run(ctx, old, "delete")
 
     def _run(self, ctx: Context, resource: Resource, action: str) -> str:
-        invocation = _invocation(resource, action)
+        command = str(plain(resource.inputs).get(action) or "")
         try:
-            return scripts.run(ctx.world, invocation, "create" if action == "update" else action)
+            # What runs is read from the inputs as data (scripts.invocation), never from the bash text.
+            return scripts.execute(ctx.world, resource.type, resource.inputs,
+                                   "create" if action == "update" else action)
         except scripts.CommandFailedError as error:
-            # commandOutputs.go: the error carries the combined output.
-            raise ProviderError(f"exit status 1: running {invocation.script.splitlines()[0][:80]!r}:\n{error}") \
-                from None
+            # commandOutputs.go: the error carries the command and the combined output.
+            raise ProviderError(f"exit status 1: running {command.splitlines()[0][:80]!r}:\n{error}") from None
 
     def read(self, ctx: Context, resource: Resource) -> dict[str, Any] | None:
         return dict(resource.outputs)

@@ -1,25 +1,29 @@
-"""What the shell that pulumi-command runs does to the simulated machine.
+"""What the commands that pulumi-command runs do to the simulated machine.
 
-The simulator does not execute bash: it recognises each script this program ships by what it runs (kind,
-kubeadm, kubectl) and applies the script's contract to the world. The scripts themselves are executed
-against stub binaries in their own tests (tests/test_node_scripts.py, tests/test_kind_scripts.py,
-tests/test_mirror_script.py), which pin that contract; this module is the other half: what the contract
-does to kind, Docker and the tenants.
+The simulator neither executes nor parses bash: a Command's inputs say as data which script runs
+(`invocation` below) -- a host command's text is one of the files in components/*/scripts, and a node
+command's stdin is dispatch.sh followed by its data block (`read_node_stdin`, the one decoder of what
+components/worker/access.py node_stdin writes). The scripts themselves are executed against stub binaries in
+their own tests (tests/test_node_access.py, tests/test_node_scripts.py, tests/test_mirror_script.py,
+tests/test_kind_scripts.py), which pin their contract; this module is the other half: what that contract does
+to kind, Docker and the tenants.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import json
-import re
-import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
+from components import shell
+from components.worker import access
 from tests.support.sim import systems
+from tests.support.sim.state import is_secret, plain
 from tests.support.sim.world import MIRROR_MARKER, ApiError, Machine, UnreachableError, World
 
 
@@ -29,60 +33,130 @@ class CommandFailedError(Exception):
 
 @dataclass(frozen=True)
 class Invocation:
-    """One run of a command: its text, stdin and environment (secrets already unwrapped)."""
+    """One run of a Command, read from its inputs: which script runs where, with what (secrets unwrapped)."""
 
+    # The script that does the work: one of components/*/scripts (node-join.sh, kind-create.sh, ...).
     script: str
-    stdin: str
-    environment: Mapping[str, str]
-    remote_host: str | None = None  # set for command:remote:Command
+    action: str  # "create" or "delete"
+    environment: Mapping[str, str] = field(default_factory=dict)
+    # The variables whose values travelled in a secret input (a node command's whole stdin is secret).
+    secret: frozenset[str] = frozenset()
+    # What the script reads on stdin (kind-create.sh: the kind config).
+    stdin: str = ""
+    # Where it runs: a local worker container (through container-exec.sh), an SSH machine, or else the host.
+    container: str | None = None
+    remote_host: str | None = None
+    # container-exec.sh for a delete: GPU_TENANCY_GONE_HINT.
+    gone_hint: str = ""
 
 
-def _ssh_branch(program: str, action: str) -> tuple[str, dict[str, str]]:
-    """The script and decoded secrets of one action of the SSH stdin program (components.worker.access.node_program)."""
-    match = re.search(rf"^{action}\)\n\(\n(.*?)\n\) </dev/null\n;;$", program, re.S | re.M)
-    if match is None:
-        return "", {}
-    body = match.group(1)
-    values = {}
-    for name, encoded in re.findall(r"^([A-Za-z_][A-Za-z0-9_]*)=\"\$\(printf '%s' '([A-Za-z0-9+/=]*)'", body, re.M):
-        values[name] = base64.b64decode(encoded).decode()
-    return body, values
+def read_node_stdin(stdin: str) -> dict[str, tuple[str, str, dict[str, str]]]:
+    """{action: (script name, script text, {variable: value})} of a node command's stdin (dispatch.sh, then the
+    data block of components.worker.access.node_stdin), decoded as dispatch.sh reads it."""
+    dispatcher = shell.script_text(shell.DISPATCH)
+    if not stdin.startswith(dispatcher):
+        raise CommandFailedError("the stdin of this node command does not start with dispatch.sh")
+    lines = stdin[len(dispatcher):].split("\n")
+    if access.DATA_END not in lines:
+        raise CommandFailedError("gpu-tenancy: dispatch.sh: the data block has no end line: stdin was cut short; "
+                                 "nothing was run")
+    actions = {}
+    try:
+        for line in lines[: lines.index(access.DATA_END)]:
+            action, name, text, *variables = line.split(" ")
+            values = {}
+            for variable in variables:
+                key, _, encoded = variable.partition("=")
+                values[key] = base64.b64decode(encoded, validate=True).decode()
+            actions[action] = (name, base64.b64decode(text, validate=True).decode(), values)
+    except (ValueError, binascii.Error) as error:
+        raise CommandFailedError(f"gpu-tenancy: dispatch.sh: damaged data block ({error}); nothing was run") from None
+    return actions
 
 
-def run(world: World, invocation: Invocation, action: str) -> str:
-    """Apply the effect of the script `invocation` runs for `action` ("create" or "delete"); returns stdout."""
-    script, env = invocation.script, dict(invocation.environment)
-    if "kind create cluster" in script and action == "create":
+def _script_named(text: str) -> str | None:
+    """Which of the shipped scripts `text` is, if any."""
+    return next((name for name in shell.SCRIPT_NAMES if shell.script_text(name) == text), None)
+
+
+def invocation(resource_type: str, inputs: Mapping[str, Any], action: str) -> Invocation:
+    """What the Command of `inputs` (secrets still marked) runs for `action`: "create" or "delete" (an update
+    without an `update` command runs `create`: commandController.go Update)."""
+    values = plain(inputs)
+    line = str(values.get(action) or "")
+    if resource_type == "command:remote:Command":
+        connection = values.get("connection") or {}
+        if line != access.ssh_command(action, str(connection.get("user", ""))):
+            raise CommandFailedError(f"the simulator does not know what this remote command does: {line[:200]!r}")
+        return _node_invocation(inputs, action, remote_host=connection.get("host"))
+    interpreter = list(values.get("interpreter") or [])
+    environment = {key: str(value) for key, value in (values.get("environment") or {}).items()}
+    if interpreter == access.container_interpreter() and line == action:
+        return _node_invocation(inputs, action, container=environment.get(shell.CONTAINER_ENV, ""),
+                                gone_hint=environment.get(shell.GONE_HINT_ENV, ""))
+    script = _script_named(line) if interpreter == ["/bin/bash", "-c"] else None
+    if script is None:
+        raise CommandFailedError(f"the simulator does not know what this command does:\n{line[:400]}")
+    secret = frozenset(key for key, value in (inputs.get("environment") or {}).items() if is_secret(value))
+    if is_secret(inputs.get("environment")):
+        secret = frozenset(environment)
+    return Invocation(script=script, action=action, environment=environment, secret=secret,
+                      stdin=str(values.get("stdin") or ""))
+
+
+def _node_invocation(inputs: Mapping[str, Any], action: str, *, container: str | None = None,
+                     remote_host: str | None = None, gone_hint: str = "") -> Invocation:
+    actions = read_node_stdin(str(plain(inputs.get("stdin")) or ""))
+    if action not in actions:
+        raise CommandFailedError(f'gpu-tenancy: dispatch.sh: unknown action "{action}" (expected: '
+                                 f'{" ".join(actions)})')
+    name, text, environment = actions[action]
+    if name not in shell.NODE_SCRIPT_NAMES or text != shell.script_text(name):
+        raise CommandFailedError(f"the simulator does not know what this node script does: {name}")
+    return Invocation(script=name, action=action, environment=environment,
+                      secret=frozenset(environment) if is_secret(inputs.get("stdin")) else frozenset(),
+                      container=container, remote_host=remote_host, gone_hint=gone_hint)
+
+
+def execute(world: World, resource_type: str, inputs: Mapping[str, Any], action: str) -> str:
+    """Run what the Command of `inputs` runs for `action` on `world`; returns its stdout. The provider model's one
+    call into this module (tests of the engine replace it)."""
+    return run(world, invocation(resource_type, inputs, action))
+
+
+def run(world: World, invocation: Invocation) -> str:
+    """Apply the effect of the script `invocation` runs; returns its stdout."""
+    env = dict(invocation.environment)
+    if invocation.script == shell.KIND_CREATE:
         return _kind_create(world, env, invocation.stdin)
-    if "kind delete cluster" in script and action == "delete":
+    if invocation.script == shell.KIND_DELETE:
         return _kind_delete(world, env)
     if invocation.remote_host is not None:
         host = world.ssh.get(invocation.remote_host)
         if host is None or not host.reachable:
             raise CommandFailedError(f"dial tcp {invocation.remote_host}:22: connect: no route to host")
         machine = host.machine
-    else:
-        # components/worker/access.py: `docker exec -i -e GPU_TENANCY_ACTION=<action> <container> bash -s`, with
-        # the node program on stdin (wrapped in a presence check for deletes).
-        exec_match = re.search(r"docker exec -i -e GPU_TENANCY_ACTION=\S+ (\S+) bash -s", script)
-        if exec_match is None:
-            raise CommandFailedError(f"the simulator does not know what this command does:\n{script[:400]}")
-        machine_name = shlex.split(exec_match.group(1))[0]
-        container = world.docker.containers.get(machine_name)
+    elif invocation.container is not None:
+        # components/worker/scripts/container-exec.sh: `docker exec -i <container> bash -s -- <action>`, after a
+        # presence check for deletes.
+        name = invocation.container
+        container = world.docker.containers.get(name)
         if container is None or not container.running:
-            if "docker container inspect" in script:  # the "if present" wrapper of delete commands
-                return f"gpu-tenancy: container {machine_name} is gone: nothing to undo."
-            raise CommandFailedError(f"Error response from daemon: No such container: {machine_name}")
-        machine = world.machines.setdefault(machine_name, Machine(name=machine_name))
-    body, values = _ssh_branch(invocation.stdin, action)
-    env.update(values)
-    if "containerd/certs.d" in body:
+            if invocation.action == access.DELETE:
+                state = "gone" if container is None else "stopped"
+                hint = f" {invocation.gone_hint}" if invocation.gone_hint else ""
+                return f"gpu-tenancy: container {name} is {state}: nothing to undo.{hint}"
+            raise CommandFailedError(f"Error response from daemon: No such container: {name}")
+        machine = world.machines.setdefault(name, Machine(name=name))
+    else:
+        raise CommandFailedError(f"{invocation.script} runs on a node, but this command names none")
+    if invocation.script == shell.NODE_MIRRORS:
         return _mirrors(machine, env)
-    if "kubeadm join" in body:
+    if invocation.script == shell.NODE_JOIN:
         return _join(world, machine, env)
-    if "kubeadm reset -f" in body:
+    if invocation.script == shell.NODE_LEAVE:
         return _leave(world, machine, env)
-    raise CommandFailedError(f"the simulator does not know what this node script does:\n{body[:400]}")
+    raise CommandFailedError(f"the simulator has no model of {invocation.script}")
 
 
 # --------------------------------------------------------------------------- #
@@ -181,9 +255,3 @@ def _mirrors(machine: Machine, env: dict[str, str]) -> str:
             del machine.files[path]
     machine.files.update(wanted)
     return f"node {env['NODE_NAME']}: image mirrors for: {' '.join(sorted(wanted))}"
-
-
-def describe(inputs: Mapping[str, Any]) -> str:
-    """A one-line description of a command for plan output."""
-    text = str(inputs.get("create") or "")
-    return text.splitlines()[0][:60] if text else ""
