@@ -78,14 +78,7 @@ pulumi-cli:
 
 backend: pulumi-cli venv
 	@mkdir -p $(STATE_DIR)
-	@if [ -n "$${PULUMI_CONFIG_PASSPHRASE_FILE:-}" ]; then \
-		if [ -s .pulumi-passphrase ] && [ ! -s "$$PULUMI_CONFIG_PASSPHRASE_FILE" ]; then \
-			echo "found .pulumi-passphrase in the project directory: move it out, next to nothing it protects:" >&2; \
-			echo "  mkdir -p '$(PASSPHRASE_DIR)' && mv .pulumi-passphrase '$$PULUMI_CONFIG_PASSPHRASE_FILE'" >&2; \
-			exit 1; \
-		fi; \
-		$(PY) -m ops.passphrase "$$PULUMI_CONFIG_PASSPHRASE_FILE" --stack $(STACK) --state-dir $(STATE_DIR) || exit 1; \
-	fi
+	@$(PY) -m ops.passphrase --stack $(STACK) --state-dir $(STATE_DIR)
 	pulumi stack select $(STACK) --create
 
 # pulumi-kubernetes writes each provider's kubeconfig to a temporary file and never removes it (provider/pkg/

@@ -81,3 +81,10 @@ def test_make_kubeconfig_with_a_tenant_checks_the_pulumi_cli_next(tmp_path):
 
     done = make_without_pulumi(tmp_path, "kubeconfig", "TENANT=alpha")
     assert done.returncode != 0 and done.stderr.splitlines()[0] == PULUMI_MISSING
+
+
+def test_make_backend_leaves_the_passphrase_file_to_ops_passphrase():
+    # No shell branch of its own: ops.passphrase reads PULUMI_CONFIG_PASSPHRASE_FILE and refuses a legacy file.
+    lines = dry_run("backend")
+    assert ".venv/bin/python -m ops.passphrase --stack dev --state-dir .pulumi-state" in lines
+    assert not [line for line in lines if "passphrase" in line and ("if [" in line or "echo" in line)]

@@ -105,7 +105,7 @@ def test_empty_passphrase_file_is_filled(tmp_path, content):
 
 def test_passphrase_cli(tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit) as usage:
-        passphrase.main([])
+        passphrase.main(["--no-such-option"])
     assert usage.value.code == 2
     assert "usage: python -m ops.passphrase" in capsys.readouterr().err
     monkeypatch.setenv("HOME", str(tmp_path))
@@ -117,6 +117,56 @@ def test_passphrase_cli(tmp_path, monkeypatch, capsys):
     done = subprocess.run([sys.executable, "-m", "ops.passphrase", str(path)], cwd=ROOT,
                           capture_output=True, text=True, check=False)
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+
+
+def test_without_a_path_the_exported_passphrase_file_is_used(tmp_path, monkeypatch, capsys):
+    # As `make backend` runs it: the Makefile exports PULUMI_CONFIG_PASSPHRASE_FILE.
+    path = tmp_path / "config" / "dev-abc.passphrase"
+    monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE_FILE", str(path))
+    assert passphrase.main(["--project-dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.startswith(f"generated {path}")
+    assert mode(path) == 0o600
+
+
+@pytest.mark.parametrize("exported", [None, ""])
+def test_an_operator_passphrase_in_the_environment_needs_no_file(tmp_path, monkeypatch, capsys, exported):
+    # PULUMI_CONFIG_PASSPHRASE exported: the Makefile exports no file name, and nothing is written.
+    monkeypatch.delenv("PULUMI_CONFIG_PASSPHRASE_FILE", raising=False)
+    if exported is not None:
+        monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE_FILE", exported)
+    (tmp_path / passphrase.LEGACY_FILE).write_text("old\n")
+    assert passphrase.main(["--project-dir", str(tmp_path)]) == 0
+    assert capsys.readouterr() == ("", "")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [passphrase.LEGACY_FILE]
+
+
+def test_an_older_checkouts_passphrase_in_the_project_is_refused_with_the_command_that_moves_it(tmp_path, monkeypatch,
+                                                                                                capsys):
+    project, path = tmp_path / "project", tmp_path / "my config" / "dev-abc.passphrase"
+    project.mkdir()
+    (project / passphrase.LEGACY_FILE).write_text("the old key\n")
+    monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE_FILE", str(path))
+
+    assert passphrase.main(["--project-dir", str(project), "--stack", "dev", "--state-dir", str(tmp_path)]) == 1
+    assert capsys.readouterr().err == (
+        "make backend: found .pulumi-passphrase in the project directory: move it out, next to nothing it protects:\n"
+        f"  mkdir -p '{path.parent}' && mv .pulumi-passphrase '{path}'\n")
+    assert not path.exists(), "a new passphrase would not decrypt the state the old one protects"
+    # Once moved as told, it is the stack's passphrase (made private), and nothing new is generated.
+    subprocess.run(f"mkdir -p '{path.parent}' && mv .pulumi-passphrase '{path}'", shell=True, cwd=project, check=True)
+    assert passphrase.main(["--project-dir", str(project)]) == 0
+    assert path.read_text() == "the old key\n" and mode(path) == 0o600
+
+
+@pytest.mark.parametrize("legacy", ["", "kept\n"])
+def test_a_project_passphrase_file_that_is_empty_or_already_moved_is_no_obstacle(tmp_path, monkeypatch, legacy):
+    path = tmp_path / "dev.passphrase"
+    if legacy:
+        path.write_text("the stack's key\n")
+    (tmp_path / passphrase.LEGACY_FILE).write_text(legacy)
+    monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE_FILE", str(path))
+    assert passphrase.main(["--project-dir", str(tmp_path)]) == 0
+    assert path.read_text().strip()
 
 
 # --------------------------------------------------------------------------- #
