@@ -130,5 +130,5 @@ def test_the_checks_recognise_what_they_look_for():
     assert OUR_PATH.findall(text) == ["tests/test_join_script.py"]
     assert [n for n in OUR_NAME.findall(text) if n.rsplit(".", 1)[-1] not in FILE_SUFFIXES] == [
         "components.worker.access.ssh_stdin"]
-    assert not resolves("components.worker.access.ssh_stdin") and resolves("components.worker.access.node_program")
+    assert not resolves("components.worker.access.ssh_stdin") and resolves("components.worker.access.node_stdin")
     assert resolves("tests.support.sim.Lifecycle") and not resolves("components.nothing_here")
