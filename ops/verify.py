@@ -2,7 +2,7 @@
 
 Reads the stack outputs (`pulumi stack output --json --show-secrets`, or a saved
 copy with --outputs-file), talks to the management cluster and to every tenant
-with the official `kubernetes` client (kubeconfigs, certificates and keys stay in
+through `components.kube` (kubeconfigs, certificates and keys stay in
 memory), and prints one table per tenant, then one for the lab's image mirror.
 A row is OK, FAIL, or SKIP when there was nothing it could try (printed with the
 reason; it neither holds nor fails). Exit code: 0 when no check fails, 1 when any
@@ -22,11 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from ops import verify_api
+from components import kube
+from components.kube import Connect, Json, KubeClient
 from ops.hostcheck import PULUMI_MISSING
-from ops.verify_api import Connect, Json
 from ops.verify_checks import (
     FAIL,
     SKIP,
@@ -108,15 +106,9 @@ def _kubeconfig(text: Any, what: str) -> Json:
     if text == HIDDEN_SECRET:
         raise OutputsError(f"{what} is hidden: save the outputs with `pulumi stack output --json --show-secrets`")
     try:
-        kubeconfig = yaml.safe_load(text) if isinstance(text, str) else None
-    except yaml.YAMLError as error:
-        # Only where: PyYAML's message quotes the offending line, which may hold client-key-data.
-        mark = getattr(error, "problem_mark", None)
-        where = f" (error at line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-        raise OutputsError(f"{what} is not YAML{where}") from None
-    if not isinstance(kubeconfig, dict):
-        raise OutputsError(f"{what} is not a kubeconfig")
-    return kubeconfig
+        return kube.parse(text if isinstance(text, str) else "")
+    except kube.KubeconfigError as error:
+        raise OutputsError(f"{what} {error.problem}") from None
 
 
 def _string_list(value: Any) -> tuple[str, ...] | None:
@@ -202,7 +194,7 @@ def platform_from_outputs(outputs: Json) -> tuple[Json, Platform]:
 # --- checking ---------------------------------------------------------------------------------
 
 
-def verify_platform(platform: Platform, management: verify_api.KubeApi, connect: Connect,
+def verify_platform(platform: Platform, management: KubeClient, connect: Connect,
                     waiting: Waiting) -> Iterable[TenantReport]:
     """One table per tenant, in plan order, yielded as each tenant finishes."""
     for name in [*platform.tenants, *platform.incomplete]:
@@ -379,15 +371,15 @@ def main(
     argv: Sequence[str] | None = None,
     *,
     run: Run = subprocess.run,
-    connect: Connect = verify_api.connect,
+    connect: Connect = kube.connect,
     waiting: Waiting | None = None,
 ) -> int:
     """0: no check failed; 1: a check failed; 2: the outputs are unusable or verify stopped on an unexpected error."""
     args = _arguments(argv)
     waiting = waiting or Waiting(timeout=args.probe_timeout)
-    opened: list[verify_api.KubeApi] = []
+    opened: list[KubeClient] = []
 
-    def connect_tracked(kubeconfig: Json) -> verify_api.KubeApi:
+    def connect_tracked(kubeconfig: Json) -> KubeClient:
         api = connect(kubeconfig)
         opened.append(api)
         return api

@@ -1,4 +1,4 @@
-"""The checks behind `make verify`: plain functions over `KubeApi`, returning one result per check.
+"""The checks behind `make verify`: plain functions over `components.kube.KubeClient`, one result per check.
 
 Each result names the broken link and a likely fix. Objects are the API's JSON
 (dicts); the only side effects are the probe pods (the GPU probe, and the network
@@ -15,14 +15,15 @@ from typing import Any
 
 from kubernetes.utils import parse_quantity
 
+from components import kube
 from components.gpu.smoke import hami_evidence
 from components.gpu.values import HAMI_NAMESPACE, HAMI_RELEASE
 from components.images import PAUSE_IMAGE
+from components.kube import ApiError, Connect, Json, KubeClient
 from components.management.kamaji import etcd_network_policy
 from components.naming import KAMAJI_NAMESPACE
 from components.tenant.spec import ISOLATION_POLICY_NAME, KONNECTIVITY_PORT
 from config import Versions
-from ops.verify_api import ApiError, Connect, Json, KubeApi
 
 # Kamaji installs the agent under this name in the tenant's kube-system
 # (clastix/kamaji internal/resources/konnectivity/constants.go: AgentName).
@@ -173,65 +174,27 @@ def _name(obj: Json) -> str:
 # --- kubeconfigs ------------------------------------------------------------------------------
 
 
-def _entry(entries: Any, name: str, kind: str) -> Json:
-    for entry in entries or []:
-        if isinstance(entry, Mapping) and entry.get("name") == name:
-            return entry
-    raise ValueError(f"kubeconfig has no {kind} named {name!r}")
-
-
-def current_entries(kubeconfig: Json) -> tuple[Json, Json]:
-    """The (cluster, user) entries the kubeconfig's current context points at."""
-    if not isinstance(kubeconfig, Mapping):
-        raise ValueError("kubeconfig is not a YAML mapping")
-    contexts = kubeconfig.get("contexts") or []
-    name = kubeconfig.get("current-context") or (contexts[0].get("name") if len(contexts) == 1 else None)
-    if not name:
-        raise ValueError("kubeconfig has no current-context")
-    context = _entry(contexts, name, "context").get("context") or {}
-    return (
-        _entry(kubeconfig.get("clusters"), context.get("cluster"), "cluster"),
-        _entry(kubeconfig.get("users"), context.get("user"), "user"),
-    )
-
-
 def api_server(kubeconfig: Json) -> str:
-    cluster, _ = current_entries(kubeconfig)
-    return str(_dig(cluster, "cluster", "server") or "?")
-
-
-def context_namespace(kubeconfig: Json) -> str:
-    """The namespace of the kubeconfig's current context (kubectl's default: `default`)."""
-    contexts = kubeconfig.get("contexts") or []
-    name = kubeconfig.get("current-context") or (contexts[0].get("name") if len(contexts) == 1 else None)
-    context = _entry(contexts, name, "context").get("context") or {}
-    return str(context.get("namespace") or PROBE_NAMESPACE)
+    """The API server the kubeconfig's current context names, for messages ("?" when it names none)."""
+    return str(kube.current_context(kubeconfig).cluster.get("server") or "?")
 
 
 def cross_tenant_kubeconfig(own: Json, other: Json) -> Json:
     """This tenant's user credentials aimed at the other tenant's API server (its server and CA)."""
-    _, own_user = current_entries(own)
-    other_cluster, _ = current_entries(other)
-    return {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "other-tenant", "cluster": dict(other_cluster.get("cluster") or {})}],
-        "users": [{"name": "this-tenant", "user": dict(own_user.get("user") or {})}],
-        "contexts": [{"name": "cross-tenant", "context": {"cluster": "other-tenant", "user": "this-tenant"}}],
-        "current-context": "cross-tenant",
-    }
+    return kube.kubeconfig(kube.current_context(other).cluster, kube.current_context(own).user,
+                           name="cross-tenant", cluster_name="other-tenant", user_name="this-tenant")
 
 
 # --- management cluster -----------------------------------------------------------------------
 
 
-def check_control_plane(management: KubeApi, tenant: TenantTarget, cluster: str) -> CheckResult:
+def check_control_plane(management: KubeClient, tenant: TenantTarget, cluster: str) -> CheckResult:
     name = "control plane Ready"
     where = f"TenantControlPlane {tenant.namespace}/{tenant.control_plane}"
     fix = (f"kubectl --context kind-{cluster} -n {tenant.namespace} describe tcp {tenant.control_plane}; "
            f"kubectl --context kind-{cluster} -n kamaji-system logs deploy/kamaji")
     try:
-        tcp = management.get_tenant_control_plane(tenant.namespace, tenant.control_plane)
+        tcp = management.find("TenantControlPlane", tenant.control_plane, tenant.namespace)
     except ApiError as error:
         return CheckResult(name, False, f"cannot read {where} from the management cluster ({error})",
                            f"is the kind cluster running? docker ps --filter name={cluster}-control-plane")
@@ -291,13 +254,13 @@ def _etcd_problem(policies: list[Json]) -> str | None:
     return f"NetworkPolicy {where}: {'; '.join(problems)} → the shared etcd is not fenced" if problems else None
 
 
-def check_network_policies(management: KubeApi, tenant: TenantTarget) -> CheckResult:
+def check_network_policies(management: KubeClient, tenant: TenantTarget) -> CheckResult:
     """The tenant namespace's fence (all pods, ingress and egress) and the shared etcd's, by name and shape."""
     name = "NetworkPolicies (management)"
     fix = "run `make up` to re-create the management NetworkPolicies"
     try:
-        own = management.list_network_policies(tenant.namespace)
-        etcd = management.list_network_policies(ETCD_POLICY_NAMESPACE)
+        own = management.list("NetworkPolicy", tenant.namespace)
+        etcd = management.list("NetworkPolicy", ETCD_POLICY_NAMESPACE)
     except ApiError as error:
         return CheckResult(name, False, f"cannot list NetworkPolicies ({error})",
                            "see the control plane row: is the management cluster answering?")
@@ -311,7 +274,7 @@ def check_network_policies(management: KubeApi, tenant: TenantTarget) -> CheckRe
 # --- tenant cluster ---------------------------------------------------------------------------
 
 
-def check_tenant_api(tenant: TenantTarget, connect: Connect) -> tuple[CheckResult, KubeApi | None, list[Json]]:
+def check_tenant_api(tenant: TenantTarget, connect: Connect) -> tuple[CheckResult, KubeClient | None, list[Json]]:
     """Reach the tenant API server with the stack's admin kubeconfig; returns its nodes for later checks."""
     name = "tenant API answers"
     try:
@@ -321,7 +284,7 @@ def check_tenant_api(tenant: TenantTarget, connect: Connect) -> tuple[CheckResul
         return CheckResult(name, False, f"the tenant kubeconfig in the stack outputs is unusable: {error}",
                            "run `make up` to refresh the stack outputs"), None, []
     try:
-        nodes = api.list_nodes()
+        nodes = api.list("Node")
     except ApiError as error:
         if error.status in (401, 403):
             return CheckResult(
@@ -420,11 +383,11 @@ def check_gpu_capacity(node: Json, cards: list[Json], gpu_mode: str) -> CheckRes
     )
 
 
-def check_konnectivity_agent(api: KubeApi) -> CheckResult:
+def check_konnectivity_agent(api: KubeClient) -> CheckResult:
     name = "Konnectivity agent ready"
     logs = f"check `kubectl -n kube-system logs ds/{KONNECTIVITY_AGENT}` and the CNI (in the tenant)"
     try:
-        agent = api.read_daemon_set("kube-system", KONNECTIVITY_AGENT)
+        agent = api.find("DaemonSet", KONNECTIVITY_AGENT, "kube-system")
     except ApiError as error:
         return CheckResult(name, False, f"cannot read DaemonSet kube-system/{KONNECTIVITY_AGENT} ({error})", logs)
     if agent is None:
@@ -443,13 +406,13 @@ def check_konnectivity_agent(api: KubeApi) -> CheckResult:
     )
 
 
-def check_hami_scheduler(api: KubeApi) -> CheckResult:
+def check_hami_scheduler(api: KubeClient) -> CheckResult:
     name = "HAMi scheduler ready"
     where = f"Deployment {HAMI_NAMESPACE}/{HAMI_SCHEDULER}"
     fix = (f"in the tenant: kubectl -n {HAMI_NAMESPACE} describe deploy/{HAMI_SCHEDULER}; "
            f"kubectl -n {HAMI_NAMESPACE} logs deploy/{HAMI_SCHEDULER} -c {HAMI_EXTENDER_CONTAINER}")
     try:
-        deployment = api.read_deployment(HAMI_NAMESPACE, HAMI_SCHEDULER)
+        deployment = api.find("Deployment", HAMI_SCHEDULER, HAMI_NAMESPACE)
     except ApiError as error:
         return CheckResult(name, False, f"cannot read {where} ({error})", fix)
     if deployment is None:
@@ -462,11 +425,11 @@ def check_hami_scheduler(api: KubeApi) -> CheckResult:
                                     "has no backend", fix)
 
 
-def check_hami_webhook(api: KubeApi) -> CheckResult:
+def check_hami_webhook(api: KubeClient) -> CheckResult:
     name = "HAMi webhook (failurePolicy Fail)"
     where = f"MutatingWebhookConfiguration {HAMI_WEBHOOK}"
     try:
-        config = api.read_mutating_webhook_configuration(HAMI_WEBHOOK)
+        config = api.find("MutatingWebhookConfiguration", HAMI_WEBHOOK)
     except ApiError as error:
         return CheckResult(name, False, f"cannot read {where} ({error})", "see the tenant API row")
     if config is None or not config.get("webhooks"):
@@ -540,13 +503,13 @@ def _check_admitted(pod: Json) -> CheckResult:
     )
 
 
-def _wait_for_allocation(api: KubeApi, pod_name: str, waiting: Waiting) -> CheckResult:
+def _wait_for_allocation(api: KubeClient, pod_name: str, waiting: Waiting) -> CheckResult:
     name = "probe got a GPU slice"
     deadline = waiting.now() + waiting.timeout
     progress = "not read yet"
     while True:
         try:
-            pod = api.read_pod(PROBE_NAMESPACE, pod_name)
+            pod = api.find("Pod", pod_name, PROBE_NAMESPACE)
         except ApiError as error:  # keep polling: one failed read is not a verdict
             progress = f"last read failed ({error})"
         else:
@@ -569,10 +532,10 @@ def _wait_for_allocation(api: KubeApi, pod_name: str, waiting: Waiting) -> Check
     )
 
 
-def probe_gpu_pod(api: KubeApi, request: ProbeRequest, waiting: Waiting) -> list[CheckResult]:
+def probe_gpu_pod(api: KubeClient, request: ProbeRequest, waiting: Waiting) -> list[CheckResult]:
     """Create a GPU pod, prove the webhook mutated it and HAMi allocated it, then delete it."""
     try:
-        created = api.create_pod(PROBE_NAMESPACE, probe_pod(request))
+        created = api.create(probe_pod(request))
     except ApiError as error:
         return [_admission_rejected(error)]
     pod_name = _name(created)
@@ -583,7 +546,7 @@ def probe_gpu_pod(api: KubeApi, request: ProbeRequest, waiting: Waiting) -> list
             results.append(_wait_for_allocation(api, pod_name, waiting))
     finally:
         try:
-            api.delete_pod(PROBE_NAMESPACE, pod_name)
+            api.delete("Pod", pod_name, PROBE_NAMESPACE, grace_period_seconds=0)
         except ApiError as error:
             results.append(CheckResult("probe pod deleted", False, f"could not delete {pod_name} ({error})",
                                        f"in the tenant: kubectl -n {PROBE_NAMESPACE} delete pod {pod_name}"))
@@ -598,7 +561,7 @@ def _cross_tenant_answer(tenant: TenantTarget, other: TenantTarget, credential: 
     """("refused" | "accepted" | "no answer" | "other", what happened) for one of the tenant's credentials."""
     api = connect(cross_tenant_kubeconfig(credential, other.kubeconfig))
     try:
-        nodes = api.list_nodes()
+        nodes = api.list("Node")
     except ApiError as error:
         if error.status in (401, 403):
             return "refused", f"HTTP {error.status}"
@@ -794,15 +757,15 @@ def shared_networks(own_workers: Sequence[str], other_admits: Sequence[str]) -> 
     return tuple(dict.fromkeys(shared))
 
 
-def _data_store_endpoints(management: KubeApi, other: TenantTarget) -> tuple[str, list[str], Json | None]:
+def _data_store_endpoints(management: KubeClient, other: TenantTarget) -> tuple[str, list[str], Json | None]:
     """(DataStore name, its spec.endpoints, the TenantControlPlane); ValueError says why they are unknown."""
     try:
-        tcp = management.get_tenant_control_plane(other.namespace, other.control_plane)
+        tcp = management.find("TenantControlPlane", other.control_plane, other.namespace)
         name = (_dig(tcp, "status", "storage", "dataStoreName") or _dig(tcp, "spec", "dataStore")
                 or other.data_store)
         if not name:
             raise ValueError(f"TenantControlPlane {other.namespace}/{other.control_plane} names no DataStore yet")
-        store = management.get_datastore(name)
+        store = management.find("DataStore", name)
     except ApiError as error:
         raise ValueError(f"cannot read {other.name}'s DataStore from the management cluster ({error})") from None
     if store is None:
@@ -813,14 +776,14 @@ def _data_store_endpoints(management: KubeApi, other: TenantTarget) -> tuple[str
     return name, endpoints, tcp
 
 
-def _pod_address(management: KubeApi, host: str) -> str | None:
+def _pod_address(management: KubeClient, host: str) -> str | None:
     """The pod IP behind a StatefulSet DNS name `<pod>.<service>.<namespace>.svc...`, read on the management
     cluster: a tenant pod cannot resolve the name, so the address is probed as well (is it routed?)."""
     labels = host.split(".")
     if len(labels) < 4 or labels[3] != "svc":
         return None
     try:
-        pod = management.read_pod(labels[2], labels[0])
+        pod = management.find("Pod", labels[0], labels[2])
     except ApiError:
         return None
     return _dig(pod, "status", "podIP") or None
@@ -837,7 +800,7 @@ def _inside(address: str, networks: Iterable[str]) -> str | None:
     return None
 
 
-def _reach_targets(tenant: TenantTarget, platform: Platform, management: KubeApi) -> list[_Reach]:
+def _reach_targets(tenant: TenantTarget, platform: Platform, management: KubeClient) -> list[_Reach]:
     targets: list[_Reach] = []
     for other in platform.tenants.values():
         if other.name == tenant.name:
@@ -890,10 +853,10 @@ def _reach_targets(tenant: TenantTarget, platform: Platform, management: KubeApi
     return targets
 
 
-def _poll(api: KubeApi, namespace: str, probe: _Probe, waiting: Waiting) -> None:
+def _poll(api: KubeClient, namespace: str, probe: _Probe, waiting: Waiting) -> None:
     """Read one probe pod and record its verdict once it has one."""
     try:
-        pod = api.read_pod(namespace, probe.pod or "")
+        pod = api.find("Pod", probe.pod or "", namespace)
     except ApiError as error:  # one failed read is not a verdict
         probe.read_error = str(error)
         return
@@ -918,7 +881,7 @@ def _unfinished(probe: _Probe, waiting: Waiting) -> str:
     return f"{probe.pod} did not start within {waiting.timeout:g} s ({why})"
 
 
-def _run_probes(api: KubeApi, namespace: str, image: str, targets: list[_Reach], waiting: Waiting,
+def _run_probes(api: KubeClient, namespace: str, image: str, targets: list[_Reach], waiting: Waiting,
                 tenant: str) -> list[CheckResult]:
     """Create every probe pod, poll them together until each has a verdict, delete them all."""
     probes = [(reach, probe) for reach in targets if reach.error is None for probe in reach.probes]
@@ -930,7 +893,7 @@ def _run_probes(api: KubeApi, namespace: str, image: str, targets: list[_Reach],
                 probe.verdict = ("not run", refusal)
                 continue
             try:
-                created = api.create_pod(namespace, network_probe_pod(
+                created = api.create(network_probe_pod(
                     image, probe.host, probe.port, namespace, f"{reach.other.name} {reach.what}"))
             except ApiError as error:
                 refusal = f"could not create the probe pod in {namespace} ({error})"
@@ -953,7 +916,7 @@ def _run_probes(api: KubeApi, namespace: str, image: str, targets: list[_Reach],
         for _, probe in probes:
             if probe.pod:
                 try:
-                    api.delete_pod(namespace, probe.pod)
+                    api.delete("Pod", probe.pod, namespace, grace_period_seconds=0)
                 except ApiError as error:
                     problems.append(CheckResult(
                         f"probe pod {probe.pod} deleted", False, f"could not delete {probe.pod} ({error})",
@@ -1040,7 +1003,7 @@ def _reach_result(reach: _Reach, tenant: str, namespace: str, image: str) -> Che
     return CheckResult(reach.row, True, f"{outcomes}: {context}")
 
 
-def check_network_isolation(platform: Platform, tenant: TenantTarget, management: KubeApi, connect: Connect,
+def check_network_isolation(platform: Platform, tenant: TenantTarget, management: KubeClient, connect: Connect,
                             waiting: Waiting) -> list[CheckResult]:
     """From a pod in this tenant (as its restricted user), try every other tenant's API, Konnectivity and data
     store endpoints; a connection the source ranges do not explain is a failure."""
@@ -1051,7 +1014,7 @@ def check_network_isolation(platform: Platform, tenant: TenantTarget, management
         return [CheckResult(reach.row, False, f"not tested: the stack outputs have no tenantKubeconfigs.{tenant.name}",
                             "run `make up` to refresh the stack outputs") for reach in targets]
     try:
-        namespace = context_namespace(tenant.user_kubeconfig)
+        namespace = kube.current_context(tenant.user_kubeconfig).namespace or PROBE_NAMESPACE
         api = connect(tenant.user_kubeconfig)
     except ValueError as error:
         return [CheckResult(reach.row, False, f"not tested: the tenant user kubeconfig is unusable ({error})",
@@ -1066,7 +1029,7 @@ def check_network_isolation(platform: Platform, tenant: TenantTarget, management
 
 
 def verify_tenant(
-    platform: Platform, tenant: TenantTarget, management: KubeApi, connect: Connect, waiting: Waiting
+    platform: Platform, tenant: TenantTarget, management: KubeClient, connect: Connect, waiting: Waiting
 ) -> list[CheckResult]:
     results = [check_control_plane(management, tenant, platform.management_cluster)]
     api_result, api, nodes = check_tenant_api(tenant, connect)

@@ -2,29 +2,21 @@
 
 from __future__ import annotations
 
-import base64
 import copy
-import ipaddress
 import json
-import os
-import re
 import socket
-import ssl
 import subprocess
-import tempfile
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlparse
 
 import pytest
 import yaml
-from cryptography import x509
 
+from components import kube
 from components.images import PAUSE_IMAGE, worker_images
+from components.kube import ApiError, UnreachableError
 from components.management.image_cache import DEBUG_PORT
 from components.plan import plan_summary
 from config import Versions, load_stack_config
-from ops import verify, verify_api, verify_checks
+from ops import verify, verify_checks
 from ops.verify import (
     OutputsError,
     TenantReport,
@@ -38,7 +30,6 @@ from ops.verify import (
     verify_mirror,
     verify_platform,
 )
-from ops.verify_api import ApiError
 from ops.verify_checks import (
     NETWORK_PROBE_DEADLINE,
     PROBE_IMAGE,
@@ -68,7 +59,6 @@ from tests.support.fake_platform import (
     node,
 )
 from tests.support.mockrun import load_stack_file, run_program
-from tests.support.sim import pki
 
 # --- helpers ----------------------------------------------------------------------------------
 
@@ -545,19 +535,19 @@ def test_probe_survives_failed_reads(platform, clock):
 
 
 class _Vanishing(FakeSession):
-    def read_pod(self, namespace, name):
-        super().read_pod(namespace, name)
-        return None
+    def find(self, kind, name, namespace=None):
+        found = super().find(kind, name, namespace)
+        return None if kind == "Pod" else found
 
 
 class _Broken(FakeSession):
-    def read_pod(self, namespace, name):
+    def find(self, kind, name, namespace=None):
         raise RuntimeError("bug while polling")
 
 
 class _Sticky(FakeSession):
-    def delete_pod(self, namespace, name):
-        raise ApiError(None, "connection reset")
+    def delete(self, kind, name, namespace=None, **options):
+        raise UnreachableError("connection reset")
 
 
 def test_probe_pod_that_disappears(platform, clock):
@@ -920,15 +910,17 @@ def test_a_privileged_probe_would_be_refused_by_pod_security(platform, clock, mo
 
 
 class _CrashingReads(FakeSession):
-    def read_pod(self, namespace, name):
-        raise RuntimeError("bug while polling")
+    def find(self, kind, name, namespace=None):
+        if kind == "Pod":
+            raise RuntimeError("bug while polling")
+        return super().find(kind, name, namespace)
 
 
 class _StickyProbes(FakeSession):
-    def delete_pod(self, namespace, name):
+    def delete(self, kind, name, namespace=None, **options):
         if name.startswith("verify-net-"):
-            raise ApiError(None, "connection reset")
-        super().delete_pod(namespace, name)
+            raise UnreachableError("connection reset")
+        return super().delete(kind, name, namespace, **options)
 
 
 @pytest.mark.parametrize("session, raises", [(_CrashingReads, True), (_StickyProbes, False)])
@@ -1028,7 +1020,7 @@ def test_admin_checks_use_the_admin_kubeconfig_and_probes_the_users(platform, cl
     users = [session for session in cluster.sessions if session.token == "tenant-a-user-token"]
     assert len(users) == 1
     with pytest.raises(ApiError, match='User "system:serviceaccount:kube-system:tenant-user" cannot list'):
-        users[0].list_nodes()
+        users[0].list("Node")
     assert {pod["metadata"]["namespace"] for pod in cluster.created} == {"default"}
 
 
@@ -1133,8 +1125,8 @@ def test_the_programs_outputs_describe_what_verify_needs(dev_outputs):
         assert tenant.source_ranges == (dev_outputs["kindSubnet"],)
         assert tenant.worker_networks == (dev_outputs["kindSubnet"],)
         assert tenant.data_store == dev_outputs["tenants"][name]["dataStore"]
-        assert verify_checks.context_namespace(tenant.user_kubeconfig) == "default"
-        assert "token" in verify_checks.current_entries(tenant.user_kubeconfig)[1]["user"]
+        user = kube.current_context(tenant.user_kubeconfig)
+        assert user.namespace == "default" and "token" in user.user
         assert tenant.kubeconfig != tenant.user_kubeconfig
     assert set(dev_outputs["imageMirror"]) == {"docker.io", "quay.io", "registry.k8s.io", "ghcr.io"}
 
@@ -1345,244 +1337,6 @@ def test_report_is_what_the_cli_prints(tmp_path, capsys):
     assert code == 0
     # Each tenant's table as soon as it is checked, then the summary.
     assert out == "\n\n".join([*(render_table(report) for report in reports), render_summary(reports)]) + "\n"
-
-
-# --- the real API adapter, against a local HTTP server ----------------------------------------
-
-
-class _Handler(BaseHTTPRequestHandler):
-    def _serve(self):
-        length = int(self.headers.get("Content-Length") or 0)
-        body = json.loads(self.rfile.read(length)) if length else None
-        url = urlparse(self.path)
-        self.server.seen.append((self.command, url.path, parse_qs(url.query), self.headers["Authorization"], body))
-        status, payload = self.server.routes.get(
-            (self.command, url.path), (404, {"kind": "Status", "code": 404, "message": "not found"}))
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    do_GET = do_POST = do_DELETE = _serve  # noqa: N815 -- http.server dispatches on these names
-
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture
-def api_server():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    server.routes, server.seen = {}, []
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-
-
-def _real_api(server, token="good-token"):
-    url = f"http://127.0.0.1:{server.server_address[1]}"
-    return verify_api.connect(yaml.safe_load(kubeconfig_yaml("fake", url, token)))
-
-
-def test_real_api_reads_the_right_paths_as_json(api_server):
-    tcp = {"kind": "TenantControlPlane", "status": {"kubernetesResources": {"version": {"status": "Ready"}}}}
-    api_server.routes.update({
-        ("GET", "/apis/kamaji.clastix.io/v1alpha1/namespaces/tenant-a/tenantcontrolplanes/tenant-a"): (200, tcp),
-        ("GET", "/api/v1/nodes"): (200, {"kind": "NodeList", "items": [node("n0")]}),
-        ("GET", "/apis/apps/v1/namespaces/kube-system/daemonsets/konnectivity-agent"): (200, {"kind": "DaemonSet"}),
-        ("GET", "/apis/apps/v1/namespaces/kube-system/deployments/hami-scheduler"): (200, {"kind": "Deployment"}),
-        ("GET", "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/hami-webhook"): (
-            200, {"kind": "MutatingWebhookConfiguration"}),
-        ("GET", "/apis/networking.k8s.io/v1/namespaces/tenant-a/networkpolicies"): (
-            200, {"kind": "NetworkPolicyList", "items": [{"metadata": {"name": "p"}}]}),
-        ("GET", "/api/v1/namespaces/default/pods/verify-gpu-abcde"): (200, {"kind": "Pod"}),
-        ("GET", "/apis/kamaji.clastix.io/v1alpha1/datastores/default"): (200, {"kind": "DataStore"}),
-    })
-    api = _real_api(api_server)
-    assert api.get_datastore("default") == {"kind": "DataStore"}
-    assert api.get_tenant_control_plane("tenant-a", "tenant-a") == tcp
-    assert api.list_nodes() == [node("n0")]
-    assert api.read_daemon_set("kube-system", "konnectivity-agent") == {"kind": "DaemonSet"}
-    assert api.read_deployment("kube-system", "hami-scheduler") == {"kind": "Deployment"}
-    assert api.read_mutating_webhook_configuration("hami-webhook") == {"kind": "MutatingWebhookConfiguration"}
-    assert api.list_network_policies("tenant-a") == [{"metadata": {"name": "p"}}]
-    assert api.read_pod("default", "verify-gpu-abcde") == {"kind": "Pod"}
-    assert {seen[3] for seen in api_server.seen} == {"Bearer good-token"}
-
-
-def test_real_api_not_found_is_none_and_delete_tolerates_it(api_server):
-    api = _real_api(api_server)
-    assert api.get_tenant_control_plane("tenant-a", "missing") is None
-    assert api.read_pod("default", "gone") is None
-    api.delete_pod("default", "gone")
-    method, path, query, _, _ = api_server.seen[-1]
-    assert (method, path, query["gracePeriodSeconds"]) == ("DELETE", "/api/v1/namespaces/default/pods/gone", ["0"])
-
-
-def test_real_api_creates_the_probe_pod(api_server):
-    manifest = probe_pod(ProbeRequest(1, 3000, 30))
-    api_server.routes[("POST", "/api/v1/namespaces/default/pods")] = (201, {"metadata": {"name": "verify-gpu-x"}})
-    assert _real_api(api_server).create_pod("default", manifest) == {"metadata": {"name": "verify-gpu-x"}}
-    assert api_server.seen[-1][4] == manifest
-
-
-def test_real_api_errors_carry_the_status_and_message(api_server):
-    api_server.routes[("GET", "/api/v1/nodes")] = (401, {"kind": "Status", "code": 401, "message": "Unauthorized"})
-    api_server.routes[("POST", "/api/v1/namespaces/default/pods")] = (500, {"kind": "Status", "message": "webhook down"})
-    api = _real_api(api_server, token="other-tenants-token")
-    with pytest.raises(ApiError) as error:
-        api.list_nodes()
-    assert (error.value.status, error.value.message) == (401, "Unauthorized")
-    with pytest.raises(ApiError) as error:
-        api.create_pod("default", probe_pod(ProbeRequest(1, 1, 1)))
-    assert str(error.value) == "HTTP 500: webhook down"
-
-
-def test_real_api_without_an_answer():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    api = verify_api.connect(yaml.safe_load(kubeconfig_yaml("dead", f"http://127.0.0.1:{port}", "t")))
-    with pytest.raises(ApiError) as error:
-        api.list_nodes()
-    assert error.value.status is None
-    assert str(error.value).startswith("no answer: ")
-
-
-def test_real_connect_rejects_a_broken_kubeconfig():
-    with pytest.raises(ValueError, match="unusable kubeconfig"):
-        verify_api.connect({"apiVersion": "v1", "kind": "Config", "current-context": "missing"})
-
-
-# --- client certificates and keys stay in memory ------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def tls_api(tmp_path_factory):
-    """An API server over HTTPS that, like kube-apiserver, only talks to clients with a certificate of its CA."""
-    ca = pki.new_ca("tenant-a")
-    directory = tmp_path_factory.mktemp("tls-apiserver")
-    cert, key = ca.issue_server([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
-    (directory / "server.crt").write_bytes(cert)
-    (directory / "server.key").write_bytes(key)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(directory / "server.crt", directory / "server.key")
-    context.verify_mode = ssl.CERT_REQUIRED
-    context.load_verify_locations(cadata=ca.pem.decode())
-    users: list[str] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 -- http.server dispatches on this name
-            subject = dict(pair for rdn in self.request.getpeercert()["subject"] for pair in rdn)
-            users.append(subject["commonName"])
-            data = json.dumps({"kind": "NodeList", "items": [node("n0")]}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args):
-            pass
-
-    class Server(ThreadingHTTPServer):
-        daemon_threads = True
-
-        def finish_request(self, request, client_address):
-            super().finish_request(context.wrap_socket(request, server_side=True), client_address)
-
-        def handle_error(self, request, client_address):
-            pass
-
-    server = Server(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    server.ca, server.users = ca, users
-    server.url = f"https://127.0.0.1:{server.server_address[1]}"
-    yield server
-    server.shutdown()
-    server.server_close()
-
-
-def _cert_kubeconfig(server):
-    return yaml.safe_load(pki.kubeconfig(server.url, server.ca, "kubernetes-admin", ("kubeadm:cluster-admins",),
-                                         "tenant-a"))
-
-
-def _memory_files():
-    return sorted(os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
-                  if os.path.exists(f"/proc/self/fd/{fd}") and os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:"))
-
-
-@pytest.fixture
-def no_proxy(monkeypatch):
-    for name in ("https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
-        monkeypatch.delenv(name, raising=False)
-
-
-@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="memfd_create is Linux-only")
-def test_client_keys_stay_in_memory(tls_api, tmp_path, monkeypatch, no_proxy):
-    watched = tmp_path / "tmp"
-    watched.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(watched))
-
-    def no_disk(*args, **kwargs):
-        raise AssertionError("a kubeconfig secret went through a temporary file")
-
-    for name in ("mkstemp", "mkdtemp", "NamedTemporaryFile", "TemporaryDirectory"):
-        monkeypatch.setattr(tempfile, name, no_disk)
-    kubeconfig = _cert_kubeconfig(tls_api)
-    original = copy.deepcopy(kubeconfig)
-    before = _memory_files()
-    api = verify_api.connect(kubeconfig)
-    configuration = api._client.configuration
-    paths = (configuration.ssl_ca_cert, configuration.cert_file, configuration.key_file)
-    assert [re.fullmatch(r"/proc/self/fd/\d+", path) is not None for path in paths] == [True] * 3
-    user = original["users"][0]["user"]
-    with open(configuration.cert_file, "rb") as file:
-        assert file.read() == base64.b64decode(user["client-certificate-data"])
-    assert api.list_nodes() == [node("n0")]  # TLS really read the certificate, the key and the CA
-    assert tls_api.users[-1] == "kubernetes-admin"
-    assert kubeconfig == original, "the caller's kubeconfig was changed"
-    assert list(watched.iterdir()) == []
-    assert len(_memory_files()) == len(before) + 3
-    api.close()
-    api.close()  # safe to repeat
-    assert _memory_files() == before
-
-
-def test_without_memfd_keys_live_in_a_private_dir_until_close(tls_api, tmp_path, monkeypatch, no_proxy):
-    monkeypatch.delattr(os, "memfd_create", raising=False)
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-
-    def no_loader_files(*args, **kwargs):
-        raise AssertionError("the kubernetes loader wrote a temporary file")
-
-    monkeypatch.setattr(tempfile, "mkstemp", no_loader_files)
-    api = verify_api.connect(_cert_kubeconfig(tls_api))
-    directories = list(tmp_path.iterdir())
-    assert len(directories) == 3  # the CA, the certificate and the key, each in a private directory
-    assert {oct(directory.stat().st_mode & 0o777) for directory in directories} == {oct(0o700)}
-    assert api.list_nodes() == [node("n0")]
-    api.close()
-    assert list(tmp_path.iterdir()) == []
-
-
-def test_a_refused_kubeconfig_leaves_no_memory_file(tls_api):
-    kubeconfig = _cert_kubeconfig(tls_api)
-    kubeconfig["current-context"] = "missing"
-    before = _memory_files()
-    with pytest.raises(ValueError, match="unusable kubeconfig"):
-        verify_api.connect(kubeconfig)
-    assert _memory_files() == before
-    kubeconfig = _cert_kubeconfig(tls_api)
-    kubeconfig["users"][0]["user"]["client-key-data"] = "not base64!"
-    with pytest.raises(ValueError, match="client-key-data of 'kubernetes-admin' is not base64"):
-        verify_api.connect(kubeconfig)
-    assert _memory_files() == before
 
 
 def test_verify_closes_every_client_it_opened(platform, clock, tmp_path, capsys):

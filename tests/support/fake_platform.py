@@ -1,4 +1,4 @@
-"""A fake running platform for tests of `ops.verify`: recorded API objects behind the `KubeApi` protocol.
+"""A fake running platform for tests of `ops.verify`: recorded API objects behind `components.kube.KubeClient`.
 
 Each `FakeCluster` is one API server holding objects shaped like the API's JSON
 and the bearer tokens it accepts: admin tokens may do anything, a tenant user's
@@ -28,9 +28,10 @@ from typing import Any
 
 import yaml
 
+from components import kube
+from components.kube import ApiError, UnreachableError
 from components.management.kamaji import etcd_network_policy
 from components.tenant.spec import isolation_network_policy
-from ops.verify_api import ApiError
 
 Json = dict[str, Any]
 
@@ -173,7 +174,7 @@ class FakeCluster:
     # HAMi allocates the pod on this read of it; None: never (stays Pending).
     allocate_on_read: int | None = 2
     allocated_devices: str = "GPU-MOCK-A0,NVIDIA,3000,30:;"
-    # read_pod fails (no answer) this many times first.
+    # Reads of pods fail (no answer) this many times first.
     failing_pod_reads: int = 0
     created: list[Json] = field(default_factory=list)
     deleted: list[tuple[str, str]] = field(default_factory=list)
@@ -194,8 +195,13 @@ def _is_network_probe(pod: Json) -> bool:
     return pod["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "network-probe"
 
 
+# Where a FakeCluster keeps the objects of a kind verify reads one by one (by (namespace, name), or name).
+_STORES = {"TenantControlPlane": "tenant_control_planes", "DataStore": "datastores", "DaemonSet": "daemon_sets",
+           "Deployment": "deployments", "MutatingWebhookConfiguration": "webhooks"}
+
+
 class FakeSession:
-    """`KubeApi` for one cluster as one user."""
+    """`components.kube.KubeClient` of one cluster as one user."""
 
     def __init__(self, cluster: FakeCluster, token: str | None) -> None:
         self.cluster = cluster
@@ -207,7 +213,7 @@ class FakeSession:
         cluster = self.cluster
         cluster.requests.append(request)
         if cluster.down:
-            raise ApiError(None, f"HTTPSConnectionPool(host='{cluster.server}'): connect timeout")
+            raise UnreachableError(f"HTTPSConnectionPool(host='{cluster.server}'): connect timeout")
         if self.token in cluster.tokens:
             return cluster
         if self.token not in cluster.user_tokens:
@@ -222,28 +228,24 @@ class FakeSession:
     def close(self) -> None:
         self.closed = True
 
-    def get_tenant_control_plane(self, namespace: str, name: str) -> Json | None:
-        return copy.deepcopy(self._enter("get tenantcontrolplanes").tenant_control_planes.get((namespace, name)))
+    def find(self, kind: str, name: str, namespace: str | None = None) -> Json | None:
+        if kind == "Pod":
+            return self._read_pod(namespace or "", name)
+        store = getattr(self._enter(f"get {kube.RESOURCES[kind][1]}"), _STORES[kind])
+        return copy.deepcopy(store.get((namespace, name) if namespace else name))
 
-    def get_datastore(self, name: str) -> Json | None:
-        return copy.deepcopy(self._enter("get datastores").datastores.get(name))
+    def list(self, kind: str, namespace: str | None = None) -> list[Json]:
+        if kind == "Node":
+            return copy.deepcopy(self._enter("list nodes").nodes)
+        assert kind == "NetworkPolicy", f"verify lists no {kind}"
+        return copy.deepcopy(self._enter("list networkpolicies").network_policies.get(namespace or "", []))
 
-    def list_network_policies(self, namespace: str) -> list[Json]:
-        return copy.deepcopy(self._enter("list networkpolicies").network_policies.get(namespace, []))
+    def patch_status(self, kind: str, name: str, patch: Json, namespace: str | None = None) -> Json:
+        raise AssertionError("verify patches nothing")
 
-    def list_nodes(self) -> list[Json]:
-        return copy.deepcopy(self._enter("list nodes").nodes)
-
-    def read_daemon_set(self, namespace: str, name: str) -> Json | None:
-        return copy.deepcopy(self._enter("get daemonsets").daemon_sets.get((namespace, name)))
-
-    def read_deployment(self, namespace: str, name: str) -> Json | None:
-        return copy.deepcopy(self._enter("get deployments").deployments.get((namespace, name)))
-
-    def read_mutating_webhook_configuration(self, name: str) -> Json | None:
-        return copy.deepcopy(self._enter("get mutatingwebhookconfigurations").webhooks.get(name))
-
-    def create_pod(self, namespace: str, pod: Json) -> Json:
+    def create(self, obj: Json, dry_run: bool = False) -> Json:
+        assert obj["kind"] == "Pod" and not dry_run, "verify creates probe pods only"
+        pod, namespace = obj, obj["metadata"]["namespace"]
         cluster = self._enter("create pods", "pods", namespace)
         violations = baseline_violations(pod) if namespace in cluster.baseline_namespaces else []
         if violations:
@@ -267,11 +269,11 @@ class FakeSession:
         cluster.pods[(namespace, pod["metadata"]["name"])] = pod
         return copy.deepcopy(pod)
 
-    def read_pod(self, namespace: str, name: str) -> Json | None:
+    def _read_pod(self, namespace: str, name: str) -> Json | None:
         cluster = self._enter("read pods", "pods", namespace)
         if cluster.failing_pod_reads:
             cluster.failing_pod_reads -= 1
-            raise ApiError(None, "read timed out")
+            raise UnreachableError("read timed out")
         pod = cluster.pods.get((namespace, name))
         if pod is None:
             return None
@@ -340,10 +342,12 @@ class FakeSession:
         pod["status"] = status
         return copy.deepcopy(pod)
 
-    def delete_pod(self, namespace: str, name: str) -> None:
+    def delete(self, kind: str, name: str, namespace: str | None = None, *,
+               grace_period_seconds: int | None = None) -> bool:
+        assert kind == "Pod" and grace_period_seconds == 0, "verify deletes its probe pods, at once"
         cluster = self._enter("delete pods", "pods", namespace)
-        cluster.deleted.append((namespace, name))
-        cluster.pods.pop((namespace, name), None)
+        cluster.deleted.append((namespace or "", name))
+        return cluster.pods.pop((namespace or "", name), None) is not None
 
 
 class FakeConnect:
@@ -355,11 +359,9 @@ class FakeConnect:
 
     def __call__(self, kubeconfig: Json) -> FakeSession:
         self.kubeconfigs.append(copy.deepcopy(kubeconfig))
-        context = next(c["context"] for c in kubeconfig["contexts"] if c["name"] == kubeconfig["current-context"])
-        cluster = next(c["cluster"] for c in kubeconfig["clusters"] if c["name"] == context["cluster"])
-        user = next(u["user"] for u in kubeconfig["users"] if u["name"] == context["user"])
-        target = self.clusters.get(cluster["server"]) or FakeCluster(cluster["server"], set(), down=True)
-        return target.session(user.get("token"))
+        context = kube.current_context(kubeconfig)
+        target = self.clusters.get(context.server) or FakeCluster(context.server, set(), down=True)
+        return target.session(context.user.get("token"))
 
     def sessions(self) -> list[FakeSession]:
         return [session for cluster in self.clusters.values() for session in cluster.sessions]
