@@ -5,8 +5,7 @@ holds the credentials, never on a worker: minting a worker's one-time join token
 when it leaves, waiting for the Node to register, the simulated GPU capacity on the Node status, waiting
 for the Konnectivity agents, and waiting for Kamaji's admission webhook to answer.
 
-The credential stays in memory: a kubeconfig's client certificate and key are handed to TLS through
-anonymous in-memory files (`memfd_create`), never written to disk. Module import has no side effects:
+The calls go through `components.kube` (credentials stay in memory). Module import has no side effects:
 Pulumi's dynamic-provider host imports this module by name (dill pickles the provider classes by
 reference, pulumi/pulumi sdk/python/lib/pulumi/dynamic/dynamic.py `serialize_provider`), from the project
 directory it runs in.
@@ -14,196 +13,56 @@ directory it runs in.
 
 from __future__ import annotations
 
-import base64
+import contextlib
 import datetime
-import json
-import os
 import secrets
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 
-import yaml
 from pulumi.dynamic import CreateResult, DiffResult, Resource, ResourceProvider, UpdateResult
 
+from components import kube
+from components.kube import ApiError, UnreachableError
+
 # --------------------------------------------------------------------------- #
-# A small client
+# The seam: how a provider reaches an API server, and what time it is
 # --------------------------------------------------------------------------- #
 
 
-class ApiError(Exception):
-    """The API server answered with an error status."""
+class Clock:
+    """Real time. Tests and the lifecycle simulator give a provider another object with these two methods."""
 
-    def __init__(self, status: int, message: str):
-        super().__init__(f"HTTP {status}: {message}")
-        self.status = status
-        self.message = message
+    def now(self) -> datetime.datetime:
+        return datetime.datetime.now(datetime.timezone.utc)
 
-
-class UnreachableError(Exception):
-    """Nothing answered at the API server's address (refused, timed out, TLS failed)."""
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
 
 
-def path_for(kind: str, name: str, namespace: str | None = None) -> str:
-    """The REST path of one object of the kinds this module touches."""
-    plural = {"Node": "nodes", "Secret": "secrets", "DaemonSet": "daemonsets",
-              "TenantControlPlane": "tenantcontrolplanes"}[kind]
-    prefix = {"Node": "/api/v1", "Secret": "/api/v1", "DaemonSet": "/apis/apps/v1",
-              "TenantControlPlane": "/apis/kamaji.clastix.io/v1alpha1"}[kind]
-    scope = f"/namespaces/{quote(namespace)}" if namespace else ""
-    return f"{prefix}{scope}/{plural}" + (f"/{quote(name)}" if name else "")
-
-
-class Client:
-    """JSON over the Kubernetes REST API with the `kubernetes` package's REST client (TLS, proxies)."""
-
-    def __init__(self, kubeconfig: str, timeout: float = 20.0):
-        from kubernetes.client import Configuration
-        from kubernetes.client.rest import RESTClientObject
-
-        cluster, user = _current(kubeconfig)
-        self.server = cluster["server"].rstrip("/")
-        configuration = Configuration(host=self.server)
-        self._files: list[_MemoryFile] = []
-        if cluster.get("certificate-authority-data"):
-            configuration.ca_cert_data = base64.b64decode(cluster["certificate-authority-data"]).decode()
-        if cluster.get("insecure-skip-tls-verify"):
-            configuration.verify_ssl = False
-        if cluster.get("tls-server-name"):
-            configuration.tls_server_name = cluster["tls-server-name"]
-        if user.get("client-certificate-data") and user.get("client-key-data"):
-            cert = _MemoryFile("client-certificate", base64.b64decode(user["client-certificate-data"]))
-            key = _MemoryFile("client-key", base64.b64decode(user["client-key-data"]))
-            self._files += [cert, key]
-            configuration.cert_file, configuration.key_file = cert.path, key.path
-        self._headers = {"Accept": "application/json"}
-        if user.get("token"):
-            self._headers["Authorization"] = f"Bearer {user['token']}"
-        self._rest = RESTClientObject(configuration)
-        self._timeout = timeout
-
-    def close(self) -> None:
-        self._rest.close()
-        for file in self._files:
-            file.close()
-
-    def __enter__(self) -> Client:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
-        import urllib3
-
-        headers = dict(self._headers)
-        if body is not None:
-            headers["Content-Type"] = content_type
-        try:
-            response = self._rest.request(method, self.server + path, headers=headers, body=body,
-                                          _request_timeout=self._timeout)
-            data = response.read()
-        except (urllib3.exceptions.HTTPError, OSError) as error:
-            raise UnreachableError(f"{self.server}: {error}") from None
-        text = data.decode() if isinstance(data, bytes) else str(data or "")
-        if response.status >= 400:
-            try:
-                message = json.loads(text).get("message", text)
-            except ValueError:
-                message = text
-            raise ApiError(response.status, message)
-        return json.loads(text) if text else {}
-
-    def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any]:
-        return self.request("GET", path_for(kind, name, namespace))
-
-    def exists(self, kind: str, name: str, namespace: str | None = None) -> bool:
-        try:
-            self.get(kind, name, namespace)
-        except ApiError as error:
-            if error.status == 404:
-                return False
-            raise
-        return True
-
-    def create(self, obj: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
-        metadata = obj["metadata"]
-        path = path_for(obj["kind"], "", metadata.get("namespace"))
-        return self.request("POST", path + ("?dryRun=All" if dry_run else ""), obj)
-
-    def delete(self, kind: str, name: str, namespace: str | None = None) -> bool:
-        """Delete; False when it was already gone."""
-        try:
-            self.request("DELETE", path_for(kind, name, namespace))
-        except ApiError as error:
-            if error.status == 404:
-                return False
-            raise
-        return True
-
-    def patch_status(self, kind: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-        return self.request("PATCH", path_for(kind, name) + "/status", patch, "application/merge-patch+json")
-
-
-class _MemoryFile:
-    """Bytes TLS can read by path without them ever reaching a disk: an anonymous memory file (Linux)."""
-
-    def __init__(self, name: str, content: bytes):
-        if hasattr(os, "memfd_create"):
-            self._fd = os.memfd_create(name, os.MFD_CLOEXEC)
-            self.path = f"/proc/self/fd/{self._fd}"
-            self._temp_dir: str | None = None
-        else:  # not Linux: a private temporary file, removed on close
-            self._temp_dir = tempfile.mkdtemp(prefix="gpu-tenancy-")
-            self.path = os.path.join(self._temp_dir, name)
-            self._fd = os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600)
-        os.write(self._fd, content)
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-        if self._temp_dir:
-            for entry in os.listdir(self._temp_dir):
-                os.remove(os.path.join(self._temp_dir, entry))
-            os.rmdir(self._temp_dir)
-            self._temp_dir = None
-
-
-def _current(kubeconfig: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    document = yaml.safe_load(kubeconfig)
-    context = next(c["context"] for c in document["contexts"] if c["name"] == document["current-context"])
-    cluster = next(c["cluster"] for c in document["clusters"] if c["name"] == context["cluster"])
-    user = next(u["user"] for u in document["users"] if u["name"] == context["user"])
-    return cluster, user
-
-
-# Hooks the lifecycle simulator replaces (tests/support/sim/hostapi.py): how to reach an API, what time it is,
-# and how to pause between two polls.
-connect: Callable[[str], Any] = Client
-
-
-def now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.timezone.utc)
-
-
-def sleep(seconds: float) -> None:
-    time.sleep(seconds)
-
-
-def poll(condition: Callable[[], str | None], *, timeout: float, interval: float = 2.0) -> None:
+def poll(condition: Callable[[], str | None], clock: Clock, *, timeout: float, interval: float = 2.0) -> None:
     """Call `condition` until it returns None (done); past `timeout` seconds raise with its last answer."""
-    deadline = now() + datetime.timedelta(seconds=timeout)
+    deadline = clock.now() + datetime.timedelta(seconds=timeout)
     while True:
         waiting_for = condition()
         if waiting_for is None:
             return
-        if now() >= deadline:
+        if clock.now() >= deadline:
             raise TimeoutError(f"gave up after {timeout:.0f}s: {waiting_for}")
-        sleep(interval)
+        clock.sleep(interval)
+
+
+class HostOperationProvider(ResourceProvider):
+    """Base of the providers below. `connect` and `clock` are the real ones; whoever executes a provider (the
+    lifecycle simulator, a test) sets others on the instance it unpickled. The pickle names the class only
+    (no instance state), so nothing set here ever reaches the Pulumi state."""
+
+    connect: kube.Connect = staticmethod(kube.connect)
+    clock: Clock = Clock()
+
+    def _api(self, kubeconfig: str) -> contextlib.closing[kube.KubeClient]:
+        return contextlib.closing(self.connect(kubeconfig))
 
 
 # --------------------------------------------------------------------------- #
@@ -257,12 +116,12 @@ class ControlPlaneRef:
     name: str
 
 
-def _tenant_gone(ref: ControlPlaneRef, tenant: str, error: Exception) -> None:
+def _tenant_gone(provider: HostOperationProvider, ref: ControlPlaneRef, tenant: str, error: Exception) -> None:
     """An unreachable tenant API counts as gone only when its TenantControlPlane is gone too; else raise."""
     try:
-        with connect(ref.kubeconfig) as management:
-            exists = management.exists("TenantControlPlane", ref.name, ref.namespace)
-    except (ApiError, UnreachableError) as mgmt_error:
+        with provider._api(ref.kubeconfig) as management:
+            exists = management.find("TenantControlPlane", ref.name, ref.namespace) is not None
+    except (ApiError, kube.KubeconfigError) as mgmt_error:
         raise RuntimeError(
             f"the API of tenant {tenant} does not answer ({error}) and the management cluster cannot confirm that "
             f"its control plane is gone ({mgmt_error}); retry when one of them answers"
@@ -286,7 +145,7 @@ def _ref(props: dict[str, Any]) -> ControlPlaneRef:
 # --------------------------------------------------------------------------- #
 
 
-class NodeMembershipProvider(ResourceProvider):
+class NodeMembershipProvider(HostOperationProvider):
     """A worker's membership of its tenant, tenant side: a one-time join token minted for the worker, and its
     Node removed when the worker leaves (after the node-side `kubeadm reset`, which depends on this resource).
 
@@ -298,8 +157,8 @@ class NodeMembershipProvider(ResourceProvider):
 
     def create(self, props: dict[str, Any]) -> CreateResult:
         node = props["node_name"]
-        with connect(props["kubeconfig"]) as tenant:
-            expiration = now() + TOKEN_TTL
+        with self._api(props["kubeconfig"]) as tenant:
+            expiration = self.clock.now() + TOKEN_TTL
             for _ in range(5):
                 token_id, token_secret = _random(6), _random(16)
                 try:
@@ -323,15 +182,15 @@ class NodeMembershipProvider(ResourceProvider):
 
     def _expired_unused(self, olds: dict[str, Any], news: dict[str, Any]) -> bool:
         expiration = olds.get("expiration")
-        if not expiration or datetime.datetime.fromisoformat(expiration.replace("Z", "+00:00")) > now():
+        if not expiration or datetime.datetime.fromisoformat(expiration.replace("Z", "+00:00")) > self.clock.now():
             return False
         kubeconfig = news.get("kubeconfig")
         if not isinstance(kubeconfig, str):
             return False  # unknown in this preview: nothing to decide with
         try:
-            with connect(kubeconfig) as tenant:
-                return not tenant.exists("Node", olds["node_name"])
-        except (ApiError, UnreachableError):
+            with self._api(kubeconfig) as tenant:
+                return tenant.find("Node", olds["node_name"]) is None
+        except (ApiError, kube.KubeconfigError):
             return False
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
@@ -341,11 +200,11 @@ class NodeMembershipProvider(ResourceProvider):
     def delete(self, _id: str, props: dict[str, Any]) -> None:
         node = props["node_name"]
         try:
-            with connect(props["kubeconfig"]) as tenant:
+            with self._api(props["kubeconfig"]) as tenant:
                 tenant.delete("Node", node)
                 tenant.delete("Secret", f"bootstrap-token-{props['token_id']}", "kube-system")
         except UnreachableError as error:
-            _tenant_gone(_ref(props), props["control_plane_name"], error)
+            _tenant_gone(self, _ref(props), props["control_plane_name"], error)
         except ApiError as error:
             raise RuntimeError(f"cannot remove Node {node} from tenant {props['control_plane_name']}: {error}") \
                 from None
@@ -354,7 +213,7 @@ class NodeMembershipProvider(ResourceProvider):
 NODE_REGISTER_TIMEOUT = 180.0
 
 
-class NodeRegistrationProvider(ResourceProvider):
+class NodeRegistrationProvider(HostOperationProvider):
     """Waits (bounded) until the joined worker's Node object exists, then revokes its join token.
 
     `kubeadm join` can return before the kubelet has registered the Node; everything that patches the Node
@@ -365,20 +224,18 @@ class NodeRegistrationProvider(ResourceProvider):
 
     def create(self, props: dict[str, Any]) -> CreateResult:
         node = props["node_name"]
-        with connect(props["kubeconfig"]) as tenant:
+        with self._api(props["kubeconfig"]) as tenant:
             uid: list[str] = []
 
             def registered() -> str | None:
-                try:
-                    uid.append(tenant.get("Node", node)["metadata"]["uid"])
-                except ApiError as error:
-                    if error.status != 404:
-                        raise
+                found = tenant.find("Node", node)
+                if found is None:
                     return f"Node {node} has not registered"
+                uid.append(found["metadata"]["uid"])
                 return None
 
             try:
-                poll(registered, timeout=NODE_REGISTER_TIMEOUT)
+                poll(registered, self.clock, timeout=NODE_REGISTER_TIMEOUT)
             except TimeoutError as error:
                 raise RuntimeError(f"{error}: check the kubelet on the worker (journalctl -u kubelet)") from None
             tenant.delete("Secret", f"bootstrap-token-{props['token_id']}", "kube-system")
@@ -399,11 +256,11 @@ class NodeRegistrationProvider(ResourceProvider):
 GPU_RESOURCE = "nvidia.com/gpu"
 
 
-class GpuCapacityProvider(ResourceProvider):
+class GpuCapacityProvider(HostOperationProvider):
     """`nvidia.com/gpu` capacity and allocatable on a Node's status (a subresource Pulumi patches cannot reach)."""
 
     def _patch(self, props: dict[str, Any], quantity: str | None) -> None:
-        with connect(props["kubeconfig"]) as tenant:
+        with self._api(props["kubeconfig"]) as tenant:
             tenant.patch_status("Node", props["node_name"],
                                 {"status": {"capacity": {GPU_RESOURCE: quantity},
                                             "allocatable": {GPU_RESOURCE: quantity}}})
@@ -432,35 +289,32 @@ class GpuCapacityProvider(ResourceProvider):
     def delete(self, _id: str, props: dict[str, Any]) -> None:
         try:
             self._patch(props, None)
+        except UnreachableError as error:
+            _tenant_gone(self, _ref(props), props["control_plane_name"], error)
         except ApiError as error:
             if error.status != 404:  # the Node is gone: nothing to take back
                 raise RuntimeError(f"cannot remove the GPU capacity of {props['node_name']}: {error}") from None
-        except UnreachableError as error:
-            _tenant_gone(_ref(props), props["control_plane_name"], error)
 
 
 KONNECTIVITY_TIMEOUT = 300.0
 
 
-class KonnectivityReadyProvider(ResourceProvider):
+class KonnectivityReadyProvider(HostOperationProvider):
     """Waits until Kamaji's konnectivity-agent DaemonSet has a ready pod on every joined node: every call from
     the tenant API server into its nodes (HAMi's admission webhook included) goes through these agents."""
 
     def _wait(self, props: dict[str, Any]) -> None:
         expected = int(props["nodes"])
-        with connect(props["kubeconfig"]) as tenant:
+        with self._api(props["kubeconfig"]) as tenant:
             def ready() -> str | None:
-                try:
-                    status = tenant.get("DaemonSet", "konnectivity-agent", "kube-system").get("status") or {}
-                except ApiError as error:
-                    if error.status == 404:
-                        return "daemonset/konnectivity-agent does not exist (is spec.addons.konnectivity set?)"
-                    raise
-                have = int(status.get("numberReady") or 0)
+                agents = tenant.find("DaemonSet", "konnectivity-agent", "kube-system")
+                if agents is None:
+                    return "daemonset/konnectivity-agent does not exist (is spec.addons.konnectivity set?)"
+                have = int((agents.get("status") or {}).get("numberReady") or 0)
                 return None if have >= expected else f"{have} of {expected} konnectivity agents ready"
 
             try:
-                poll(ready, timeout=KONNECTIVITY_TIMEOUT)
+                poll(ready, self.clock, timeout=KONNECTIVITY_TIMEOUT)
             except TimeoutError as error:
                 raise RuntimeError(
                     f"{error}. The agent pods need the CNI; check: kubectl -n kube-system get ds,pods "
@@ -492,7 +346,7 @@ def probe_control_plane(namespace: str, datastore: str, version: str) -> dict[st
     }
 
 
-class KamajiWebhookReadyProvider(ResourceProvider):
+class KamajiWebhookReadyProvider(HostOperationProvider):
     """Waits until Kamaji's TenantControlPlane webhooks (failurePolicy Fail) answer a server-side dry run.
 
     Kamaji's readiness probe is a plain ping (clastix/kamaji cmd/manager/cmd.go `AddReadyzCheck("readyz",
@@ -502,17 +356,19 @@ class KamajiWebhookReadyProvider(ResourceProvider):
 
     def _wait(self, props: dict[str, Any]) -> None:
         probe = probe_control_plane(props["namespace"], props["datastore"], props["version"])
-        with connect(props["kubeconfig"]) as management:
+        with self._api(props["kubeconfig"]) as management:
             def answers() -> str | None:
                 try:
                     management.create(probe, dry_run=True)
+                except UnreachableError:
+                    raise
                 except ApiError as error:
-                    if "failed calling webhook" in error.message or error.status >= 500:
+                    if "failed calling webhook" in error.message or (error.status or 0) >= 500:
                         return error.message
                 return None
 
             try:
-                poll(answers, timeout=KAMAJI_WEBHOOK_TIMEOUT)
+                poll(answers, self.clock, timeout=KAMAJI_WEBHOOK_TIMEOUT)
             except TimeoutError as error:
                 raise RuntimeError(f"Kamaji's admission webhook does not answer: {error}. Check kubectl -n "
                                    "kamaji-system get pods,endpoints kamaji-webhook-service") from None

@@ -58,10 +58,10 @@ def recorder(monkeypatch):
         events.append(("reset", machine.name))
         return reset(world, machine)
 
-    def recording_delete(self, kind, name, namespace=None):
+    def recording_delete(self, kind, name, namespace=None, **options):
         if kind == "Node":
             events.append(("delete Node", name))
-        return delete(self, kind, name, namespace)
+        return delete(self, kind, name, namespace, **options)
 
     monkeypatch.setattr(systems, "reset", recording_reset)
     monkeypatch.setattr(hostapi.SimClient, "delete", recording_delete)

@@ -1,40 +1,27 @@
-"""`components.host_operations`: the real `Client` against a local HTTPS API server that requires client certificates,
-and the dynamic providers' create/diff/update/delete run against that server with a fake clock.
-
-The server (`ApiServer`) is a small Kubernetes-like REST API: it resolves paths with Kubernetes' URL conventions
-(core group under /api/v1, others under /apis/<group>/<version>, namespaced objects under /namespaces/<ns>),
-answers errors with a `Status` object, honours `?dryRun=All`, applies JSON merge patches (RFC 7386) to the status
-subresource, and records every request with the identity of the client certificate that made it.
+"""`components.host_operations`: the dynamic providers' create/diff/update/delete, run over the real client
+(`components.kube`) against a local HTTPS API server that requires client certificates
+(tests/support/apiserver.py), with a fake clock given to each provider.
 """
 
 from __future__ import annotations
 
 import base64
 import datetime
-import ipaddress
-import json
-import os
 import re
-import socket
-import ssl
-import sys
-import tempfile
-import threading
-import uuid
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
-from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from typing import Any, TypeVar
 
+import dill
 import pytest
-import yaml
-from cryptography import x509
+from pulumi.dynamic.dynamic import serialize_provider
 from pulumi.output import Unknown
 
-from components import host_operations
+from components import host_operations, kube, tenant_api
+from tests.support import apiserver
+from tests.support.apiserver import ApiServer, clear_proxies, with_cluster
 from tests.support.crd_schema import crd_json_schema, schema_errors
 from tests.support.sim import pki
+
+Provider = TypeVar("Provider", bound=host_operations.HostOperationProvider)
 
 # --------------------------------------------------------------------------- #
 # Upstream facts
@@ -50,478 +37,28 @@ RFC3339_UTC = re.compile(r"\A\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z\Z")
 KUBEADM_NODE_TOKEN_GROUP = "system:bootstrappers:kubeadm:default-node-token"
 KUBEADM_DEFAULT_TTL = datetime.timedelta(hours=24)  # `kubeadm token create --ttl` default
 
-# REST resources by kind: (apiVersion, plural, namespaced), as the API server's discovery documents them.
-RESOURCES = {
-    "Node": ("v1", "nodes", False),
-    "Secret": ("v1", "secrets", True),
-    "DaemonSet": ("apps/v1", "daemonsets", True),
-    "TenantControlPlane": ("kamaji.clastix.io/v1alpha1", "tenantcontrolplanes", True),
-}
-_PLURALS = {(api_version, plural): kind for kind, (api_version, plural, _) in RESOURCES.items()}
-_CORE = re.compile(r"^/api/(?P<version>v1)(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?"
-                   r"(?P<sub>/status)?$")
-_GROUP = re.compile(r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[a-z]+)"
-                    r"(?:/(?P<name>[^/]+))?(?P<sub>/status)?$")
-
-# --------------------------------------------------------------------------- #
-# A local API server over HTTPS that requires client certificates
-# --------------------------------------------------------------------------- #
-
-
-@dataclass
-class Seen:
-    method: str
-    path: str
-    query: dict[str, list[str]]
-    headers: dict[str, str]
-    body: Any
-    user: str
-    groups: tuple[str, ...]
-
-
-def status(code: int, reason: str, message: str) -> dict[str, Any]:
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
-            "reason": reason, "code": code}
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386."""
-    if not isinstance(patch, dict):
-        return patch
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
-
-
-class ApiServer:
-    """Kubernetes-shaped REST over HTTPS; TLS requires a client certificate signed by `ca`."""
-
-    def __init__(self, ca: pki.CertificateAuthority, directory: Path):
-        self.ca = ca
-        cert, key = ca.issue_server([x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                                            x509.DNSName("tenant.example")])
-        (directory / "server.crt").write_bytes(cert)
-        (directory / "server.key").write_bytes(key)
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(directory / "server.crt", directory / "server.key")
-        context.verify_mode = ssl.CERT_REQUIRED
-        context.load_verify_locations(cadata=ca.pem.decode())
-        self.objects: dict[tuple[str, str | None, str], dict[str, Any]] = {}
-        self.requests: list[Seen] = []
-        self.faults: list[tuple[str, str, int, str]] = []
-        self.handshake_errors: list[BaseException] = []
-        api = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"  # keep-alive: polls reuse one TLS connection
-            disable_nagle_algorithm = True  # headers and body leave at once (no delayed-ACK stalls)
-
-            def _serve(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                url = urlsplit(self.path)
-                subject = self.request.getpeercert()["subject"]
-                names = [(k, v) for rdn in subject for k, v in rdn]
-                seen = Seen(self.command, url.path, parse_qs(url.query), dict(self.headers),
-                            json.loads(raw) if raw else None,
-                            next(v for k, v in names if k == "commonName"),
-                            tuple(v for k, v in names if k == "organizationName"))
-                api.requests.append(seen)
-                code, body = api.answer(seen)
-                data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "text/plain" if isinstance(body, str) else "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            do_GET = do_POST = do_DELETE = do_PATCH = _serve  # noqa: N815 (http.server names them so)
-
-            def log_message(self, *args: object) -> None:
-                return None
-
-        class Server(ThreadingHTTPServer):
-            daemon_threads = True
-
-            def finish_request(self, request, client_address):  # TLS handshake in the request's thread
-                super().finish_request(context.wrap_socket(request, server_side=True), client_address)
-
-            def handle_error(self, request, client_address):
-                api.handshake_errors.append(sys.exc_info()[1])
-
-        self._server = Server(("127.0.0.1", 0), Handler)
-        self.url = f"https://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-    def reset(self) -> None:
-        self.objects.clear()
-        self.requests.clear()
-        self.faults.clear()
-        self.handshake_errors.clear()
-
-    # -- test helpers ------------------------------------------------------ #
-
-    def kubeconfig(self, user: str = "kubernetes-admin", groups: tuple[str, ...] = ("kubeadm:cluster-admins",)) -> str:
-        return pki.kubeconfig(self.url, self.ca, user, groups, "tenant-a")
-
-    def fail(self, method: str, path_prefix: str, code: int, message: str) -> None:
-        """Answer the next `method` request under `path_prefix` with `code` (once)."""
-        self.faults.append((method, path_prefix, code, message))
-
-    def put(self, obj: dict[str, Any]) -> dict[str, Any]:
-        api_version, _plural, namespaced = RESOURCES[obj["kind"]]
-        assert obj["apiVersion"] == api_version
-        metadata = obj.setdefault("metadata", {})
-        metadata.setdefault("uid", str(uuid.uuid4()))
-        self.objects[(obj["kind"], metadata.get("namespace") if namespaced else None, metadata["name"])] = obj
-        return obj
-
-    def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
-        return self.objects.get((kind, namespace, name))
-
-    def called(self, method: str) -> list[Seen]:
-        return [seen for seen in self.requests if seen.method == method]
-
-    # -- the API ----------------------------------------------------------- #
-
-    def answer(self, seen: Seen) -> tuple[int, Any]:
-        for fault in self.faults:
-            method, prefix, code, message = fault
-            if method == seen.method and seen.path.startswith(prefix):
-                self.faults.remove(fault)
-                return code, message if message.startswith("<") else status(code, "Fault", message)
-        match = _CORE.match(seen.path) or _GROUP.match(seen.path)
-        if not match:
-            return 404, status(404, "NotFound", "the server could not find the requested resource")
-        parts = match.groupdict()
-        api_version = f"{parts['group']}/{parts['version']}" if parts.get("group") else parts["version"]
-        kind = _PLURALS.get((api_version, parts["plural"]))
-        if kind is None or RESOURCES[kind][2] != bool(parts["ns"]):
-            return 404, status(404, "NotFound", "the server could not find the requested resource")
-        namespace, name, plural = parts["ns"], parts["name"], parts["plural"]
-        key = (kind, namespace, name)
-        if seen.method == "POST" and name is None:
-            body = seen.body or {}
-            if body.get("apiVersion") != api_version or body.get("kind") != kind:
-                return 400, status(400, "BadRequest", f"the API version/kind in the body does not match {plural}")
-            if body.get("metadata", {}).get("namespace", namespace) != namespace:
-                return 400, status(400, "BadRequest", "the namespace of the object does not match the request")
-            key = (kind, namespace, body["metadata"]["name"])
-            if key in self.objects:
-                return 409, status(409, "AlreadyExists", f'{plural} "{key[2]}" already exists')
-            created = json.loads(json.dumps(body))
-            created["metadata"].update({"uid": str(uuid.uuid4())} | ({"namespace": namespace} if namespace else {}))
-            if "dryRun" not in seen.query:
-                self.objects[key] = created
-            return 201, created
-        if name is None:
-            return 405, status(405, "MethodNotAllowed", "the server does not allow this method")
-        if key not in self.objects:
-            return 404, status(404, "NotFound", f'{plural} "{name}" not found')
-        if seen.method == "GET" and not parts["sub"]:
-            return 200, self.objects[key]
-        if seen.method == "DELETE" and not parts["sub"]:
-            del self.objects[key]
-            return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success"}
-        if seen.method == "PATCH" and parts["sub"]:
-            if seen.headers.get("Content-Type") != "application/merge-patch+json":
-                return 415, status(415, "UnsupportedMediaType", "the body of the request was in an unknown format")
-            obj = self.objects[key]
-            obj["status"] = merge_patch(obj.get("status", {}), (seen.body or {}).get("status", {}))
-            return 200, obj
-        return 405, status(405, "MethodNotAllowed", "the server does not allow this method")
-
 
 @pytest.fixture(scope="module")
-def cluster_ca() -> pki.CertificateAuthority:
-    return pki.new_ca("tenant-a")
-
-
-@pytest.fixture(scope="module")
-def other_ca() -> pki.CertificateAuthority:
-    return pki.new_ca("someone-else")
-
-
-@pytest.fixture(scope="module")
-def _server(cluster_ca, tmp_path_factory):
-    server = ApiServer(cluster_ca, tmp_path_factory.mktemp("apiserver"))
+def _server(tmp_path_factory):
+    server = ApiServer(pki.new_ca("tenant-a"), tmp_path_factory.mktemp("apiserver"))
     yield server
     server.stop()
 
 
 @pytest.fixture
 def api(_server, monkeypatch) -> ApiServer:
-    for name in ("https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
-        monkeypatch.delenv(name, raising=False)
-    # The real client, whatever another test (or the simulator) left in the hook.
-    monkeypatch.setattr(host_operations, "connect", host_operations.Client)
+    clear_proxies(monkeypatch)
     _server.reset()
     return _server
 
 
 @pytest.fixture
 def dead_url() -> str:
-    """An address where nothing listens."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"https://127.0.0.1:{port}"
-
-
-def with_cluster(kubeconfig: str, **cluster: Any) -> str:
-    document = yaml.safe_load(kubeconfig)
-    document["clusters"][0]["cluster"].update(cluster)
-    return yaml.safe_dump(document)
-
-
-def with_user(kubeconfig: str, user: dict[str, Any]) -> str:
-    document = yaml.safe_load(kubeconfig)
-    document["users"][0]["user"] = user
-    return yaml.safe_dump(document)
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode()
-
-
-def client_credentials(kubeconfig: str) -> tuple[bytes, bytes]:
-    user = yaml.safe_load(kubeconfig)["users"][0]["user"]
-    return base64.b64decode(user["client-certificate-data"]), base64.b64decode(user["client-key-data"])
+    return apiserver.dead_url()
 
 
 # --------------------------------------------------------------------------- #
-# Client: TLS, credentials
-# --------------------------------------------------------------------------- #
-
-
-def test_client_authenticates_with_the_kubeconfig_certificate(api):
-    api.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "worker-0"}})
-    with host_operations.Client(api.kubeconfig("kubernetes-admin", ("kubeadm:cluster-admins",))) as client:
-        node = client.get("Node", "worker-0")
-    assert node["metadata"]["name"] == "worker-0"
-    [seen] = api.requests
-    assert (seen.user, seen.groups) == ("kubernetes-admin", ("kubeadm:cluster-admins",))
-    assert seen.headers["Accept"] == "application/json"
-    assert "Authorization" not in seen.headers
-
-
-def test_client_sends_a_bearer_token_next_to_the_certificate(api):
-    kubeconfig = api.kubeconfig()
-    document = yaml.safe_load(kubeconfig)
-    document["users"][0]["user"]["token"] = "abcdef.0123456789abcdef"
-    with host_operations.Client(yaml.safe_dump(document)) as client:
-        assert not client.exists("Node", "worker-0")
-    assert api.requests[0].headers["Authorization"] == "Bearer abcdef.0123456789abcdef"
-
-
-def test_server_certificate_from_another_ca_is_refused(api, other_ca):
-    kubeconfig = with_cluster(api.kubeconfig(), **{"certificate-authority-data": _b64(other_ca.pem)})
-    with host_operations.Client(kubeconfig) as client, pytest.raises(host_operations.UnreachableError) as raised:
-        client.get("Node", "worker-0")
-    assert "CERTIFICATE_VERIFY_FAILED" in str(raised.value)
-    assert api.requests == []
-
-
-def test_server_certificate_for_another_name_is_refused_unless_tls_server_name_says_so(api):
-    # The server's certificate names 127.0.0.1 and tenant.example, not localhost.
-    by_name = with_cluster(api.kubeconfig(), server=api.url.replace("127.0.0.1", "localhost"))
-    with host_operations.Client(by_name) as client, pytest.raises(host_operations.UnreachableError):
-        client.get("Node", "worker-0")
-    assert api.requests == []
-    with host_operations.Client(with_cluster(by_name, **{"tls-server-name": "tenant.example"})) as client:
-        assert client.exists("Node", "worker-0") is False
-    assert len(api.requests) == 1
-
-
-@pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
-def test_insecure_skip_tls_verify_accepts_any_server_certificate(api, other_ca):
-    kubeconfig = with_cluster(api.kubeconfig(), **{"certificate-authority-data": _b64(other_ca.pem),
-                                                   "insecure-skip-tls-verify": True})
-    with host_operations.Client(kubeconfig) as client:
-        assert client.exists("Node", "worker-0") is False
-
-
-@pytest.mark.parametrize("credential", ["none", "foreign"])
-def test_server_refuses_a_client_without_a_certificate_of_its_ca(api, other_ca, credential):
-    if credential == "none":
-        kubeconfig = with_user(api.kubeconfig(), {"token": "abcdef.0123456789abcdef"})
-    else:
-        cert, key = other_ca.issue("kubernetes-admin", ("system:masters",))
-        kubeconfig = with_user(api.kubeconfig(), {"client-certificate-data": _b64(cert),
-                                                  "client-key-data": _b64(key)})
-    with host_operations.Client(kubeconfig) as client, pytest.raises(host_operations.UnreachableError):
-        client.get("Node", "worker-0")
-    assert api.requests == []
-    assert api.handshake_errors, "the server saw no failed handshake"
-
-
-def test_nothing_listening_is_unreachable(api, dead_url):
-    with host_operations.Client(with_cluster(api.kubeconfig(), server=dead_url)) as client:
-        with pytest.raises(host_operations.UnreachableError, match=re.escape(dead_url)):
-            client.get("Node", "worker-0")
-
-
-@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="memfd_create is Linux-only")
-def test_credentials_stay_in_anonymous_memory_files(api, monkeypatch):
-    kubeconfig = api.kubeconfig()
-    cert, key = client_credentials(kubeconfig)
-
-    def no_disk(*args, **kwargs):
-        raise AssertionError("a credential went through a temporary file")
-
-    for name in ("mkstemp", "mkdtemp", "NamedTemporaryFile", "TemporaryDirectory"):
-        monkeypatch.setattr(tempfile, name, no_disk)
-    client = host_operations.Client(kubeconfig)
-    files = list(client._files)
-    paths = [file.path for file in files]
-    fds = [file._fd for file in files]
-    assert [re.fullmatch(r"/proc/self/fd/(\d+)", path) is not None for path in paths] == [True, True]
-    assert [os.readlink(path) for path in paths] == ["/memfd:client-certificate (deleted)",
-                                                     "/memfd:client-key (deleted)"]
-    assert [Path(path).read_bytes() for path in paths] == [cert, key]
-    assert not any(os.get_inheritable(fd) for fd in fds), "child processes would inherit the key (MFD_CLOEXEC)"
-    assert client.exists("Node", "worker-0") is False  # TLS really read them
-    assert api.requests[0].user == "kubernetes-admin"
-
-    client.close()
-    assert [file._fd for file in files] == [-1, -1]
-    for fd in fds:  # closed (the number may since have been reused by something else)
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        assert not target.startswith("/memfd:client-"), target
-
-
-def test_without_memfd_the_credentials_are_in_a_private_temp_dir_removed_on_close(api, monkeypatch, tmp_path):
-    monkeypatch.delattr(os, "memfd_create", raising=False)
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    kubeconfig = api.kubeconfig()
-    cert, key = client_credentials(kubeconfig)
-    with host_operations.Client(kubeconfig) as client:
-        paths = [Path(file.path) for file in client._files]
-        for directory in {path.parent for path in paths}:
-            assert directory.parent == tmp_path and directory.name.startswith("gpu-tenancy-")
-            assert oct(directory.stat().st_mode & 0o777) == oct(0o700)
-        assert [oct(path.stat().st_mode & 0o777) for path in paths] == [oct(0o600)] * 2
-        assert [path.read_bytes() for path in paths] == [cert, key]
-        assert client.exists("Node", "worker-0") is False
-    assert api.requests[0].user == "kubernetes-admin"
-    assert list(tmp_path.iterdir()) == []
-
-
-# --------------------------------------------------------------------------- #
-# Client: requests and status codes
-# --------------------------------------------------------------------------- #
-
-
-def test_paths_follow_the_kubernetes_url_layout(api):
-    api.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "w0"}})
-    api.put({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "kube-system"}})
-    api.put({"apiVersion": "apps/v1", "kind": "DaemonSet",
-             "metadata": {"name": "konnectivity-agent", "namespace": "kube-system"}})
-    api.put({"apiVersion": "kamaji.clastix.io/v1alpha1", "kind": "TenantControlPlane",
-             "metadata": {"name": "alpha", "namespace": "tenants"}})
-    with host_operations.Client(api.kubeconfig()) as client:
-        assert client.exists("Node", "w0")
-        assert client.exists("Secret", "s", "kube-system")
-        assert client.exists("DaemonSet", "konnectivity-agent", "kube-system")
-        assert client.exists("TenantControlPlane", "alpha", "tenants")
-        assert not client.exists("Secret", "s", "default")
-    assert [seen.path for seen in api.requests] == [
-        "/api/v1/nodes/w0",
-        "/api/v1/namespaces/kube-system/secrets/s",
-        "/apis/apps/v1/namespaces/kube-system/daemonsets/konnectivity-agent",
-        "/apis/kamaji.clastix.io/v1alpha1/namespaces/tenants/tenantcontrolplanes/alpha",
-        "/api/v1/namespaces/default/secrets/s",
-    ]
-
-
-def test_get_returns_the_object_and_raises_api_errors_with_the_status_message(api):
-    api.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "w0"}})
-    api.fail("GET", "/api/v1/nodes/w0", 403, 'nodes "w0" is forbidden: User "kubernetes-admin" cannot get')
-    api.fail("GET", "/api/v1/nodes/w0", 502, "<html>Bad Gateway</html>")
-    with host_operations.Client(api.kubeconfig()) as client:
-        with pytest.raises(host_operations.ApiError) as forbidden:
-            client.get("Node", "w0")
-        with pytest.raises(host_operations.ApiError) as gateway:
-            client.get("Node", "w0")
-        with pytest.raises(host_operations.ApiError) as missing:
-            client.get("Node", "w1")
-        assert client.get("Node", "w0")["metadata"]["name"] == "w0"
-    assert (forbidden.value.status, forbidden.value.message) == (
-        403, 'nodes "w0" is forbidden: User "kubernetes-admin" cannot get')
-    assert (gateway.value.status, gateway.value.message) == (502, "<html>Bad Gateway</html>")
-    assert (missing.value.status, missing.value.message) == (404, 'nodes "w1" not found')
-
-
-def test_exists_is_false_only_for_404(api):
-    api.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "w0"}})
-    api.fail("GET", "/api/v1/nodes/w0", 401, "Unauthorized")
-    with host_operations.Client(api.kubeconfig()) as client:
-        with pytest.raises(host_operations.ApiError, match="401"):
-            client.exists("Node", "w0")
-        assert client.exists("Node", "w0") is True
-        assert client.exists("Node", "w1") is False
-
-
-def test_create_posts_to_the_collection_and_dry_run_stores_nothing(api):
-    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "kube-system"},
-              "stringData": {"a": "b"}}
-    with host_operations.Client(api.kubeconfig()) as client:
-        client.create(secret, dry_run=True)
-        assert api.get("Secret", "s", "kube-system") is None
-        created = client.create(secret)
-        with pytest.raises(host_operations.ApiError) as conflict:
-            client.create(secret)
-    assert created["metadata"]["uid"]
-    assert api.get("Secret", "s", "kube-system")["stringData"] == {"a": "b"}
-    assert conflict.value.status == 409
-    dry, real, _ = api.called("POST")
-    assert (dry.path, dry.query) == ("/api/v1/namespaces/kube-system/secrets", {"dryRun": ["All"]})
-    assert (real.path, real.query) == ("/api/v1/namespaces/kube-system/secrets", {})
-    assert real.headers["Content-Type"] == "application/json"
-    assert real.body == secret
-
-
-def test_delete_is_false_when_already_gone_and_raises_other_errors(api):
-    api.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "w0"}})
-    api.fail("DELETE", "/api/v1/nodes/w0", 500, "etcdserver: request timed out")
-    with host_operations.Client(api.kubeconfig()) as client:
-        with pytest.raises(host_operations.ApiError) as failed:
-            client.delete("Node", "w0")
-        assert api.get("Node", "w0") is not None
-        assert client.delete("Node", "w0") is True
-        assert client.delete("Node", "w0") is False
-    assert (failed.value.status, failed.value.message) == (500, "etcdserver: request timed out")
-    assert api.get("Node", "w0") is None
-
-
-def test_patch_status_sends_a_merge_patch_to_the_status_subresource(api):
-    api.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "w0"},
-             "status": {"capacity": {"cpu": "8"}}})
-    with host_operations.Client(api.kubeconfig()) as client:
-        node = client.patch_status("Node", "w0", {"status": {"capacity": {"example.com/x": "1"}}})
-        with pytest.raises(host_operations.ApiError) as missing:
-            client.patch_status("Node", "w1", {"status": {}})
-    assert node["status"]["capacity"] == {"cpu": "8", "example.com/x": "1"}
-    assert missing.value.status == 404
-    seen = api.called("PATCH")[0]
-    assert seen.path == "/api/v1/nodes/w0/status"
-    assert seen.headers["Content-Type"] == "application/merge-patch+json"
-
-
-# --------------------------------------------------------------------------- #
-# poll, with the module's clock hooks
+# poll, on an injected clock
 # --------------------------------------------------------------------------- #
 
 
@@ -554,16 +91,19 @@ class FakeClock:
 
 
 @pytest.fixture
-def clock(monkeypatch) -> FakeClock:
-    fake = FakeClock()
-    monkeypatch.setattr(host_operations, "now", fake.now)
-    monkeypatch.setattr(host_operations, "sleep", fake.sleep)
-    return fake
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+def timed(provider: Provider, clock: FakeClock) -> Provider:
+    """The provider with `clock` for its time (the seam the lifecycle simulator uses too)."""
+    provider.clock = clock
+    return provider
 
 
 def test_poll_returns_as_soon_as_the_condition_is_met(clock):
     answers = iter(["1 of 3 ready", "2 of 3 ready", None])
-    host_operations.poll(lambda: next(answers), timeout=60, interval=5)
+    host_operations.poll(lambda: next(answers), clock, timeout=60, interval=5)
     assert clock.sleeps == [5, 5]
 
 
@@ -575,7 +115,7 @@ def test_poll_gives_up_after_the_timeout_with_the_last_answer(clock):
         return f"waited {clock.elapsed:.0f}s"
 
     with pytest.raises(TimeoutError, match=r"^gave up after 10s: waited 12s$"):
-        host_operations.poll(condition, timeout=10, interval=3)
+        host_operations.poll(condition, clock, timeout=10, interval=3)
     assert calls == [0, 3, 6, 9, 12]
     assert clock.sleeps == [3, 3, 3, 3]
 
@@ -615,7 +155,7 @@ def token_secret(token_id: str, node_name: str = "alpha-worker-0") -> dict[str, 
 
 def test_membership_mints_a_valid_kubeadm_bootstrap_token(api, clock):
     props = membership_props(api)
-    result = host_operations.NodeMembershipProvider().create(props)
+    result = timed(host_operations.NodeMembershipProvider(), clock).create(props)
 
     token_id, token_value = BOOTSTRAP_TOKEN_PATTERN.fullmatch(result.outs["token"]).groups()
     assert result.id == f"alpha-worker-0/{token_id}"
@@ -643,7 +183,7 @@ def test_membership_mints_a_valid_kubeadm_bootstrap_token(api, clock):
 
 
 def test_membership_tokens_are_random(api, clock):
-    provider = host_operations.NodeMembershipProvider()
+    provider = timed(host_operations.NodeMembershipProvider(), clock)
     tokens = {provider.create(membership_props(api)).outs["token"] for _ in range(3)}
     assert len(tokens) == 3
     assert all(BOOTSTRAP_TOKEN_PATTERN.fullmatch(token) for token in tokens)
@@ -657,7 +197,7 @@ def _scripted_random(monkeypatch, values: list[str]) -> None:
 def test_membership_draws_another_id_when_the_token_id_is_taken(api, clock, monkeypatch):
     taken = api.put(token_secret("aaaaaa", "someone-else"))
     _scripted_random(monkeypatch, ["aaaaaa", "a" * 16, "bbbbbb", "b" * 16])
-    result = host_operations.NodeMembershipProvider().create(membership_props(api))
+    result = timed(host_operations.NodeMembershipProvider(), clock).create(membership_props(api))
     assert result.outs["token"] == "bbbbbb." + "b" * 16
     assert result.id == "alpha-worker-0/bbbbbb"
     assert len(api.called("POST")) == 2
@@ -668,14 +208,14 @@ def test_membership_gives_up_after_five_collisions(api, clock, monkeypatch):
     api.put(token_secret("aaaaaa", "someone-else"))
     _scripted_random(monkeypatch, ["aaaaaa", "a" * 16] * 5)
     with pytest.raises(RuntimeError, match="five id collisions"):
-        host_operations.NodeMembershipProvider().create(membership_props(api))
+        timed(host_operations.NodeMembershipProvider(), clock).create(membership_props(api))
     assert len(api.called("POST")) == 5
 
 
 def test_membership_does_not_retry_other_errors(api, clock):
     api.fail("POST", "/api/v1/namespaces/kube-system/secrets", 403, 'secrets is forbidden: User "x" cannot create')
     with pytest.raises(RuntimeError, match="cannot create the join token of node alpha-worker-0: HTTP 403"):
-        host_operations.NodeMembershipProvider().create(membership_props(api))
+        timed(host_operations.NodeMembershipProvider(), clock).create(membership_props(api))
     assert len(api.called("POST")) == 1
 
 
@@ -684,14 +224,14 @@ def test_membership_is_replaced_when_its_identity_changes(api, clock, key):
     olds = {**membership_props(api), "token": "t", "token_id": "aaaaaa",
             "expiration": "2026-03-02T10:00:00Z"}
     news = {**membership_props(api), key: "changed"}
-    diff = host_operations.NodeMembershipProvider().diff("id", olds, news)
+    diff = timed(host_operations.NodeMembershipProvider(), clock).diff("id", olds, news)
     assert (diff.changes, diff.replaces, diff.delete_before_replace) == (True, [key], True)
 
 
 def test_membership_is_updated_in_place_for_new_credentials(api, clock):
     props = membership_props(api)
     olds = {**props, "token": "aaaaaa." + "a" * 16, "token_id": "aaaaaa", "expiration": "2026-03-02T10:00:00Z"}
-    provider = host_operations.NodeMembershipProvider()
+    provider = timed(host_operations.NodeMembershipProvider(), clock)
     assert provider.diff("id", olds, dict(props)).changes is False
     news = {**props, "kubeconfig": api.kubeconfig("kubernetes-admin", ("system:masters", "rotated"))}
     diff = provider.diff("id", olds, news)
@@ -709,7 +249,7 @@ def _expired(props: dict[str, Any], clock: FakeClock, hours: float) -> dict[str,
 
 def test_membership_with_an_expired_unused_token_is_replaced(api, clock):
     props = membership_props(api)
-    diff = host_operations.NodeMembershipProvider().diff("id", _expired(props, clock, -1), dict(props))
+    diff = timed(host_operations.NodeMembershipProvider(), clock).diff("id", _expired(props, clock, -1), dict(props))
     assert (diff.changes, diff.replaces, diff.delete_before_replace) == (True, ["expiration"], True)
     assert [seen.path for seen in api.requests] == ["/api/v1/nodes/alpha-worker-0"]
 
@@ -717,12 +257,12 @@ def test_membership_with_an_expired_unused_token_is_replaced(api, clock):
 def test_membership_with_an_expired_token_of_a_registered_node_stays(api, clock):
     api.put(node("alpha-worker-0"))
     props = membership_props(api)
-    diff = host_operations.NodeMembershipProvider().diff("id", _expired(props, clock, -1), dict(props))
+    diff = timed(host_operations.NodeMembershipProvider(), clock).diff("id", _expired(props, clock, -1), dict(props))
     assert (diff.changes, diff.replaces) == (False, [])
 
 
 def test_membership_expiry_is_not_decided_without_an_answer(api, clock, dead_url):
-    provider = host_operations.NodeMembershipProvider()
+    provider = timed(host_operations.NodeMembershipProvider(), clock)
     props = membership_props(api)
     # A token still valid: no call at all.
     assert provider.diff("id", _expired(props, clock, +1), dict(props)).replaces == []
@@ -740,19 +280,19 @@ def test_membership_delete_removes_the_node_and_the_token(api, clock):
     api.put(token_secret("aaaaaa"))
     api.put(token_secret("bbbbbb", "alpha-worker-1"))
     props = {**membership_props(api), "token_id": "aaaaaa"}
-    host_operations.NodeMembershipProvider().delete("alpha-worker-0/aaaaaa", props)
+    timed(host_operations.NodeMembershipProvider(), clock).delete("alpha-worker-0/aaaaaa", props)
     assert api.get("Node", "alpha-worker-0") is None
     assert api.get("Secret", "bootstrap-token-aaaaaa", "kube-system") is None
     assert api.get("Secret", "bootstrap-token-bbbbbb", "kube-system") is not None
     # Again: both already gone is fine.
-    host_operations.NodeMembershipProvider().delete("alpha-worker-0/aaaaaa", props)
+    timed(host_operations.NodeMembershipProvider(), clock).delete("alpha-worker-0/aaaaaa", props)
 
 
 def test_membership_delete_reports_api_errors(api, clock):
     api.put(node("alpha-worker-0"))
     api.fail("DELETE", "/api/v1/nodes/alpha-worker-0", 403, "forbidden")
     with pytest.raises(RuntimeError, match="cannot remove Node alpha-worker-0 from tenant alpha: HTTP 403"):
-        host_operations.NodeMembershipProvider().delete("id", {**membership_props(api), "token_id": "aaaaaa"})
+        timed(host_operations.NodeMembershipProvider(), clock).delete("id", {**membership_props(api), "token_id": "aaaaaa"})
     assert api.get("Node", "alpha-worker-0") is not None
 
 
@@ -816,7 +356,7 @@ def test_registration_waits_for_the_node_then_revokes_its_token(api, clock):
     registered: list[dict[str, Any]] = []
     clock.at(5, lambda: registered.append(api.put(node("alpha-worker-0"))))
     props = registration_props(api)
-    result = host_operations.NodeRegistrationProvider().create(props)
+    result = timed(host_operations.NodeRegistrationProvider(), clock).create(props)
     assert result.id == f"alpha-worker-0/{registered[0]['metadata']['uid']}"
     assert result.outs == props
     assert clock.sleeps == [2.0, 2.0, 2.0]
@@ -827,7 +367,7 @@ def test_registration_waits_for_the_node_then_revokes_its_token(api, clock):
 def test_registration_gives_up_after_its_timeout(api, clock):
     api.put(token_secret("aaaaaa"))
     with pytest.raises(RuntimeError, match=r"Node alpha-worker-0 has not registered: check the kubelet"):
-        host_operations.NodeRegistrationProvider().create(registration_props(api))
+        timed(host_operations.NodeRegistrationProvider(), clock).create(registration_props(api))
     assert host_operations.NODE_REGISTER_TIMEOUT <= clock.elapsed < host_operations.NODE_REGISTER_TIMEOUT + 2
     assert api.called("DELETE") == []
 
@@ -835,7 +375,7 @@ def test_registration_gives_up_after_its_timeout(api, clock):
 def test_registration_does_not_wait_out_an_api_error(api, clock):
     api.fail("GET", "/api/v1/nodes/alpha-worker-0", 403, "forbidden")
     with pytest.raises(host_operations.ApiError, match="403"):
-        host_operations.NodeRegistrationProvider().create(registration_props(api))
+        timed(host_operations.NodeRegistrationProvider(), clock).create(registration_props(api))
     assert clock.sleeps == []
 
 
@@ -849,9 +389,10 @@ def test_registration_diff(api, key, replaced):
     assert (diff.changes, diff.replaces) == (True, [key] if replaced else [])
 
 
-def test_registration_delete_calls_nothing(monkeypatch):
-    monkeypatch.setattr(host_operations, "connect", lambda kubeconfig: pytest.fail("delete connected"))
-    host_operations.NodeRegistrationProvider().delete("id", {"kubeconfig": "x", "node_name": "n", "token_id": "t"})
+def test_registration_delete_calls_nothing():
+    provider = host_operations.NodeRegistrationProvider()
+    provider.connect = lambda kubeconfig: pytest.fail("delete connected")
+    provider.delete("id", {"kubeconfig": "x", "node_name": "n", "token_id": "t"})
 
 
 # --------------------------------------------------------------------------- #
@@ -927,14 +468,14 @@ def test_konnectivity_waits_for_an_agent_on_every_node(api, clock):
     clock.at(4, lambda: agents["status"].update(numberReady=1))
     clock.at(8, lambda: agents["status"].update(numberReady=2))
     props = {"kubeconfig": api.kubeconfig(), "nodes": 2.0, "registrations": ["a/1", "b/2"]}
-    result = host_operations.KonnectivityReadyProvider().create(props)
+    result = timed(host_operations.KonnectivityReadyProvider(), clock).create(props)
     assert (result.id, result.outs) == ("konnectivity-agent", props)
     assert clock.elapsed == 8
     assert {seen.path for seen in api.requests} == {
         "/apis/apps/v1/namespaces/kube-system/daemonsets/konnectivity-agent"}
     # Another node later: update waits again.
     clock.at(12, lambda: agents["status"].update(numberReady=3))
-    host_operations.KonnectivityReadyProvider().update("id", props, {**props, "nodes": 3.0})
+    timed(host_operations.KonnectivityReadyProvider(), clock).update("id", props, {**props, "nodes": 3.0})
     assert clock.elapsed == 12
 
 
@@ -946,7 +487,7 @@ def test_konnectivity_gives_up_with_the_last_answer(api, clock, agents, answer):
     if agents is not None:
         api.put(konnectivity_agents(agents))
     with pytest.raises(RuntimeError, match=re.escape(answer)):
-        host_operations.KonnectivityReadyProvider().create({"kubeconfig": api.kubeconfig(), "nodes": 2.0})
+        timed(host_operations.KonnectivityReadyProvider(), clock).create({"kubeconfig": api.kubeconfig(), "nodes": 2.0})
     assert clock.elapsed >= host_operations.KONNECTIVITY_TIMEOUT
 
 
@@ -968,7 +509,7 @@ def webhook_props(api: ApiServer) -> dict[str, Any]:
 def test_kamaji_webhook_wait_retries_failed_webhook_calls_with_dry_runs(api, clock):
     api.fail("POST", TCP_COLLECTION, 500, WEBHOOK_DOWN)
     api.fail("POST", TCP_COLLECTION, 500, WEBHOOK_DOWN)
-    result = host_operations.KamajiWebhookReadyProvider().create(webhook_props(api))
+    result = timed(host_operations.KamajiWebhookReadyProvider(), clock).create(webhook_props(api))
     assert result.id == "kamaji-webhook"
     posts = api.called("POST")
     assert len(posts) == 3 and len(clock.sleeps) == 2
@@ -979,7 +520,7 @@ def test_kamaji_webhook_wait_retries_failed_webhook_calls_with_dry_runs(api, clo
 def test_kamaji_webhook_denial_counts_as_an_answer(api, clock):
     # controller-runtime's admission.Denied answers 403; the API server reports "admission webhook ... denied".
     api.fail("POST", TCP_COLLECTION, 403, 'admission webhook "vtenantcontrolplane.kb.io" denied the request: no')
-    host_operations.KamajiWebhookReadyProvider().create(webhook_props(api))
+    timed(host_operations.KamajiWebhookReadyProvider(), clock).create(webhook_props(api))
     assert clock.sleeps == []
 
 
@@ -988,7 +529,16 @@ def test_kamaji_webhook_wait_gives_up_with_the_last_failure(api, clock):
         api.fail("POST", TCP_COLLECTION, 500, WEBHOOK_DOWN)
     with pytest.raises(RuntimeError, match="Kamaji's admission webhook does not answer: gave up after 180s: "
                                            "Internal error occurred: failed calling webhook"):
-        host_operations.KamajiWebhookReadyProvider().update("id", {}, webhook_props(api))
+        timed(host_operations.KamajiWebhookReadyProvider(), clock).update("id", {}, webhook_props(api))
+
+
+def test_kamaji_webhook_wait_takes_no_answer_for_no_answer(api, clock, dead_url):
+    """Only an answer from the API server says anything about the webhook: an unreachable management cluster fails
+    the wait at once instead of passing it."""
+    props = {**webhook_props(api), "kubeconfig": with_cluster(api.kubeconfig(), server=dead_url)}
+    with pytest.raises(kube.UnreachableError, match=re.escape(dead_url)):
+        timed(host_operations.KamajiWebhookReadyProvider(), clock).create(props)
+    assert clock.sleeps == []
 
 
 def test_kamaji_webhook_probe_is_a_valid_tenant_control_plane(vendor_dir):
@@ -997,3 +547,38 @@ def test_kamaji_webhook_probe_is_a_valid_tenant_control_plane(vendor_dir):
     schema = crd_json_schema(vendor_dir / "kamaji" / "kamaji.clastix.io_tenantcontrolplanes.yaml")
     probe = host_operations.probe_control_plane("kamaji-system", "default", "v1.33.0")
     assert schema_errors(probe, schema) == []
+
+
+# --------------------------------------------------------------------------- #
+# The seam and the pickles
+# --------------------------------------------------------------------------- #
+
+PROVIDERS = [host_operations.NodeMembershipProvider, host_operations.NodeRegistrationProvider,
+             host_operations.GpuCapacityProvider, host_operations.KonnectivityReadyProvider,
+             host_operations.KamajiWebhookReadyProvider]
+
+
+@pytest.mark.parametrize("provider_class", PROVIDERS, ids=lambda cls: cls.__name__)
+def test_a_provider_pickles_by_reference_without_its_seam(provider_class, clock):
+    """What Pulumi stores (`__provider`) names the class only, no instance state: the simulator's client factory
+    and clock, set on the one instance it runs, leave the class alone, and the provider host gets the real ones."""
+    provider = provider_class()
+    provider.connect, provider.clock = (lambda kubeconfig: pytest.fail("connected")), clock
+    stored = serialize_provider(provider_class())
+    loaded = dill.loads(base64.b64decode(stored))
+    assert type(loaded) is provider_class and vars(loaded) == {}
+    assert loaded.connect is kube.connect and isinstance(loaded.clock, host_operations.Clock)
+    assert serialize_provider(provider_class()) == stored  # stable: no diff of `__provider` between runs
+
+
+def test_a_pickle_naming_the_old_module_path_loads_and_takes_the_seam(api, clock, monkeypatch):
+    """Stacks created before the layered layout recorded `components.tenant_api.<Provider>`."""
+    cls = host_operations.NodeMembershipProvider
+    monkeypatch.setattr(cls, "__module__", "components.tenant_api")
+    old = serialize_provider(tenant_api.NodeMembershipProvider())
+    monkeypatch.undo()
+    assert b"components.tenant_api" in base64.b64decode(old)
+    provider = timed(dill.loads(base64.b64decode(old)), clock)
+    assert type(provider) is cls
+    result = provider.create(membership_props(api))
+    assert api.get("Secret", f"bootstrap-token-{result.outs['token_id']}", "kube-system") is not None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import inspect
 import os
 import re
 import sys
@@ -20,7 +21,9 @@ from components import kube
 from components.kube import ApiError, KubeconfigError, UnreachableError
 from tests.support import apiserver
 from tests.support.apiserver import ApiServer, clear_proxies, with_cluster, with_user
+from tests.support.fake_platform import FakeSession
 from tests.support.sim import pki
+from tests.support.sim.hostapi import SimClient
 
 TOKEN = "sha256~s3cr3t-token-never-shown"
 
@@ -444,3 +447,12 @@ def test_a_cluster_scoped_kind_takes_no_namespace():
     with pytest.raises(ValueError, match="Node is cluster-scoped"):
         kube.path_for("Node", "w0", "default")
 
+
+@pytest.mark.parametrize("implementation", [kube.Client, SimClient, FakeSession], ids=lambda cls: cls.__name__)
+def test_the_client_and_both_fakes_have_the_one_interface(implementation):
+    """One seam: the dynamic providers' simulator and verify's fake platform stand in for exactly `KubeClient`."""
+    for name in ("find", "list", "create", "delete", "patch_status", "close"):
+        expected = inspect.signature(getattr(kube.KubeClient, name)).parameters
+        actual = inspect.signature(getattr(implementation, name)).parameters
+        assert [(p.name, p.kind, p.default) for p in actual.values()] == \
+            [(p.name, p.kind, p.default) for p in expected.values()], f"{implementation.__name__}.{name}"

@@ -204,8 +204,8 @@ def test_moving_removing_and_destroying_ssh_workers_resets_every_machine(recorde
     sim.world.kind["gpu-tenancy"].api.delete(None, "TenantControlPlane", "tenant-a", "tenant-a")
     assert sim.world.tenant_api("tenant-a") is None
     membership = sim.resource(f"{NODE}-membership")
-    with hostapi.patched(sim.world):
-        NodeMembershipProvider().delete(membership.id, plain(membership.outputs))  # gone counts as removed
+    provider = hostapi.attach(NodeMembershipProvider(), sim.world)
+    provider.delete(membership.id, plain(membership.outputs))  # gone counts as removed
 
     sim.destroy()
 

@@ -1,79 +1,73 @@
-"""What `components.host_operations` reaches while the simulator runs a dynamic provider: the simulated clusters.
+"""What a dynamic provider of `components.host_operations` reaches while the simulator runs it: the simulated clusters.
 
-The dynamic providers' own code runs unchanged (tests/support/sim/providers.py DynamicModel loads them as the
-dynamic-provider host does); only the three hooks of `components.host_operations` are replaced for the call:
-`connect` returns a client of the simulated API server the kubeconfig names (same authentication and
-errors), `now` is the simulated clock, and `sleep` lets simulated time pass (and any race the program
-waits out is then lost by the system, not by the program).
+The providers' own code runs unchanged (tests/support/sim/providers.py DynamicModel loads them as the
+dynamic-provider host does). `attach` gives the provider instance it unpickled the simulator's side of the
+seam: `connect` returns a `components.kube.KubeClient` of the simulated API server the kubeconfig names (same
+authentication and errors), and `clock` is the simulated clock, whose `sleep` lets simulated time pass (any race
+the program waits out is then lost by the system, not by the program). Nothing module-level is replaced.
 """
 
 from __future__ import annotations
 
+import copy
 import datetime
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from components import host_operations
-from tests.support.sim.world import ApiError, KubeApi, UnreachableError, World
+from components.host_operations import HostOperationProvider
+from components.kube import ApiError, UnreachableError
+from tests.support.sim.world import KubeApi, World
+
+Provider = TypeVar("Provider", bound=HostOperationProvider)
 
 
 class SimClient:
+    """`components.kube.KubeClient` of one simulated API server, authenticated as the kubeconfig's user."""
+
     def __init__(self, world: World, kubeconfig: str, touched: set[str]):
-        self.world = world
-        try:
-            self.api: KubeApi = world.api_for(kubeconfig)
-            self.identity = self.api.authenticate(kubeconfig)
-        except UnreachableError as error:
-            raise host_operations.UnreachableError(str(error)) from None
-        except ApiError as error:
-            raise host_operations.ApiError(error.code, error.message) from None
+        self.api: KubeApi = world.api_for(kubeconfig)
+        self.identity = self.api.authenticate(kubeconfig)
         self.server = self.api.server
         touched.add(self.server)
-
-    def __enter__(self) -> SimClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
     def close(self) -> None:
         return None
 
-    def _call(self, fn, *args, **kwargs) -> Any:
+    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if not self.api.reachable:
-            raise host_operations.UnreachableError(f"{self.server}: connection refused")
-        try:
-            return fn(*args, **kwargs)
-        except ApiError as error:
-            raise host_operations.ApiError(error.code, error.message) from None
+            raise UnreachableError(f"{self.server}: connection refused")
+        return fn(*args, **kwargs)
 
-    def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any]:
-        obj = self._call(self.api.get, self.identity, kind, namespace, name)
+    def find(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        try:
+            obj = self._call(self.api.get, self.identity, kind, namespace, name)
+        except ApiError as error:
+            if error.status == 404:
+                return None
+            raise
         if kind == "DaemonSet":
             obj.setdefault("status", {})["numberReady"] = _ready_agents(self.api, name)
         return obj
 
-    def exists(self, kind: str, name: str, namespace: str | None = None) -> bool:
-        try:
-            self.get(kind, name, namespace)
-        except host_operations.ApiError as error:
-            if error.status == 404:
-                return False
-            raise
-        return True
+    def list(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        self._call(self.api.authorize, self.identity, "list", kind, namespace or "", "")
+        return copy.deepcopy(self.api.list(kind, namespace))
 
     def create(self, obj: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
         return self._call(self.api.create, self.identity, obj, dry_run=dry_run)
 
-    def delete(self, kind: str, name: str, namespace: str | None = None) -> bool:
+    def delete(self, kind: str, name: str, namespace: str | None = None, *,
+               grace_period_seconds: int | None = None) -> bool:
         try:
             self._call(self.api.delete, self.identity, kind, namespace, name)
-        except host_operations.ApiError as error:
+        except ApiError as error:
             if error.status == 404:
                 return False
             raise
         return True
 
-    def patch_status(self, kind: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+    def patch_status(self, kind: str, name: str, patch: dict[str, Any],
+                     namespace: str | None = None) -> dict[str, Any]:
         return self._call(self.api.patch_status, self.identity, kind, name, patch.get("status", patch))
 
 
@@ -85,21 +79,17 @@ def _ready_agents(api: KubeApi, name: str) -> int:
     return len(systems._ready_nodes(api))
 
 
-class patched:  # noqa: N801 -- a context manager
-    """Point `components.host_operations` at the simulated machine for the duration of one provider call."""
+class SimClock:
+    """The world's clock. Sleeping is waiting: the tenants the provider talked to catch up meanwhile."""
 
-    def __init__(self, world: World):
+    def __init__(self, world: World, touched: set[str]):
         self.world = world
-        self.touched: set[str] = set()
+        self.touched = touched
 
-    def __enter__(self) -> patched:
-        self.saved = (host_operations.connect, host_operations.now, host_operations.sleep)
-        host_operations.connect = lambda kubeconfig: SimClient(self.world, kubeconfig, self.touched)
-        host_operations.now = lambda: self.world.now
-        host_operations.sleep = self._sleep
-        return self
+    def now(self) -> datetime.datetime:
+        return self.world.now
 
-    def _sleep(self, seconds: float) -> None:
+    def sleep(self, seconds: float) -> None:
         self.world.now += datetime.timedelta(seconds=seconds)
         for server in self.touched:
             self.world.wait_for_tenant(server)
@@ -108,5 +98,10 @@ class patched:  # noqa: N801 -- a context manager
             if state is not None:
                 state.webhook_ready = state.running
 
-    def __exit__(self, *exc: object) -> None:
-        host_operations.connect, host_operations.now, host_operations.sleep = self.saved
+
+def attach(provider: Provider, world: World) -> Provider:
+    """`provider`, pointed at the simulated machine (for the one call the simulator makes on this instance)."""
+    touched: set[str] = set()
+    provider.connect = lambda kubeconfig: SimClient(world, kubeconfig, touched)
+    provider.clock = SimClock(world, touched)
+    return provider

@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from tests.support.sim import paths, pki, scripts, systems
+from components.kube import ApiError, UnreachableError
+from tests.support.sim import hostapi, paths, pki, scripts, systems
 from tests.support.sim.state import UNKNOWN, Resource, annotate_secrets, comparable, contains_unknown, plain, secret
-from tests.support.sim.world import ApiError, HelmRelease, KubeApi, UnreachableError, WaitTimeoutError, World
+from tests.support.sim.world import HelmRelease, KubeApi, WaitTimeoutError, World
 
 if TYPE_CHECKING:
     from tests.support.sim.engine import Engine
@@ -270,7 +271,7 @@ class KubernetesModel:
             try:
                 obj = api.create(identity, _object(resource, kind), dry_run=True)
             except ApiError as error:
-                if error.code in (403, 404, 409):
+                if error.status in (403, 404, 409):
                     return inputs_only  # Forbidden, missing namespace, AlreadyExists: failedPreview
                 raise ProviderError(f"preview failed: {error}") from None
             obj.pop("status", None)  # provider.go L1849-1854
@@ -368,7 +369,7 @@ class KubernetesModel:
         try:
             api.delete(identity, kind, namespace, name)
         except ApiError as error:
-            if error.code == 404:
+            if error.status == 404:
                 return  # already gone
             raise ProviderError(f"delete failed: {error}") from None
         if api.find(kind, namespace, name) is not None:
@@ -390,7 +391,7 @@ class KubernetesModel:
         try:
             return api.get(identity, kind, namespace or None, name)
         except ApiError as error:
-            if error.code == 404:
+            if error.status == 404:
                 return None  # provider.go L2053-2064: the delete response
             raise ProviderError(f"failed to read {resource.id}: {error}") from None
 
@@ -804,10 +805,12 @@ def docker_get_network(world: World, args: dict[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- #
 
 
-def _dynamic_provider(inputs: dict[str, Any]):
+def _dynamic_provider(ctx: Context, inputs: dict[str, Any]):
+    """The provider the inputs pickle, as the dynamic-provider host loads it, pointed at the simulated machine."""
     import dill
 
-    return dill.loads(base64.b64decode(plain(inputs)["__provider"]))
+    provider = dill.loads(base64.b64decode(plain(inputs)["__provider"]))
+    return hostapi.attach(provider, ctx.world)
 
 
 class DynamicModel:
@@ -822,11 +825,11 @@ class DynamicModel:
     def diff(self, ctx: Context, old: Resource, new: Resource) -> Diff:
         from pulumi.output import Unknown
 
-        provider = _dynamic_provider(new.inputs if not contains_unknown(new.inputs.get("__provider")) else old.inputs)
+        provider = _dynamic_provider(ctx, new.inputs if not contains_unknown(new.inputs.get("__provider"))
+                                     else old.inputs)
         # dynamic/__main__.py Diff deserializes with keep_unknowns: an unknown input is an `Unknown` object.
         news = {k: (v if not contains_unknown(v) else Unknown()) for k, v in plain(new.inputs).items()}
-        with dynamic_world(ctx):
-            result = provider.diff(old.id, plain(old.outputs), news)
+        result = provider.diff(old.id, plain(old.outputs), news)
         changed = changed_paths(old.inputs, new.inputs)
         return Diff(changes=result.changes, replace_keys=list(result.replaces or []),
                     changed_keys=sorted({str(p[0]) for p in changed}), detailed=[paths.render(p) for p in changed],
@@ -835,55 +838,34 @@ class DynamicModel:
     def create(self, ctx: Context, resource: Resource) -> tuple[str, dict[str, Any]]:
         if ctx.preview:
             return "", dict(resource.inputs)
-        provider = _dynamic_provider(resource.inputs)
-        with dynamic_world(ctx):
-            try:
-                result = provider.create(plain(resource.inputs))
-            except Exception as error:  # noqa: BLE001 -- the dynamic host reports any exception as the failure
-                raise ProviderError(str(error)) from None
+        provider = _dynamic_provider(ctx, resource.inputs)
+        try:
+            result = provider.create(plain(resource.inputs))
+        except Exception as error:  # noqa: BLE001 -- the dynamic host reports any exception as the failure
+            raise ProviderError(str(error)) from None
         outputs = {**(result.outs or {}), "__provider": resource.inputs["__provider"]}
         return result.id, annotate_secrets(outputs, resource.inputs)
 
     def update(self, ctx: Context, old: Resource, resource: Resource) -> dict[str, Any]:
         if ctx.preview:
             return dict(resource.inputs)
-        provider = _dynamic_provider(resource.inputs)
-        with dynamic_world(ctx):
-            try:
-                result = provider.update(old.id, plain(old.outputs), plain(resource.inputs))
-            except Exception as error:  # noqa: BLE001
-                raise ProviderError(str(error)) from None
+        provider = _dynamic_provider(ctx, resource.inputs)
+        try:
+            result = provider.update(old.id, plain(old.outputs), plain(resource.inputs))
+        except Exception as error:  # noqa: BLE001
+            raise ProviderError(str(error)) from None
         outputs = {**(result.outs or {}), "__provider": resource.inputs["__provider"]}
         return annotate_secrets(outputs, resource.inputs)
 
     def delete(self, ctx: Context, old: Resource) -> None:
-        provider = _dynamic_provider(old.outputs or old.inputs)
-        with dynamic_world(ctx):
-            try:
-                provider.delete(old.id, plain(old.outputs))
-            except Exception as error:  # noqa: BLE001
-                raise ProviderError(str(error)) from None
+        provider = _dynamic_provider(ctx, old.outputs or old.inputs)
+        try:
+            provider.delete(old.id, plain(old.outputs))
+        except Exception as error:  # noqa: BLE001
+            raise ProviderError(str(error)) from None
 
     def read(self, ctx: Context, resource: Resource) -> dict[str, Any] | None:
         return dict(resource.outputs)
-
-
-class dynamic_world:  # noqa: N801 -- used as a context manager
-    """The dynamic providers' API hooks point at the simulated machine (tests/support/sim/hostapi.py) meanwhile."""
-
-    def __init__(self, ctx: Context):
-        from tests.support.sim import hostapi
-
-        self.ctx = ctx
-        self.hooks = hostapi.patched(ctx.world)
-
-    def __enter__(self):
-        self.hooks.__enter__()
-        return self.ctx
-
-    def __exit__(self, *exc):
-        self.hooks.__exit__(*exc)
-        return False
 
 
 MODELS: dict[str, Callable[[], Any]] = {

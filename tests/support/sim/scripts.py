@@ -21,10 +21,11 @@ from typing import Any
 import yaml
 
 from components import shell
+from components.kube import ApiError
 from components.worker import access
 from tests.support.sim import systems
 from tests.support.sim.state import is_secret, plain
-from tests.support.sim.world import MIRROR_MARKER, ApiError, Machine, UnreachableError, World
+from tests.support.sim.world import MIRROR_MARKER, Machine, World
 
 
 class CommandFailedError(Exception):
@@ -214,7 +215,7 @@ def _join(world: World, machine: Machine, env: dict[str, str]) -> str:
                      node_name=node, over_ssh=not container,
                      # node-join.sh gives container nodes kind's kubelet settings through a kubeadm patch.
                      kubelet_patches={"failSwapOn": False} if container else None)
-    except (UnreachableError, ApiError) as error:
+    except ApiError as error:
         # The script resets the node after its last failed attempt.
         systems.reset(world, machine)
         raise CommandFailedError(f"gpu-tenancy: worker {node}: kubeadm join to {endpoint} failed 12 times; "

@@ -16,17 +16,16 @@ from typing import Any
 
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from components.kube import ApiError, UnreachableError
 from tests.support.sim import pki
 from tests.support.sim.world import (
     CLUSTER_ADMINS,
     NODES_GROUP,
     SYSTEM_MASTERS,
-    ApiError,
     HelmRelease,
     KubeApi,
     Machine,
     Tenant,
-    UnreachableError,
     WaitTimeoutError,
     World,
     uninstall_order,

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from components.kube import ApiError, UnreachableError
 from tests.support.sim import pki
 
 SYSTEM_MASTERS = "system:masters"
@@ -29,19 +30,6 @@ KIND_SUBNET_V4 = "172.18.0.0/16"
 KIND_SUBNET_V6 = "fc00:f853:ccd:e793::/64"
 # An adopted cluster's own load balancer hands out addresses from here.
 ADOPTED_LB_RANGE = "10.20.255.200-10.20.255.250"
-
-
-class ApiError(Exception):
-    """An HTTP error from a simulated API server (code as kube-apiserver would send it)."""
-
-    def __init__(self, code: int, message: str):
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-
-
-class UnreachableError(Exception):
-    """Nothing answers at that address (connection refused / timeout)."""
 
 
 class WaitTimeoutError(Exception):
