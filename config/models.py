@@ -14,9 +14,10 @@ import ipaddress
 import re
 from typing import Annotated, Literal
 
-import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
+
+from components import kube
 
 # Kamaji builds tenant kubelet/kubeadm config with Kubernetes 1.36 libraries:
 # kubelets older than 1.35 refuse it (clastix/kamaji issue 1062), and its webhook
@@ -168,10 +169,10 @@ def _private_key(value: str) -> str:
 def _kubeconfig(value: str) -> str:
     # Never echo the value: it holds credentials.
     try:
-        document = yaml.safe_load(value)
-    except yaml.YAMLError:
-        document = None
-    if not isinstance(document, dict) or not document.get("clusters") or not document.get("users"):
+        document = kube.parse(value)
+    except kube.KubeconfigError:
+        document = {}
+    if not document.get("clusters") or not document.get("users"):
         raise ValueError("must be a kubeconfig document (YAML with clusters, users and contexts)")
     return value
 

@@ -16,6 +16,8 @@ from typing import Any
 from pulumi import RunError
 from pydantic import BaseModel, ValidationError
 
+from components import kube
+
 from .cidrs import allocate_ranges, overlapping_pairs
 from .models import (
     KIND_NODE_IMAGES,
@@ -408,31 +410,20 @@ def _secret_hint(path: str) -> str:
 
 def _current_context_issues(document: dict[str, Any], key: str) -> list[ConfigIssue]:
     """The current context must name a context whose cluster and user exist (what the program connects with)."""
-    name = document.get("current-context")
-    if not name:
-        return [ConfigIssue(key, "has no current-context: set the context this stack should use (kubectl config "
-                                 "use-context <name> --kubeconfig <file>) and store the file again")]
-    entries = {section: {e.get("name"): e for e in document[section]} for section in ("clusters", "users", "contexts")}
-    context = entries["contexts"].get(name)
-    if context is None:
-        return [ConfigIssue(key, f"current-context '{name}' names no entry of contexts")]
-    issues = []
-    for field, section in (("cluster", "clusters"), ("user", "users")):
-        target = (context.get("context") or {}).get(field)
-        if target not in entries[section]:
-            issues.append(ConfigIssue(key, f"context '{name}' names {field} '{target}', which is not in {section}"))
-    return issues
+    try:
+        kube.current_context(document)
+    except kube.KubeconfigError as error:
+        return [ConfigIssue(key, error.problem)]
+    return []
 
 
 def _kubeconfig_issues(kubeconfig: str, allow_exec: bool) -> list[ConfigIssue]:
     """What an adopted cluster's kubeconfig may not do, never echoing it."""
-    import yaml
-
     key = "management.kubeconfig"
     try:
-        document = yaml.safe_load(kubeconfig)
-    except yaml.YAMLError:
-        return [ConfigIssue(key, "is not YAML")]
+        document = kube.parse(kubeconfig)
+    except kube.KubeconfigError as error:
+        return [ConfigIssue(key, error.problem)]
     issues = []
     sections = {name: document.get(name) for name in ("clusters", "users", "contexts")}
     for name, entries in sections.items():

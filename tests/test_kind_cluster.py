@@ -244,11 +244,11 @@ def test_current_cluster_follows_the_current_context():
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"current-context": ""}, "no current-context"),
-        ({"current-context": "missing"}, "contexts has no entry named 'missing'"),
-        ({"contexts": [{"name": "ops", "context": {"user": "admin"}}]}, "context 'ops' names no cluster"),
-        ({"clusters": [{"name": "other", "cluster": {"server": "https://x"}}]}, "clusters has no entry named 'prod-mgmt'"),
-        ({"clusters": [{"name": "prod-mgmt", "cluster": {}}]}, "cluster 'prod-mgmt' has no server"),
+        ({"current-context": ""}, "has no current-context"),
+        ({"current-context": "missing"}, "has no context named 'missing'"),
+        ({"contexts": [{"name": "ops", "context": {"user": "admin"}}]}, "has a context 'ops' that names no cluster"),
+        ({"clusters": [{"name": "other", "cluster": {"server": "https://x"}}]}, "has no cluster named 'prod-mgmt'"),
+        ({"clusters": [{"name": "prod-mgmt", "cluster": {}}]}, "has no server in its cluster 'prod-mgmt'"),
     ],
 )
 def test_current_cluster_explains_what_is_missing_without_echoing_credentials(changes, message):

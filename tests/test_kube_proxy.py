@@ -8,6 +8,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from components import kube
 from components.tenant import kube_proxy
 from components.tenant.spec import PART_OF, PART_OF_LABEL
 
@@ -131,13 +132,11 @@ def test_config_conf_keeps_kubeadm_defaults_and_sets_the_tenant_values():
 
 def test_kubeconfig_points_at_the_endpoint_with_the_service_account_credentials():
     kubeconfig = _kubeconfig(_objects())
-    context = next(c["context"] for c in kubeconfig["contexts"] if c["name"] == kubeconfig["current-context"])
-    cluster = next(c["cluster"] for c in kubeconfig["clusters"] if c["name"] == context["cluster"])
-    user = next(u["user"] for u in kubeconfig["users"] if u["name"] == context["user"])
-    assert cluster["server"] == f"https://{ENDPOINT}"
+    context = kube.current_context(kubeconfig)
+    assert context.server == f"https://{ENDPOINT}"
     # manifests.go KubeProxyConfigMap19: the projected service-account CA and token.
-    assert cluster["certificate-authority"] == "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
-    assert user == {"tokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token"}
+    assert context.cluster["certificate-authority"] == "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+    assert context.user == {"tokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token"}
     assert kubeconfig["apiVersion"] == "v1" and kubeconfig["kind"] == "Config"
 
 

@@ -28,6 +28,7 @@ import pulumi_command as command
 import pulumi_kubernetes as k8s
 import yaml
 
+from components import kube
 from components import shell as node_scripts
 from components.naming import COMPONENT_PREFIX, KIND_NETWORK
 
@@ -118,32 +119,10 @@ class KubeconfigCluster:
 def current_cluster(kubeconfig: str) -> KubeconfigCluster:
     """Name and API server of the current context's cluster; errors never echo the (secret) document."""
     try:
-        document = yaml.safe_load(kubeconfig)
-    except yaml.YAMLError:
-        document = None
-    if not isinstance(document, dict):
-        raise ValueError("management.kubeconfig is not a kubeconfig document (YAML with clusters, users, contexts)")
-    context_name = document.get("current-context")
-    if not context_name:
-        raise ValueError(
-            "management.kubeconfig has no current-context: set the context this stack should use "
-            "(`kubectl config use-context <name> --kubeconfig <file>`) and store the file again"
-        )
-
-    def named(section: str, wanted: str) -> dict[str, Any]:
-        for entry in document.get(section) or []:
-            if isinstance(entry, dict) and entry.get("name") == wanted:
-                return entry
-        raise ValueError(f"management.kubeconfig: {section} has no entry named {wanted!r}")
-
-    context = named("contexts", context_name).get("context") or {}
-    cluster_name = context.get("cluster")
-    if not cluster_name:
-        raise ValueError(f"management.kubeconfig: context {context_name!r} names no cluster")
-    server = (named("clusters", cluster_name).get("cluster") or {}).get("server")
-    if not server:
-        raise ValueError(f"management.kubeconfig: cluster {cluster_name!r} has no server")
-    return KubeconfigCluster(name=str(cluster_name), server=str(server))
+        context = kube.current_context(kubeconfig)
+        return KubeconfigCluster(name=context.cluster_name, server=context.server)
+    except kube.KubeconfigError as error:
+        raise ValueError(f"management.kubeconfig {error.problem}; fix the file and store it again") from None
 
 
 def worker_networks(kind_subnet: str | None, worker_cidrs: Sequence[str]) -> list[str]:

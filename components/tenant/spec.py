@@ -18,6 +18,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from components import kube
 from components.helm import Chart
 from components.naming import KAMAJI_NAMESPACE
 from config import Quota, Tenant
@@ -261,10 +262,7 @@ def decode_secret_value(data: Mapping[str, str] | None, key: str, secret: str) -
 
 def ca_certificate(kubeconfig: str) -> str:
     """The cluster CA (PEM) of a kubeconfig's current context: public, and all a worker needs to trust."""
-    document = yaml.safe_load(kubeconfig)
-    context = next(c["context"] for c in document["contexts"] if c["name"] == document["current-context"])
-    cluster = next(c["cluster"] for c in document["clusters"] if c["name"] == context["cluster"])
-    return base64.b64decode(cluster["certificate-authority-data"]).decode()
+    return kube.current_context(kubeconfig).ca_certificate()
 
 
 def discovery_hash(ca_pem: str | bytes) -> str:

@@ -22,6 +22,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from components import kube
+
 _NOT_BEFORE = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
 _NOT_AFTER = datetime.datetime(2036, 1, 1, tzinfo=datetime.timezone.utc)
 
@@ -151,16 +153,12 @@ class ParsedKubeconfig:
 def parse_kubeconfig(text: str) -> ParsedKubeconfig | None:
     """Server, CA and client certificate of the current context, or None for anything unusable."""
     try:
-        document = yaml.safe_load(text)
-        context_name = document["current-context"]
-        context = next(c["context"] for c in document["contexts"] if c["name"] == context_name)
-        cluster = next(c["cluster"] for c in document["clusters"] if c["name"] == context["cluster"])
-        user = next(u["user"] for u in document["users"] if u["name"] == context["user"])
-        ca_pem = base64.b64decode(cluster.get("certificate-authority-data", ""))
-        cert_data = user.get("client-certificate-data")
+        context = kube.current_context(text)
+        ca_pem = base64.b64decode(context.cluster.get("certificate-authority-data", ""))
+        cert_data = context.user.get("client-certificate-data")
         certificate = x509.load_pem_x509_certificate(base64.b64decode(cert_data)) if cert_data else None
-        return ParsedKubeconfig(server=cluster["server"], ca_pem=ca_pem, client_certificate=certificate)
-    except (yaml.YAMLError, KeyError, TypeError, StopIteration, ValueError):
+        return ParsedKubeconfig(server=context.server, ca_pem=ca_pem, client_certificate=certificate)
+    except (ValueError, TypeError):  # kube.KubeconfigError, bad base64, not a certificate
         return None
 
 

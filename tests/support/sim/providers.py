@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from components import kube
 from components.kube import ApiError, UnreachableError
 from tests.support.sim import hostapi, paths, pki, scripts, systems
 from tests.support.sim.state import UNKNOWN, Resource, annotate_secrets, comparable, contains_unknown, plain, secret
@@ -508,10 +509,8 @@ class HelmReleaseModel:
 def _active_cluster(kubeconfig: str | None) -> Any:
     """provider/util.go getActiveClusterFromConfig: the current context's whole cluster entry."""
     try:
-        document = yaml.safe_load(kubeconfig or "")
-        context = next(c["context"] for c in document["contexts"] if c["name"] == document["current-context"])
-        return next(c["cluster"] for c in document["clusters"] if c["name"] == context["cluster"])
-    except (yaml.YAMLError, KeyError, TypeError, StopIteration):
+        return kube.current_context(kubeconfig or "").cluster
+    except kube.KubeconfigError:
         return None
 
 
