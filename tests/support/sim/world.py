@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import datetime
-import ipaddress
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -23,7 +22,6 @@ from tests.support.sim import pki
 
 SYSTEM_MASTERS = "system:masters"
 CLUSTER_ADMINS = "kubeadm:cluster-admins"
-BOOTSTRAPPERS = "system:bootstrappers:kubeadm:default-node-token"
 NODES_GROUP = "system:nodes"
 
 KIND_SUBNET_V4 = "172.18.0.0/16"
@@ -498,10 +496,6 @@ def _kamaji_settles(api: KubeApi) -> None:
     state = getattr(api, "kamaji", None)
     if state is not None:
         state.webhook_ready = state.running
-
-
-def cidr_contains(cidr: str, address: str) -> bool:
-    return ipaddress.ip_address(address) in ipaddress.ip_network(cidr, strict=False)
 
 
 def dumps(obj: Any) -> str:
