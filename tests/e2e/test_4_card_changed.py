@@ -9,9 +9,9 @@ import json
 import pytest
 import yaml
 
+from components import kube
 from components.gpu.cards import REGISTER_ANNOTATION
 from components.naming import node_name
-from ops import verify_api
 from tests.e2e.lab import tenants
 
 pytestmark = pytest.mark.e2e
@@ -19,11 +19,8 @@ pytestmark = pytest.mark.e2e
 
 def registered_memory(admin_kubeconfig: str, node: str) -> dict[str, int]:
     """Card UUID -> `devmem` of the node's `hami.io/node-nvidia-register` annotation, read from the tenant's API."""
-    api = verify_api.connect(yaml.safe_load(admin_kubeconfig))
-    try:
-        (found,) = [n for n in api.list_nodes() if n["metadata"]["name"] == node]
-    finally:
-        api.close()
+    with kube.connect(yaml.safe_load(admin_kubeconfig)) as api:
+        found = api.find("Node", node)
     return {card["id"]: card["devmem"] for card in json.loads(found["metadata"]["annotations"][REGISTER_ANNOTATION])}
 
 
