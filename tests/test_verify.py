@@ -577,9 +577,9 @@ def test_probe_pod_that_cannot_be_deleted_is_reported(platform, clock):
 class _Misbound(FakeSession):
     """A pod bound to another node than the one HAMi allocated on (a bind that bypassed HAMi's extender)."""
 
-    def read_pod(self, namespace, name):
-        pod = super().read_pod(namespace, name)
-        if pod and pod["spec"].get("nodeName"):
+    def find(self, kind, name, namespace=None):
+        pod = super().find(kind, name, namespace)
+        if kind == "Pod" and pod and pod["spec"].get("nodeName"):
             pod["spec"]["nodeName"] = "tenant-a-worker-9"
         return pod
 
