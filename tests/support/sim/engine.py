@@ -24,7 +24,9 @@ Rules taken from the engine (file:line at 1b594989):
   (step_executor.go cancelDueToError);
 - reads (`.get`) run during preview when their id is known and fail when the object does not exist
   (step.go ReadStep.Apply L1308-1399); they never count as changes (pkg/engine/update.go HasChanges);
-- `pulumi up` previews first and stops if the preview fails.
+- `pulumi up` previews first and stops if the preview fails;
+- a URN holds the parent's whole qualified type, `a$b$<type>::<name>`, and nothing for the stack
+  (deployment.go generateURN; the SDK's own MockMonitor.make_urn keeps only the parent's last type).
 """
 
 from __future__ import annotations
@@ -553,6 +555,35 @@ def _topological(resources: Iterable[Resource]) -> list[Resource]:
 # --------------------------------------------------------------------------- #
 
 
+ROOT_STACK_TYPE = "pulumi:pulumi:Stack"
+
+
+def qualified_type(urn: str) -> str:
+    """urn.go QualifiedType: `a$b$c` of `urn:pulumi:<stack>::<project>::a$b$c::<name>`."""
+    return urn.split("::")[2]
+
+
+def urn_name(urn: str) -> str:
+    """urn.go Name: everything after the third `::` (a name may hold `::` itself)."""
+    return urn.split("::", 3)[3]
+
+
+def urn_type(urn: str) -> str:
+    """urn.go Type: the last part of the qualified type."""
+    return qualified_type(urn).split("$")[-1]
+
+
+def new_urn(stack: str, project: str, parent_type: str, type_: str, name: str) -> str:
+    """urn.go New: the parent's qualified type, `$`, the resource's type (no parent part for the stack)."""
+    qualified = f"{parent_type}${type_}" if parent_type and parent_type != ROOT_STACK_TYPE else type_
+    return f"urn:pulumi:{stack}::{project}::{qualified}::{name}"
+
+
+def resource_urn(parent: str, type_: str, name: str) -> str:
+    """deployment.go generateURN: the URN the engine gives a registration under `parent`."""
+    return new_urn(pulumi.get_stack(), pulumi.get_project(), qualified_type(parent) if parent else "", type_, name)
+
+
 class _NoMocks(mocks.Mocks):
     def new_resource(self, args):  # pragma: no cover - the monitor never calls it
         raise AssertionError("unused")
@@ -567,7 +598,7 @@ class SimMonitor(mocks.MockMonitor):
         self.operation = operation
 
     def RegisterResource(self, request):  # noqa: N802 -- gRPC method name
-        urn = self.make_urn(request.parent, request.type, request.name)
+        urn = resource_urn(request.parent, request.type, request.name)
         if request.type == "pulumi:pulumi:Stack":
             return resource_pb2.RegisterResourceResponse(urn=urn)
         mocks._ensure_event_loop()
@@ -586,7 +617,7 @@ class SimMonitor(mocks.MockMonitor):
 
     def ReadResource(self, request):  # noqa: N802
         mocks._ensure_event_loop()
-        urn = self.make_urn(request.parent, request.type, request.name)
+        urn = resource_urn(request.parent, request.type, request.name)
         resource = Resource(
             urn=urn, type=request.type, name=request.name, custom=True, parent=request.parent,
             provider=request.provider, id=request.id,
