@@ -1,11 +1,17 @@
-"""The simulator's URNs, against the engine code it follows (pulumi/pulumi at 1b594989):
-pkg/resource/deploy/deployment.go generateURN.
+"""The simulator's URNs and aliases, each against the engine code it follows (pulumi/pulumi at 1b594989).
+
+URNs: pkg/resource/deploy/deployment.go generateURN. Aliases: pkg/resource/deploy/step_generator.go
+generateAliases / getOldResource / inheritedChildAlias / collapseAliasToUrn / providerChanged, and
+pkg/resource/deploy/snapshot.go NormalizeURNReferences. The Python SDK sends alias *specs* to a monitor that
+reports the aliasSpecs feature, as the mock monitor does (sdk/python/lib/pulumi/runtime/resource.py
+prepare_aliases, runtime/mocks.py GetDeploymentInfo): a child's inherited aliases are then the engine's work.
 """
 
 from __future__ import annotations
 
 import pulumi
 import pulumi_command as command
+import pulumi_kubernetes as k8s
 import pytest
 
 from tests.support.sim import Lifecycle, World, scripts
@@ -72,3 +78,165 @@ def test_a_urn_holds_the_whole_parent_chain_and_nothing_for_the_stack(ran):
         "test:index:Wrapper$test:index:Inner$command:local:Command::inner-leaf",
     }
 
+
+def _renamed(alias: bool):
+    def program():
+        aliases = [pulumi.Alias(type_="test:index:Old")] if alias else []
+        Box("test:index:New", "box", pulumi.ResourceOptions(aliases=aliases))
+    return program
+
+
+def test_a_type_alias_keeps_the_component_and_its_children(ran):
+    sim = _sim(lambda: Box("test:index:Old", "box"))
+    sim.up()
+    ran.clear()
+    sim.program = _renamed(alias=True)
+    _nothing_changes(sim.preview())
+    _nothing_changes(sim.up())
+    # The state moved to the new URNs; the old ones are gone without a delete.
+    assert _urns(sim) == {"test:index:New::box", "test:index:New$command:local:Command::box-leaf"}
+    assert ran == []
+    sim.destroy()
+    assert sim.engine.state == {} and ran == [("delete", "true")]
+
+
+def test_without_the_alias_the_renamed_children_are_deleted_and_created(ran):
+    sim = _sim(lambda: Box("test:index:Old", "box"))
+    sim.up()
+    sim.program = _renamed(alias=False)
+    assert sim.preview().changed() == {"create": {"box-leaf"}, "delete": {"box-leaf"}}
+
+
+def _moved(aliases):
+    def program():
+        Wrapper("wrap", lambda self: Box("test:index:Part", "part", pulumi.ResourceOptions(
+            parent=self, aliases=aliases)))
+    return program
+
+
+@pytest.mark.parametrize("alias", [pulumi.Alias(parent=pulumi.ROOT_STACK_RESOURCE),
+                                   "urn:pulumi:dev::gpu-tenancy::test:index:Part::part"],
+                         ids=["no-parent-spec", "old-urn"])
+def test_a_component_moved_under_a_new_parent_keeps_its_children(ran, alias):
+    sim = _sim(lambda: Box("test:index:Part", "part"))
+    sim.up()
+    sim.program = _moved([alias])
+    _nothing_changes(sim.preview())
+    sim.up()
+    assert "test:index:Wrapper$test:index:Part$command:local:Command::part-leaf" in _urns(sim)
+
+
+def test_moved_without_an_alias_is_delete_and_create(ran):
+    sim = _sim(lambda: Box("test:index:Part", "part"))
+    sim.up()
+    sim.program = _moved([])
+    assert sim.preview().changed() == {"create": {"part-leaf"}, "delete": {"part-leaf"}}
+
+
+def test_a_renamed_parent_finds_children_named_after_its_old_name(ran):
+    """SG inheritedChildAlias: `new-leaf` under a parent found as `old` was `old-leaf`."""
+    sim = _sim(lambda: Box("test:index:Box", "old"))
+    sim.up()
+    sim.program = lambda: Box("test:index:Box", "new", pulumi.ResourceOptions(aliases=[pulumi.Alias(name="old")]))
+    _nothing_changes(sim.preview())
+
+
+def test_an_aliased_resource_is_diffed_as_usual(ran):
+    sim = _sim(lambda: Box("test:index:Old", "box"))
+    sim.up()
+    sim.program = lambda: Box("test:index:New", "box", pulumi.ResourceOptions(
+        aliases=[pulumi.Alias(type_="test:index:Old")]), create="true # changed")
+    plan = sim.up()
+    assert plan.changed() == {"update": {"box-leaf"}}, plan.render()
+    assert plan.step("box-leaf").urn == f"{STACK_PREFIX}test:index:New$command:local:Command::box-leaf"
+
+
+def test_two_resources_claiming_one_alias_fail_the_operation(ran):
+    sim = _sim(lambda: Box("test:index:Old", "box"))
+    sim.up()
+
+    def program():
+        first = Box("test:index:A", "box", pulumi.ResourceOptions(aliases=[pulumi.Alias(type_="test:index:Old")]))
+        Box("test:index:B", "box", pulumi.ResourceOptions(aliases=[pulumi.Alias(type_="test:index:Old")],
+                                                          depends_on=[first]))
+
+    sim.program = program
+    plan = sim.preview(expect_error=True)
+    # sdk/go/common/diag/errors.go GetDuplicateResourceAliasError (2008).
+    assert f"Duplicate resource alias '{STACK_PREFIX}test:index:Old::box' applied to resource with URN " \
+           f"'{STACK_PREFIX}test:index:B::box' conflicting with resource with URN '{STACK_PREFIX}test:index:A::box'" \
+           in plan.error, plan.render()
+
+
+def test_a_urn_another_resource_claimed_as_its_alias_fails_the_operation(ran):
+    sim = _sim(lambda: command.local.Command("a", create="true"))
+    sim.up()
+
+    def program():
+        b = command.local.Command("b", create="true", opts=pulumi.ResourceOptions(aliases=[pulumi.Alias(name="a")]))
+        command.local.Command("a", create="true", opts=pulumi.ResourceOptions(depends_on=[b]))
+
+    sim.program = program
+    plan = sim.preview(expect_error=True)
+    # errors.go GetDuplicateResourceAliasedError (2016).
+    assert f"Duplicate resource URN '{STACK_PREFIX}command:local:Command::a' conflicting with alias on resource " \
+           f"with URN '{STACK_PREFIX}command:local:Command::b'" in plan.error, plan.render()
+
+
+def test_a_provider_found_under_an_alias_is_no_provider_change():
+    world = World()
+    world.create_kind_cluster("lab", {"nodes": [{"role": "control-plane"}]})
+    kubeconfig = world.kind_admin_kubeconfig("lab")
+
+    def build(parent, aliases):
+        provider = k8s.Provider("lab", kubeconfig=pulumi.Output.secret(kubeconfig),
+                                opts=pulumi.ResourceOptions(parent=parent, aliases=aliases))
+        k8s.core.v1.Namespace("ns", metadata={"name": "team"}, opts=pulumi.ResourceOptions(provider=provider))
+
+    sim = _sim(lambda: build(None, []), world)
+    sim.up()
+    sim.program = lambda: Wrapper("wrap", lambda self: build(self, [pulumi.Alias(parent=pulumi.ROOT_STACK_RESOURCE)]))
+    _nothing_changes(sim.up())
+    namespace = sim.resource("ns")
+    assert namespace.provider_urn == f"{STACK_PREFIX}test:index:Wrapper$pulumi:providers:kubernetes::lab"
+
+
+def test_what_stays_under_an_old_urn_refers_to_the_new_urns(ran):
+    def before():
+        box = Box("test:index:Old", "box")
+        command.local.Command("dependent", create="true", delete="fail",
+                              opts=pulumi.ResourceOptions(depends_on=[box.leaf]))
+
+    sim = _sim(before)
+    sim.up()
+    sim.program = _renamed(alias=True)
+    plan = sim.up(expect_error=True)
+    assert plan.step("dependent").op == "delete" and plan.step("dependent").failed
+    # snapshot.go NormalizeURNReferences: the resource whose delete failed now waits for the renamed leaf.
+    assert sim.resource("dependent").dependencies == [f"{STACK_PREFIX}test:index:New$command:local:Command::box-leaf"]
+    assert not any("test:index:Old" in urn for urn in sim.engine.state)
+
+
+
+def test_a_resource_keeps_a_provider_found_under_an_alias_even_when_its_config_replaces_it():
+    """SG:2834 providerChanged returns "no change" for an aliased provider before it asks DiffConfig: only the
+    provider is replaced, not what it manages (without the alias both would be)."""
+    world = World()
+    for cluster in ("lab", "other"):
+        world.create_kind_cluster(cluster, {"nodes": [{"role": "control-plane"}]})
+
+    def build(parent, aliases, cluster):
+        provider = k8s.Provider("lab", kubeconfig=pulumi.Output.secret(world.kind_admin_kubeconfig(cluster)),
+                                opts=pulumi.ResourceOptions(parent=parent, aliases=aliases))
+        k8s.core.v1.Namespace("ns", metadata={"name": "team"}, opts=pulumi.ResourceOptions(provider=provider))
+
+    sim = _sim(lambda: build(None, [], "lab"), world)
+    sim.up()
+    moved = sim.fork()
+    moved.program = lambda: Wrapper("wrap", lambda self: build(
+        self, [pulumi.Alias(parent=pulumi.ROOT_STACK_RESOURCE)], "other"))
+    plan = moved.preview()
+    assert {("replace", "lab"), ("same", "ns")} <= {(s.op, s.name) for s in plan.steps}, plan.render()
+    sim.program = lambda: build(None, [], "other")
+    plan = sim.preview()
+    assert {("replace", "lab"), ("replace", "ns")} <= {(s.op, s.name) for s in plan.steps}, plan.render()

@@ -25,6 +25,12 @@ Rules taken from the engine (file:line at 1b594989):
 - reads (`.get`) run during preview when their id is known and fail when the object does not exist
   (step.go ReadStep.Apply L1308-1399); they never count as changes (pkg/engine/update.go HasChanges);
 - `pulumi up` previews first and stops if the preview fails;
+- aliases (SG:621 generateAliases, SG:655 getOldResource): a registration whose URN is not in the old state is
+  looked up under each of its aliases, and under the aliases it inherits from a parent that was itself found
+  under an alias (SG:590 inheritedChildAlias); the old resource found is then diffed as usual under its new
+  URN, and its old URN is neither deleted nor claimable by another registration (diag 2008 / 2016 errors);
+  a resource whose provider was found under an alias of the new one has no provider change (SG:2834); the
+  state written keeps no reference to an old URN (snapshot.go NormalizeURNReferences);
 - a URN holds the parent's whole qualified type, `a$b$<type>::<name>`, and nothing for the stack
   (deployment.go generateURN; the SDK's own MockMonitor.make_urn keeps only the parent's last type).
 """
@@ -62,6 +68,7 @@ from tests.support.sim.providers import (
 )
 from tests.support.sim.state import (
     UNKNOWN,
+    Alias,
     Resource,
     comparable,
     contains_unknown,
@@ -169,6 +176,23 @@ def _options(request) -> dict[str, Any]:
     }
 
 
+def _aliases(request) -> tuple[Alias, ...]:
+    """The registration's aliases as the engine reads them (source_eval.go L2330-2347 and L2596-2628): the URNs of
+    the legacy `aliasURNs` field, then each `aliases` entry, a URN or a spec. The Python SDK sends specs when the
+    monitor reports the aliasSpecs feature (sdk/python/lib/pulumi/runtime/resource.py prepare_aliases), which the
+    mock monitor does (runtime/mocks.py GetDeploymentInfo), so child aliases are the engine's work, not the SDK's."""
+    found = [Alias(urn=urn) for urn in request.aliasURNs]
+    for alias in request.aliases:
+        if alias.WhichOneof("alias") == "urn":
+            found.append(Alias(urn=alias.urn))
+            continue
+        spec = alias.spec
+        found.append(Alias(name=spec.name, type=spec.type, stack=spec.stack, project=spec.project,
+                           parent=spec.parentUrn if spec.WhichOneof("parent") == "parentUrn" else "",
+                           no_parent=spec.WhichOneof("parent") == "noParent" and spec.noParent))
+    return tuple(found)
+
+
 def reset_ignored(path: str, old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """`PropertyPath.Reset` for one ignoreChanges entry: the old value wins, an added key is dropped."""
     try:
@@ -249,6 +273,86 @@ class _Operation:
         self.targets_replace = set(replace)
         self.failed = False
         self.ctx = Context(world=engine.world, engine=engine, preview=self.preview, env=env)
+        self.aliased: dict[str, str] = {}  # old URN -> the new URN found under it (SG sg.aliased)
+        self.aliases: dict[str, str] = {}  # new URN -> the old URN it was found under (SG sg.aliases)
+
+    # ---- aliases (step_generator.go) -------------------------------------- #
+
+    def _collapse_alias(self, name: str, type_: str, parent: str, alias: Alias) -> str:
+        """SG collapseAliasToUrn: the old URN an alias stands for."""
+        if alias.urn:
+            return alias.urn
+        old_parent = alias.parent
+        if not old_parent:
+            old_parent = parent
+        else:
+            # "If the parent used an alias then use it's old URN here, as that will be this resource old URN as well."
+            old_parent = self.aliases.get(old_parent, old_parent)
+        if alias.no_parent or (old_parent and qualified_type(old_parent) == ROOT_STACK_TYPE):
+            old_parent = ""
+        name, type_ = alias.name or name, alias.type or type_
+        project, stack = alias.project or pulumi.get_project(), alias.stack or pulumi.get_stack()
+        if not old_parent:  # alias.go CreateURN
+            return f"urn:pulumi:{stack}::{project}::{type_}::{name}"
+        return f"{old_parent[:old_parent.rindex('::')]}${type_}::{name}"
+
+    def _inherited_child_alias(self, child_type: str, child_name: str, parent_name: str, parent_alias: str) -> str:
+        """SG inheritedChildAlias: a child named `<parent name>-x` was `<old parent name>-x` under the old parent."""
+        alias_name = child_name
+        if child_name.startswith(parent_name):
+            alias_name = urn_name(parent_alias) + child_name[len(parent_name):]
+        return new_urn(pulumi.get_stack(), pulumi.get_project(), qualified_type(parent_alias), child_type, alias_name)
+
+    def _generate_aliases(self, new: Resource) -> list[str]:
+        """SG generateAliases: the resource's own aliases, then those multiplied out of its parent's alias."""
+        result: list[str] = []
+
+        def add(urn: str) -> None:
+            if urn not in result:
+                result.append(urn)
+
+        for alias in new.aliases:
+            add(self._collapse_alias(new.name, new.type, new.parent, alias))
+        parent_alias = self.aliases.get(new.parent) if new.parent else None
+        if parent_alias is not None:
+            parent_name = urn_name(new.parent)
+            add(self._inherited_child_alias(new.type, new.name, parent_name, parent_alias))
+            for alias in new.aliases:
+                child_alias = self._collapse_alias(new.name, new.type, new.parent, alias)
+                add(self._inherited_child_alias(urn_type(child_alias), urn_name(child_alias), parent_name,
+                                                parent_alias))
+        return result
+
+    def _old_resource(self, new: Resource) -> Resource | None:
+        """SG getOldResource: the old state under the new URN, else under the first alias found (URN first, "otherwise
+        we may pick the wrong resource"). Claims that alias, or raises the engine's duplicate-alias errors."""
+        problems = []
+        if new.urn in self.aliased:
+            problems.append(f"Duplicate resource URN '{new.urn}' conflicting with alias on resource with URN "
+                            f"'{self.aliased[new.urn]}'")  # sdk/go/common/diag/errors.go 2016
+        old = None
+        for candidate in [new.urn, *self._generate_aliases(new)]:
+            old = self.engine.state.get(candidate)
+            if old is None:
+                continue
+            if candidate != new.urn:
+                # errors.go 2008, its arguments as step_generator.go passes them.
+                if candidate in self.registered:
+                    problems.append(f"Duplicate resource alias '{candidate}' applied to resource with URN "
+                                    f"'{new.urn}' conflicting with resource with URN '{new.urn}'")
+                if candidate in self.aliased:
+                    problems.append(f"Duplicate resource alias '{candidate}' applied to resource with URN "
+                                    f"'{new.urn}' conflicting with resource with URN '{self.aliased[candidate]}'")
+                self.aliased[candidate] = new.urn
+                self.aliases[new.urn] = candidate
+            break
+        if problems:
+            raise ProviderError("; ".join(problems))
+        return old
+
+    def claimed(self, urn: str) -> bool:
+        """An old URN this operation registered again, itself or through an alias (SG isOperatedOn)."""
+        return urn in self.registered or urn in self.aliased
 
     # ---- registration ----------------------------------------------------- #
 
@@ -257,17 +361,19 @@ class _Operation:
             if self.failed:
                 raise _CancelledError("update canceled")
             self.registered[new.urn] = new
-            if not new.custom:
-                self.new_state[new.urn] = new
-                return "", {}
             try:
-                self._lint_paths(new)
+                old = self._old_resource(new)
+                if new.custom:
+                    self._lint_paths(new)
             except ProviderError as error:
                 self.failed = True
                 self.plan.error = f"{new.type} {new.name}: {error}"
                 raise
+            if not new.custom:
+                self.new_state[new.urn] = new
+                return "", {}
             try:
-                id_, outputs = self._register_custom(new)
+                id_, outputs = self._register_custom(new, old)
                 return id_, self._mark_secret_outputs(new, outputs)
             except (ProviderError, PartialFailureError) as error:
                 self.failed = True
@@ -314,13 +420,13 @@ class _Operation:
                 raise ProviderError(f"replace_on_changes path {path!r} names no input of {new.name} (inputs: "
                                     f"{', '.join(sorted(inputs))})")
 
-    def _register_custom(self, new: Resource) -> tuple[str, dict[str, Any]]:
-        old = self.engine.state.get(new.urn)
+    def _register_custom(self, new: Resource, old: Resource | None) -> tuple[str, dict[str, Any]]:
         model = model_for(new.type)
         if old is not None and old.external:
             old = None  # a resource that was read before is created now
-        if old is None or new.urn in self.recreated:
-            op = "replace" if new.urn in self.recreated else "create"
+        recreated = old is not None and old.urn in self.recreated
+        if old is None or recreated:
+            op = "replace" if recreated else "create"
             self.plan.steps.append(Step(op, new.urn, new.type, new.name))
             return self._create(model, new)
         diff, replace = self._diff(model, old, new)
@@ -373,7 +479,9 @@ class _Operation:
             return Diff(changes=True, replace_keys=["id"]), True
         if new.deleted_with and new.deleted_with in self.replaces:
             return Diff(changes=True, replace_keys=["deletedWith"]), True
-        if old.provider != new.provider and old.provider_urn:
+        # SG:2834 providerChanged: a provider found under an alias of the new one is the same provider.
+        provider_aliased = self.aliased.get(old.provider_urn) == new.provider_urn
+        if old.provider != new.provider and old.provider_urn and not provider_aliased:
             provider_new = self.engine.provider_resource(new)
             provider_old = self.engine.state.get(old.provider_urn)
             if provider_new is not None and provider_old is not None:
@@ -409,7 +517,7 @@ class _Operation:
         replace_set = {old.urn}
         found: list[Resource] = []
         for resource in _topological(state.values()):
-            if resource.urn == old.urn or resource.urn in self.registered or not resource.custom or resource.external:
+            if resource.urn == old.urn or self.claimed(resource.urn) or not resource.custom or resource.external:
                 continue
             if not (resource.all_dependencies() & replace_set):
                 continue
@@ -434,6 +542,11 @@ class _Operation:
             new.external = True
             self.registered[new.urn] = new
             self.plan.steps.append(Step("read", new.urn, new.type, new.name))
+            try:
+                self._old_resource(new)  # SG:304: a read claims its old URN too (through its parent's alias)
+            except ProviderError as error:
+                self._fail_read(new, str(error))
+                raise
             if new.id == UNKNOWN or not new.id:
                 new.outputs = {}  # step.go: "The only time we can't run is if the ID we are given is unknown"
                 return {}
@@ -476,7 +589,7 @@ class _Operation:
         halves of create-before-delete replacements, in reverse-dependency antichains; within an antichain
         every step runs, after a failed one no later antichain starts (step_executor.go cancelDueToError)."""
         state = self.engine.state
-        condemned = [r for urn, r in state.items() if urn not in self.registered and urn not in self.recreated]
+        condemned = [r for urn, r in state.items() if not self.claimed(urn) and urn not in self.recreated]
         condemned += self.pending_deletes
         for resource in condemned:
             self.deletes[resource.urn] = True
@@ -508,6 +621,43 @@ class _Operation:
                         key = left.urn if left not in self.pending_deletes else left.urn + "#pending-delete"
                         self.new_state.setdefault(key, left)
                 return
+
+
+def _normalize_urn_references(state: dict[str, Resource], renamed: dict[str, str]) -> dict[str, Resource]:
+    """snapshot.go NormalizeURNReferences: what is left under an old URN (a delete that failed, a resource the failed
+    update never reached) refers to the new URNs; a child of a renamed parent is renamed with it."""
+    if not renamed:
+        return state
+    aliased = dict(renamed)
+    for resource in state.values():
+        parent = aliased.get(resource.parent)
+        if parent and qualified_type(parent) != ROOT_STACK_TYPE:
+            stack, project = resource.urn.split("::")[0].removeprefix("urn:pulumi:"), resource.urn.split("::")[1]
+            aliased[resource.urn] = new_urn(stack, project, qualified_type(parent), urn_type(resource.urn),
+                                            urn_name(resource.urn))
+
+    def fix(urn: str) -> str:
+        return aliased.get(urn, urn)
+
+    def fix_provider(reference: str) -> str:
+        if not reference:
+            return reference
+        urn, _, id_ = reference.rpartition("::")
+        return f"{fix(urn)}::{id_}"
+
+    normalized: dict[str, Resource] = {}
+    for key, resource in state.items():
+        if not ({resource.urn, resource.parent, resource.deleted_with, resource.provider_urn,
+                 *resource.all_dependencies()} & set(aliased)):
+            normalized[key] = resource
+            continue
+        fixed = copy.copy(resource)
+        fixed.urn, fixed.parent, fixed.deleted_with = fix(resource.urn), fix(resource.parent), fix(resource.deleted_with)
+        fixed.provider = fix_provider(resource.provider)
+        fixed.dependencies = [fix(urn) for urn in resource.dependencies]
+        fixed.property_dependencies = {k: [fix(urn) for urn in v] for k, v in resource.property_dependencies.items()}
+        normalized[fix(key)] = fixed
+    return normalized
 
 
 def _delete_antichains(condemned: list[Resource]) -> list[list[Resource]]:
@@ -608,6 +758,7 @@ class SimMonitor(mocks.MockMonitor):
             inputs=normalize(rpc.deserialize_properties(request.object, keep_unknowns=True)),
             dependencies=list(request.dependencies),
             property_dependencies={k: list(v.urns) for k, v in request.propertyDependencies.items()},
+            aliases=_aliases(request),
             **_options(request),
         )
         id_, outputs = self.operation.register(resource)
@@ -694,15 +845,19 @@ def run_operation(
         engine.op = None
     if not operation.preview:
         committed = {}
+        new_state = operation.new_state
         if operation.failed and kind != "destroy":
             # A failed update leaves what it never reached as it was: the snapshot manager starts from the base
-            # snapshot and only records the steps that ran (pkg/backend/snapshot.go).
-            committed = {urn: r for urn, r in engine.state.items() if urn not in operation.deleted}
-        committed.update({urn: r for urn, r in operation.new_state.items() if not urn.endswith("#pending-delete")})
-        for urn, resource in operation.new_state.items():
+            # snapshot and only records the steps that ran (pkg/backend/snapshot.go). An old resource whose new
+            # URN was written has been renamed, not kept.
+            committed = {urn: r for urn, r in engine.state.items() if urn not in operation.deleted
+                         and operation.aliased.get(urn) not in new_state}
+        committed.update({urn: r for urn, r in new_state.items() if not urn.endswith("#pending-delete")})
+        for urn, resource in new_state.items():
             if urn.endswith("#pending-delete"):
                 committed.setdefault(resource.urn, resource)
-        engine.state = committed
+        renamed = {old: new for old, new in operation.aliased.items() if new in committed}
+        engine.state = _normalize_urn_references(committed, renamed)
         engine.world.end_of_operation()
     return operation.plan
 

@@ -96,6 +96,20 @@ def annotate_secrets(outputs: dict[str, Any], inputs: dict[str, Any]) -> dict[st
     return out
 
 
+@dataclass(frozen=True)
+class Alias:
+    """One alias of a registration as the SDK sends it (pulumi/pulumi proto/pulumi/alias.proto): a whole old URN,
+    or a spec of what was different before (empty fields: as now)."""
+
+    urn: str = ""
+    name: str = ""
+    type: str = ""
+    stack: str = ""
+    project: str = ""
+    parent: str = ""  # the old parent's URN
+    no_parent: bool = False  # it had no parent (was top-level)
+
+
 @dataclass
 class Resource:
     """One resource in the engine's state (or being registered)."""
@@ -120,6 +134,7 @@ class Resource:
     additional_secret_outputs: list[str] = field(default_factory=list)
     external: bool = False  # a read (`.get`): never deleted, never counted as a change
     init_error: bool = False
+    aliases: tuple[Alias, ...] = ()
 
     @property
     def provider_urn(self) -> str:
