@@ -59,9 +59,10 @@ def _urns(sim: Lifecycle) -> set[str]:
     return {urn.removeprefix(STACK_PREFIX) for urn in sim.engine.state if "pulumi:pulumi:Stack" not in urn}
 
 
-def _nothing_changes(plan) -> None:
+def _nothing_changes(plan, new_components=()) -> None:
     assert plan.changed() == {}, plan.render()
-    assert {s.op for s in plan.steps} == {"same"}, plan.render()
+    assert plan.component_changes() == ({"create": set(new_components)} if new_components else {}), plan.render()
+    assert {s.op for s in plan.steps if not (s.component and s.name in new_components)} == {"same"}, plan.render()
 
 
 def test_a_urn_holds_the_whole_parent_chain_and_nothing_for_the_stack(ran):
@@ -104,7 +105,10 @@ def test_without_the_alias_the_renamed_children_are_deleted_and_created(ran):
     sim = _sim(lambda: Box("test:index:Old", "box"))
     sim.up()
     sim.program = _renamed(alias=False)
-    assert sim.preview().changed() == {"create": {"box-leaf"}, "delete": {"box-leaf"}}
+    plan = sim.preview()
+    assert plan.changed() == {"create": {"box-leaf"}, "delete": {"box-leaf"}}
+    # step_generator.go diff "prov == nil": a component is created and deleted too (no provider call).
+    assert plan.component_changes() == {"create": {"box"}, "delete": {"box"}}
 
 
 def _moved(aliases):
@@ -121,7 +125,8 @@ def test_a_component_moved_under_a_new_parent_keeps_its_children(ran, alias):
     sim = _sim(lambda: Box("test:index:Part", "part"))
     sim.up()
     sim.program = _moved([alias])
-    _nothing_changes(sim.preview())
+    # Only the new parent is new: a component, which the preview lists but which holds nothing.
+    _nothing_changes(sim.preview(), new_components=["wrap"])
     sim.up()
     assert "test:index:Wrapper$test:index:Part$command:local:Command::part-leaf" in _urns(sim)
 
@@ -196,7 +201,7 @@ def test_a_provider_found_under_an_alias_is_no_provider_change():
     sim = _sim(lambda: build(None, []), world)
     sim.up()
     sim.program = lambda: Wrapper("wrap", lambda self: build(self, [pulumi.Alias(parent=pulumi.ROOT_STACK_RESOURCE)]))
-    _nothing_changes(sim.up())
+    _nothing_changes(sim.up(), new_components=["wrap"])
     namespace = sim.resource("ns")
     assert namespace.provider_urn == f"{STACK_PREFIX}test:index:Wrapper$pulumi:providers:kubernetes::lab"
 
@@ -240,3 +245,18 @@ def test_a_resource_keeps_a_provider_found_under_an_alias_even_when_its_config_r
     sim.program = lambda: build(None, [], "other")
     plan = sim.preview()
     assert {("replace", "lab"), ("replace", "ns")} <= {(s.op, s.name) for s in plan.steps}, plan.render()
+
+
+def test_a_component_is_unchanged_while_its_inputs_are_and_updated_when_they_change(ran):
+    """step_generator.go diff: a component has no provider, so equal inputs are "same", others "update"."""
+    def program_with(value):
+        def program():
+            pulumi.ComponentResource("test:index:Props", "props", {"value": value}).register_outputs({})
+        return program
+
+    sim = _sim(program_with("1"))
+    assert sim.up().component_changes() == {"create": {"props"}}
+    assert sim.preview().component_changes() == {}
+    sim.program = program_with("2")
+    assert sim.preview().component_changes() == {"update": {"props"}}
+    assert sim.destroy().component_changes() == {"delete": {"props"}}

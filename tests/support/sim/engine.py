@@ -96,6 +96,9 @@ class Step:
     diffs: list[str] = field(default_factory=list)
     detail: str = ""
     failed: bool = False
+    # A component resource: no provider call, but `pulumi preview` lists its create/update/delete too (a component
+    # has no provider, so the engine compares its inputs, step_generator.go diff "prov == nil").
+    component: bool = False
 
 
 @dataclass
@@ -113,15 +116,22 @@ class Plan:
     def ok(self) -> bool:
         return self.error is None
 
-    def names(self, op: str) -> set[str]:
-        return {s.name for s in self.steps if s.op == op and s.type != "component"}
+    def names(self, op: str, *, components: bool = False) -> set[str]:
+        """Names of the custom resources (or, with `components`, of the components) with this kind of step."""
+        return {s.name for s in self.steps if s.op == op and s.component == components}
 
     def changed(self) -> dict[str, set[str]]:
         """Resource names per kind of change (reads and unchanged resources left out)."""
         return {op: names for op in ("create", "update", "replace", "delete") if (names := self.names(op))}
 
+    def component_changes(self) -> dict[str, set[str]]:
+        """Component names per kind of change: they hold no cloud resource, but `pulumi preview` shows them."""
+        return {op: names for op in ("create", "update", "delete")
+                if (names := self.names(op, components=True))}
+
     def step(self, name: str) -> Step:
-        found = [s for s in self.steps if s.name == name]
+        found = [s for s in self.steps if s.name == name and not s.component] or \
+            [s for s in self.steps if s.name == name]
         if not found:
             raise AssertionError(f"no step for {name!r}:\n{self.render()}")
         return found[-1]
@@ -370,6 +380,9 @@ class _Operation:
                 self.plan.error = f"{new.type} {new.name}: {error}"
                 raise
             if not new.custom:
+                op = "create" if old is None else "same" if comparable(old.inputs) == comparable(new.inputs) \
+                    else "update"
+                self.plan.steps.append(Step(op, new.urn, new.type, new.name, component=True))
                 self.new_state[new.urn] = new
                 return "", {}
             try:
@@ -597,6 +610,9 @@ class _Operation:
             failures = []
             for resource in antichain:
                 if not resource.custom or resource.external:
+                    if not resource.custom:
+                        self.plan.steps.append(Step("delete", resource.urn, resource.type, resource.name,
+                                                    component=True))
                     self.new_state.pop(resource.urn, None)
                     continue
                 step = Step("delete", resource.urn, resource.type, resource.name)
