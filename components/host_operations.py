@@ -299,6 +299,13 @@ class GpuCapacityProvider(HostOperationProvider):
 KONNECTIVITY_TIMEOUT = 300.0
 
 
+def _inputs_changed(olds: dict[str, Any], news: dict[str, Any]) -> bool:
+    """Any input changed but `__provider`. That one is the provider pickled by reference, so it changes whenever the
+    class moves to another module (pulumi/dynamic/dynamic.py serialize_provider); without a diff of its own the
+    engine would compare every input (step_generator.go diff, DIFF_UNKNOWN) and update a resource that did not."""
+    return any(olds.get(key) != news.get(key) for key in {*olds, *news} - {"__provider"})
+
+
 class KonnectivityReadyProvider(HostOperationProvider):
     """Waits until Kamaji's konnectivity-agent DaemonSet has a ready pod on every joined node: every call from
     the tenant API server into its nodes (HAMi's admission webhook included) goes through these agents."""
@@ -323,6 +330,9 @@ class KonnectivityReadyProvider(HostOperationProvider):
     def create(self, props: dict[str, Any]) -> CreateResult:
         self._wait(props)
         return CreateResult(id_="konnectivity-agent", outs=dict(props))
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
+        return DiffResult(changes=_inputs_changed(olds, news))
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
         self._wait(news)
@@ -376,6 +386,9 @@ class KamajiWebhookReadyProvider(HostOperationProvider):
     def create(self, props: dict[str, Any]) -> CreateResult:
         self._wait(props)
         return CreateResult(id_="kamaji-webhook", outs=dict(props))
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
+        return DiffResult(changes=_inputs_changed(olds, news))
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
         self._wait(news)

@@ -1,0 +1,283 @@
+"""A stack created before the layered layout (commit a7c63e6) keeps working with this program.
+
+Two things of such a stack's state name the old layout:
+
+- URNs: type tokens are part of every URN (`gpu-tenancy:index:<Class>`), and so is the parent chain. The program
+  keeps them with `aliases`, which the engine resolves (pulumi/pulumi pkg/resource/deploy/step_generator.go
+  getOldResource; the simulator follows it, tests/test_sim_aliases.py).
+- Dynamic providers: each dynamic resource stores its provider pickled *by reference*, as a module path and a
+  class name (pulumi/dynamic/dynamic.py serialize_provider, dill), and the provider host imports that path again
+  for every diff, update and delete (pulumi/dynamic/__main__.py get_provider). The old state names
+  `components.tenant_api.<X>Provider`, kept as a re-export (components/tenant_api.py).
+
+What the old program left is recorded in tests/fixtures/state-a7c63e6.json (its URNs, parents, providers and
+the exact pickled provider strings; tests/fixtures/record_old_state.py made it from a run of that commit). The
+scenario tests rebuild that state from a run of this program by the rule of the restructure, check it against
+the recording, and run this program on it: a missing alias shows as a delete and a create, a lost module path
+as a failed delete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import json
+import os
+import pickletools
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from pulumi.dynamic.dynamic import serialize_provider
+from pulumi.runtime import rpc
+from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
+
+from components import host_operations
+from tests import test_host_operations as host_tests
+from tests.support.sim import Lifecycle
+from tests.support.sim.engine import ROOT_STACK_TYPE, new_urn, qualified_type
+from tests.support.sim.lab import adopt, lab_world, world_for
+from tests.support.sim.state import Resource, plain
+from tests.test_config_infrastructure import prod_example_with_secrets
+from tests.test_host_operations import membership_props, node, token_secret
+
+# The local HTTPS API server of tests/test_host_operations.py, which the provider host reaches like a cluster.
+cluster_ca, _server, api = host_tests.cluster_ca, host_tests._server, host_tests.api
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORDED = json.loads((ROOT / "tests" / "fixtures" / "state-a7c63e6.json").read_text())
+OLD_MODULE = "components.tenant_api"
+PROVIDERS = {f"{OLD_MODULE}.{cls.__name__}": cls for cls in (
+    host_operations.NodeMembershipProvider, host_operations.NodeRegistrationProvider,
+    host_operations.GpuCapacityProvider, host_operations.KonnectivityReadyProvider,
+    host_operations.KamajiWebhookReadyProvider)}
+
+
+def pickled_class(encoded: str) -> str:
+    """`module.Class` a provider pickled by reference names (its first two strings: STACK_GLOBAL's arguments)."""
+    strings = [arg for op, arg, _ in pickletools.genops(base64.b64decode(encoded))
+               if op.name in ("SHORT_BINUNICODE", "BINUNICODE")]
+    return f"{strings[0]}.{strings[1]}"
+
+
+def test_the_recorded_pickles_name_the_old_module_and_load_as_todays_classes():
+    assert set(RECORDED["pickles"]) == set(PROVIDERS)
+    for path, encoded in RECORDED["pickles"].items():
+        assert pickled_class(encoded) == path
+        # What the provider host does with it (pulumi/dynamic/__main__.py get_provider: dill.loads of the base64).
+        import dill
+
+        assert type(dill.loads(base64.b64decode(encoded))) is PROVIDERS[path]
+
+
+# --------------------------------------------------------------------------- #
+# The provider host itself, on pickles of the old module path
+# --------------------------------------------------------------------------- #
+
+
+@pytest.fixture(scope="module")
+def provider_host():
+    """`python -m pulumi.dynamic` (what pulumi-resource-pulumi-python runs) in the project directory: it prints its
+    port, then serves the ResourceProvider gRPC service for every dynamic resource of the program."""
+    env = {k: v for k, v in os.environ.items() if k.lower() not in ("https_proxy", "all_proxy", "http_proxy")}
+    env["PYTHONPATH"] = str(ROOT)
+    process = subprocess.Popen([sys.executable, "-m", "pulumi.dynamic"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL)
+    try:
+        port = int(process.stdout.readline())
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            yield provider_pb2_grpc.ResourceProviderStub(channel)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def _struct(props: dict[str, Any]):
+    loop = asyncio.new_event_loop()  # as the provider host serializes (not asyncio.run: it unsets the current loop)
+    try:
+        return loop.run_until_complete(rpc.serialize_properties(props, {}))
+    finally:
+        loop.close()
+
+
+def _props(api, path: str) -> dict[str, Any]:
+    """Outputs of a resource of that provider as the old program stored them (its pickle included)."""
+    props = {**membership_props(api), "token": "abcdef.0123456789abcdef", "token_id": "abcdef",
+             "expiration": "2999-01-01T00:00:00Z", "capacity": 10.0, "registration": "alpha-worker-0/uid-1",
+             "join": "join-id", "nodes": 1.0, "registrations": ["alpha-worker-0/uid-1"], "namespace": "tenants",
+             "datastore": "default", "version": "v1.35.0"}
+    return {**props, "__provider": RECORDED["pickles"][path]}
+
+
+@pytest.mark.parametrize("path", sorted(PROVIDERS))
+def test_the_provider_host_sees_no_change_between_the_old_pickle_and_todays(provider_host, api, path):
+    """A `pulumi preview` of this program on the old state: olds carry the old module path, news today's."""
+    olds = _props(api, path)
+    news = {**olds, "__provider": serialize_provider(PROVIDERS[path]())}
+    assert news["__provider"] != olds["__provider"]
+    response = provider_host.Diff(provider_pb2.DiffRequest(id="id", urn="urn", olds=_struct(olds), news=_struct(news)))
+    assert response.changes == provider_pb2.DiffResponse.DIFF_NONE
+
+
+@pytest.mark.parametrize("path", [f"{OLD_MODULE}.KonnectivityReadyProvider", f"{OLD_MODULE}.KamajiWebhookReadyProvider"])
+def test_the_waiters_still_see_a_change_of_their_own_inputs(provider_host, api, path):
+    olds = _props(api, path)
+    news = {**olds, "__provider": serialize_provider(PROVIDERS[path]()), "kubeconfig": "another"}
+    response = provider_host.Diff(provider_pb2.DiffRequest(id="id", urn="urn", olds=_struct(olds), news=_struct(news)))
+    assert response.changes == provider_pb2.DiffResponse.DIFF_SOME
+
+
+def test_the_provider_host_deletes_with_the_old_pickle(provider_host, api):
+    """`pulumi destroy` of the old state: Delete gets the stored outputs, so the host imports the old module."""
+    api.put(node("alpha-worker-0", capacity={"nvidia.com/gpu": "10"}, allocatable={"nvidia.com/gpu": "10"}))
+    api.put(token_secret("abcdef"))
+    for path in sorted(PROVIDERS):
+        provider_host.Delete(provider_pb2.DeleteRequest(id="id", urn="urn", properties=_struct(_props(api, path))))
+    assert api.get("Node", "alpha-worker-0") is None  # NodeMembershipProvider.delete
+    assert api.get("Secret", "bootstrap-token-abcdef", "kube-system") is None
+    assert [seen.path for seen in api.called("PATCH")] == ["/api/v1/nodes/alpha-worker-0/status"]  # GpuCapacity
+
+
+def test_a_pickle_of_a_module_that_is_gone_cannot_be_deleted(provider_host, api):
+    """Why components/tenant_api.py stays: without the module the old state names, the host cannot load it."""
+    encoded = RECORDED["pickles"][f"{OLD_MODULE}.NodeRegistrationProvider"]
+    gone = base64.b64encode(base64.b64decode(encoded).replace(OLD_MODULE.encode(), b"components.tenant_xyz")).decode()
+    with pytest.raises(grpc.RpcError) as failed:
+        provider_host.Delete(provider_pb2.DeleteRequest(
+            id="id", urn="urn", properties=_struct({**_props(api, OLD_MODULE + ".NodeRegistrationProvider"),
+                                                    "__provider": gone})))
+    assert "No module named 'components.tenant_xyz'" in failed.value.details()
+
+
+# --------------------------------------------------------------------------- #
+# The old state, and this program run on it
+# --------------------------------------------------------------------------- #
+
+# The restructure, as a rule: components renamed (their type tokens) and per-tenant components wrapped in a Tenant.
+OLD_TYPES = {"gpu-tenancy:index:ManagementCluster": "gpu-tenancy:index:KindManagementCluster",
+             "gpu-tenancy:index:TenantGpus": "gpu-tenancy:index:HamiMockGpu"}
+NEW_PARENTS = {"gpu-tenancy:index:Tenant"}
+
+
+def old_state(state: dict[str, Resource]) -> dict[str, Resource]:
+    """`state` as the pre-restructure program would have left it: old type tokens, no Tenant parents, old URNs,
+    and the old pickled module path in `__provider`."""
+    renamed: dict[str, str | None] = {}
+    stack = ""
+    for resource in state.values():  # parents first (registration order)
+        parent = resource.parent
+        while parent in renamed and renamed[parent] is None:  # a Tenant: its children were top-level
+            parent = state[parent].parent
+        parent = renamed.get(parent, parent)
+        stack = stack or (parent if qualified_type(parent) == ROOT_STACK_TYPE else "")
+        if resource.type in NEW_PARENTS:
+            renamed[resource.urn] = None
+            continue
+        stack_name, project = resource.urn.split("::")[0].removeprefix("urn:pulumi:"), resource.urn.split("::")[1]
+        renamed[resource.urn] = new_urn(stack_name, project, qualified_type(parent), OLD_TYPES.get(resource.type,
+                                                                                                   resource.type),
+                                        resource.name)
+
+    def fix(urn: str) -> str:
+        return renamed.get(urn) or urn
+
+    old: dict[str, Resource] = {}
+    for resource in state.values():
+        if renamed.get(resource.urn, "") is None:
+            continue
+        entry = copy.deepcopy(resource)
+        entry.urn, entry.type = fix(resource.urn), OLD_TYPES.get(resource.type, resource.type)
+        parent = resource.parent
+        while renamed.get(parent, "") is None:
+            parent = state[parent].parent
+        entry.parent = fix(parent)
+        entry.deleted_with = fix(resource.deleted_with)
+        if resource.provider:
+            urn, _, id_ = resource.provider.rpartition("::")
+            entry.provider = f"{fix(urn)}::{id_}"
+        entry.dependencies = [fix(u) for u in resource.dependencies if renamed.get(u, "") is not None]
+        entry.property_dependencies = {k: [fix(u) for u in v if renamed.get(u, "") is not None]
+                                       for k, v in resource.property_dependencies.items()}
+        entry.aliases = ()
+        for props in (entry.inputs, entry.outputs):
+            if "__provider" in props:
+                path = f"{OLD_MODULE}.{pickled_class(plain(props['__provider'])).rpartition('.')[2]}"
+                props["__provider"] = RECORDED["pickles"][path]
+        old[entry.urn] = entry
+    return old
+
+
+def summary(state: dict[str, Resource]) -> list[dict[str, Any]]:
+    """What the recording holds of each resource."""
+    entries = []
+    for resource in state.values():
+        entry: dict[str, Any] = {"urn": resource.urn, "parent": resource.parent, "custom": resource.custom}
+        if resource.provider_urn:
+            entry["provider"] = resource.provider_urn
+        if resource.deleted_with:
+            entry["deletedWith"] = resource.deleted_with
+        if "__provider" in resource.inputs:
+            entry["pickled"] = pickled_class(plain(resource.outputs["__provider"]))
+        entries.append(entry)
+    return sorted(entries, key=lambda e: e["urn"])
+
+
+def _dev() -> Lifecycle:
+    config = RECORDED["stacks"]["dev"]["config"]
+    return Lifecycle(config, world=world_for(copy.deepcopy(config)), stack="dev")
+
+
+def _prod() -> Lifecycle:
+    world = lab_world()
+    return Lifecycle(adopt(world, prod_example_with_secrets()), world=world, stack="prod",
+                     secret_keys=("management", "tenants"))
+
+
+@pytest.fixture(scope="module", params=["dev", "prod"])
+def stack(request):
+    """(name, a stack this program created, the same stack as the old program left it)."""
+    sim = {"dev": _dev, "prod": _prod}[request.param]()
+    sim.up(skip_preview=True)
+    old = sim.fork()
+    old.engine.state = old_state(sim.engine.state)
+    return request.param, sim, old
+
+
+def test_the_rebuilt_old_state_is_what_the_old_program_left(stack):
+    name, _, old = stack
+    recorded = sorted(RECORDED["stacks"][name]["resources"], key=lambda e: e["urn"])
+    assert summary(old.engine.state) == recorded
+
+
+def test_the_program_previews_no_change_on_the_old_state(stack):
+    _, sim, old = stack
+    plan = old.fork().preview()
+    assert plan.changed() == {}, plan.render()
+    # Only the Tenant components are new: they hold no resource, but `pulumi preview` lists them as creates.
+    tenants = {r.name for r in sim.engine.state.values() if r.type == "gpu-tenancy:index:Tenant"}
+    assert plan.component_changes() == ({"create": tenants} if tenants else {}), plan.render()
+
+
+def test_up_then_destroy_on_the_old_state(stack):
+    _, sim, old = stack
+    old = old.fork()
+    up = old.up()
+    assert up.changed() == {}, up.render()
+    assert set(old.engine.state) == set(sim.engine.state)
+    # Unchanged resources keep their stored outputs, so the old pickles stay until a resource is updated.
+    assert {pickled_class(plain(r.outputs["__provider"])).rpartition(".")[0]
+            for r in old.engine.state.values() if "__provider" in r.outputs} == {OLD_MODULE}
+    old.destroy()
+    assert old.engine.state == {}
+    assert old.world.docker.containers == {} and old.world.kind == {}
+
+
+def test_destroy_of_the_old_state_without_running_the_program(stack):
+    _, _, old = stack
+    old = old.fork()
+    old.destroy()
+    assert old.engine.state == {}
