@@ -8,8 +8,8 @@ GPUs and the in-stack smoke test. Tenants never depend on each other.
 
 import pulumi
 
-from components.gpu.hami import GpuNode, HamiMockGpu, HamiMockGpuArgs
-from components.management.cluster import KindManagementCluster, KindManagementClusterArgs
+from components.gpu.hami import GpuNode, TenantGpus, TenantGpusArgs
+from components.management.cluster import ManagementCluster, ManagementClusterArgs
 from components.management.image_cache import RegistryMirror, RegistryMirrorArgs, worker_mirrors
 from components.management.kamaji import ETCD_CHART_DIR, Kamaji, KamajiArgs
 from components.naming import node_name
@@ -20,9 +20,9 @@ from config import read_stack_config
 
 config = read_stack_config()
 
-management = KindManagementCluster(
+management = ManagementCluster(
     config.management.cluster_name,
-    KindManagementClusterArgs(
+    ManagementClusterArgs(
         cluster_name=config.management.cluster_name,
         node_image=config.management.node_image,
         # Set: adopt that existing cluster instead of creating a kind cluster (wrapped secret there).
@@ -113,9 +113,9 @@ for tenant in config.tenants:
             deleted_with=control_plane.tcp,
         ),
     )
-    gpus = HamiMockGpu(
+    gpus = TenantGpus(
         tenant.name,
-        HamiMockGpuArgs(
+        TenantGpusArgs(
             tenant=tenant,
             gpu_mode=config.gpu_mode,
             smoke_test=config.smoke_test,

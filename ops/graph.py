@@ -25,7 +25,7 @@ from config.stack_file import StackFileError
 from ops.graph_analysis import GraphNode, GraphReport, analyse, mermaid
 from tests.support.mockrun import ProgramRun, load_stack_file, run_program
 
-TENANT_COMPONENTS = ("TenantControlPlane", "TenantCni", "HamiMockGpu")
+TENANT_COMPONENTS = ("TenantControlPlane", "TenantCni", "TenantGpus")
 
 
 def generated_config(tenants: int) -> dict[str, Any]:

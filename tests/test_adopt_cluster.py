@@ -1,4 +1,4 @@
-"""Adopting an existing management cluster (`management.kubeconfig`): KindManagementCluster and Kamaji on it.
+"""Adopting an existing management cluster (`management.kubeconfig`): ManagementCluster and Kamaji on it.
 
 What must hold: nothing runs on the host, nothing in that cluster is created except by the layers that own it,
 credentials stay secret, and MetalLB appears only when `management.loadBalancerPool` asks for it.
@@ -8,7 +8,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 
-from components.management.cluster import KindManagementCluster, KindManagementClusterArgs
+from components.management.cluster import ManagementCluster, ManagementClusterArgs
 from components.management.kamaji import (
     ADOPTED_LB_POOL_NAME,
     CERT_MANAGER_CHART,
@@ -31,9 +31,9 @@ METALLB_TYPES = {"kubernetes:metallb.io/v1beta1:IPAddressPool", "kubernetes:meta
 
 def _program(created: dict, kubeconfig, *, pool: str | None = None, worker_cidrs=tuple(WORKER_CIDRS)):
     def program():
-        cluster = KindManagementCluster(
+        cluster = ManagementCluster(
             "management",
-            KindManagementClusterArgs(
+            ManagementClusterArgs(
                 # What config.Management defaults to; ignored for the cluster itself when adopting.
                 cluster_name="gpu-tenancy",
                 node_image="kindest/node:v1.35.0",
@@ -83,7 +83,7 @@ def _releases(run):
 
 
 # --------------------------------------------------------------------------- #
-# KindManagementCluster in adopt mode
+# ManagementCluster in adopt mode
 # --------------------------------------------------------------------------- #
 
 
@@ -95,7 +95,7 @@ def test_nothing_runs_on_the_host_and_no_kind_cluster_is_made(adopted):
 
 def test_the_component_holds_only_a_provider(adopted):
     run, cluster, _, _, _ = adopted
-    component = run.named("management", f"{COMPONENT_PREFIX}:KindManagementCluster")
+    component = run.named("management", f"{COMPONENT_PREFIX}:ManagementCluster")
     assert [r.type for r in run.children(component)] == ["pulumi:providers:kubernetes"]
     assert cluster.adopted is True and cluster.cluster is None
     assert cluster.kind_subnet is None
@@ -151,7 +151,7 @@ def test_a_kubeconfig_without_current_context_fails_before_any_resource():
 
 def test_a_tenant_without_any_worker_network_fails_naming_the_keys():
     def program():
-        cluster = KindManagementCluster("mgmt", KindManagementClusterArgs(
+        cluster = ManagementCluster("mgmt", ManagementClusterArgs(
             cluster_name="unused", node_image="kindest/node:v1.35.0", kubeconfig=World().adopt_cluster()))
         cluster.tenant_worker_networks([])
 
@@ -161,7 +161,7 @@ def test_a_tenant_without_any_worker_network_fails_naming_the_keys():
 
 def test_a_tenant_admits_the_shared_networks_and_its_own():
     def program():
-        cluster = KindManagementCluster("mgmt", KindManagementClusterArgs(
+        cluster = ManagementCluster("mgmt", ManagementClusterArgs(
             cluster_name="unused", node_image="kindest/node:v1.35.0", kubeconfig=World().adopt_cluster(),
             worker_cidrs=["10.20.0.0/24"]))
         pulumi.export("own", cluster.tenant_worker_networks(["10.20.1.0/24"]))

@@ -1,4 +1,4 @@
-"""HamiMockGpu: the simulated cards HAMi reads, and the component in the lifecycle simulator (the Konnectivity
+"""TenantGpus: the simulated cards HAMi reads, and the component in the lifecycle simulator (the Konnectivity
 gate, per-node registration, the smoke pod and its evidence). The host-side providers it uses (GpuCapacity,
 KonnectivityReady) are tested call by call in tests/test_host_operations.py."""
 

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from components.helm import helm_values_args, null_overrides, without_nulls
-from components.management.cluster import KindManagementCluster, KindManagementClusterArgs
+from components.management.cluster import ManagementCluster, ManagementClusterArgs
 from components.management.kamaji import (
     ETCD_CHART_DIR,
     KAMAJI_CHART_DIR,
@@ -437,8 +437,8 @@ VERSIONS = Versions(certManager="v1.21.9", metallb="0.15.9", kamajiImage="26.9.1
 
 def _kind_program(pool: str | None = None):
     def program():
-        cluster = KindManagementCluster(
-            "management", KindManagementClusterArgs(cluster_name="gpu-tenancy", node_image=NODE_IMAGE))
+        cluster = ManagementCluster(
+            "management", ManagementClusterArgs(cluster_name="gpu-tenancy", node_image=NODE_IMAGE))
         kamaji = Kamaji("kamaji", KamajiArgs(
             provider=cluster.provider, kubeconfig=cluster.kubeconfig, kind_subnet=cluster.kind_subnet,
             versions=VERSIONS, load_balancer_pool=pool, deleted_with=cluster.cluster))
@@ -599,7 +599,7 @@ def test_on_an_adopted_cluster_nothing_is_deleted_with_a_cluster():
     kubeconfig = world.adopt_cluster()
 
     def program():
-        cluster = KindManagementCluster("management", KindManagementClusterArgs(
+        cluster = ManagementCluster("management", ManagementClusterArgs(
             cluster_name="gpu-tenancy", node_image=NODE_IMAGE, kubeconfig=kubeconfig, worker_cidrs=["10.20.0.0/16"]))
         Kamaji("kamaji", KamajiArgs(provider=cluster.provider, kubeconfig=cluster.kubeconfig, kind_subnet=None,
                                     versions=VERSIONS, deleted_with=cluster.cluster))

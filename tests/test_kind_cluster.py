@@ -1,4 +1,4 @@
-"""KindManagementCluster in kind mode: the kind config on stdin, the stack marker, what kind-create.sh prints and
+"""ManagementCluster in kind mode: the kind config on stdin, the stack marker, what kind-create.sh prints and
 how it is read, the IPv4 subnet, worker networks, and the cluster command under the lifecycle simulator.
 
 The scripts themselves run against stub binaries in test_kind_scripts.py; adopt mode is in test_adopt_cluster.py.
@@ -16,10 +16,10 @@ from components import shell as node_scripts
 from components.management import cluster as kind_cluster
 from components.management.cluster import (
     STACK_LABEL,
-    KindManagementCluster,
-    KindManagementClusterArgs,
     KindOutput,
     KubeconfigCluster,
+    ManagementCluster,
+    ManagementClusterArgs,
     current_cluster,
     ipv4_subnet,
     kind_config,
@@ -292,9 +292,9 @@ def test_worker_networks_need_an_ipv4_network():
 
 def _program(created: dict | None = None, worker_cidrs: list[str] | None = None, image: dict | None = None):
     def program():
-        cluster = KindManagementCluster(
+        cluster = ManagementCluster(
             "management",
-            KindManagementClusterArgs(cluster_name=NAME, node_image=(image or {}).get("image", IMAGE),
+            ManagementClusterArgs(cluster_name=NAME, node_image=(image or {}).get("image", IMAGE),
                                       worker_cidrs=worker_cidrs or []),
         )
         if created is not None:
@@ -320,7 +320,7 @@ def _command(run):
 
 def test_component_holds_the_cluster_command_and_its_provider(kind_run):
     run, cluster = kind_run
-    component = run.named("management", f"{COMPONENT_PREFIX}:KindManagementCluster")
+    component = run.named("management", f"{COMPONENT_PREFIX}:ManagementCluster")
     assert sorted(r.type for r in run.children(component)) == [COMMAND, PROVIDER]
     assert cluster.cluster_name == NAME and cluster.network_name == KIND_NETWORK == "kind"
     assert cluster.adopted is False and cluster.cluster is not None
@@ -412,7 +412,7 @@ def test_a_fresh_preview_asks_docker_nothing_and_leaves_the_subnet_unknown(invok
     # pulumi-command gives a Command an id even in preview, so an invoke that depended on the cluster ran against
     # the real Docker daemon before the kind network existed and failed the first preview.
     def program():
-        cluster = KindManagementCluster("management", KindManagementClusterArgs(cluster_name=NAME, node_image=IMAGE))
+        cluster = ManagementCluster("management", ManagementClusterArgs(cluster_name=NAME, node_image=IMAGE))
         kamaji = Kamaji("kamaji", KamajiArgs(provider=cluster.provider, kubeconfig=cluster.kubeconfig,
                                              kind_subnet=cluster.kind_subnet, versions=Versions(),
                                              deleted_with=cluster.cluster))

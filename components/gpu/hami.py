@@ -1,4 +1,4 @@
-"""HamiMockGpu: HAMi in one tenant, its (simulated) GPUs, and the in-stack proof that they work.
+"""TenantGpus: HAMi in one tenant, its GPUs (simulated, or real NVIDIA cards), and the in-stack proof that they work.
 
 Order inside a tenant: workers joined -> CNI -> Konnectivity agents ready -> HAMi release. The tenant API server
 reaches HAMi's webhook only through the agents (clastix/kamaji
@@ -45,7 +45,7 @@ class GpuNode:
 
 
 @dataclass
-class HamiMockGpuArgs:
+class TenantGpusArgs:
     tenant: config.Tenant
     gpu_mode: str  # "mock" | "nvidia"
     smoke_test: config.SmokeTest
@@ -61,17 +61,26 @@ class HamiMockGpuArgs:
     runtime_class_name: str | None = None  # nvidia mode only
 
 
-class HamiMockGpu(pulumi.ComponentResource):
+# The former type token ("Mock" went: the component also runs real NVIDIA cards). A running stack's URNs hold it
+# (see components/management/cluster.py FORMER_TYPE).
+FORMER_TYPE = f"{COMPONENT_PREFIX}:HamiMockGpu"
+
+
+class TenantGpus(pulumi.ComponentResource):
+    """HAMi in one tenant and the GPUs it shares out: simulated cards (mock mode) or the real NVIDIA device plugin
+    (nvidia mode), then the smoke-test pod that proves the path."""
+
     release: k8s.helm.v3.Release
     node_names: pulumi.Output[list[str]]
     # node -> nvidia.com/gpu this program advertises (mock); None in nvidia mode, where the device plugin decides.
     gpu_capacity: pulumi.Output[dict[str, int]] | None
     smoke_test: pulumi.Output[dict] | None  # evidence: pod, node, schedulerName, devicesAllocated, node resources
 
-    def __init__(self, name: str, args: HamiMockGpuArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__(f"{COMPONENT_PREFIX}:HamiMockGpu", name, None, opts)
+    def __init__(self, name: str, args: TenantGpusArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(aliases=[pulumi.Alias(type_=FORMER_TYPE)]))
+        super().__init__(f"{COMPONENT_PREFIX}:TenantGpus", name, None, opts)
         if not args.nodes:
-            raise ValueError(f"tenant {args.tenant.name}: HamiMockGpu needs at least one joined worker node")
+            raise ValueError(f"tenant {args.tenant.name}: TenantGpus needs at least one joined worker node")
         tenant = args.tenant.name
         mock = args.gpu_mode == "mock"
         inside = pulumi.ResourceOptions(parent=self, provider=args.tenant_provider, deleted_with=args.control_plane)
@@ -153,7 +162,7 @@ class HamiMockGpu(pulumi.ComponentResource):
             "smoke_test": self.smoke_test,
         })
 
-    def _smoke_test(self, tenant: str, args: HamiMockGpuArgs, inside: pulumi.ResourceOptions,
+    def _smoke_test(self, tenant: str, args: TenantGpusArgs, inside: pulumi.ResourceOptions,
                     depends_on: list[pulumi.Resource]) -> pulumi.Output[dict]:
         worker = args.smoke_test.worker_in(args.tenant)
         # Validation refuses a smoke test that fits on no worker.

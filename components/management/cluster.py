@@ -144,7 +144,7 @@ def worker_networks(kind_subnet: str | None, worker_cidrs: Sequence[str]) -> lis
 
 
 @dataclass
-class KindManagementClusterArgs:
+class ManagementClusterArgs:
     cluster_name: str
     node_image: str
     # An existing cluster to adopt instead of creating a kind cluster (secret).
@@ -153,7 +153,13 @@ class KindManagementClusterArgs:
     worker_cidrs: list[str] = field(default_factory=list)
 
 
-class KindManagementCluster(pulumi.ComponentResource):
+# The type token before the adopt mode made "Kind" wrong. Type tokens are part of every URN below this component, so
+# a running stack finds its resources under the old one (pulumi/pulumi step_generator.go getOldResource; the
+# children follow their parent's alias, inheritedChildAlias): renamed in place, nothing replaced.
+FORMER_TYPE = f"{COMPONENT_PREFIX}:KindManagementCluster"
+
+
+class ManagementCluster(pulumi.ComponentResource):
     """The cluster that hosts Kamaji: a kind cluster created here, or an adopted one (`args.kubeconfig`).
 
     Exposes its kubeconfig (secret), a Provider, and the networks tenant API servers accept workers from.
@@ -170,8 +176,9 @@ class KindManagementCluster(pulumi.ComponentResource):
     kind_subnet: pulumi.Output[str] | None
     worker_networks: pulumi.Output[list[str]]
 
-    def __init__(self, name: str, args: KindManagementClusterArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__(f"{COMPONENT_PREFIX}:KindManagementCluster", name, None, opts)
+    def __init__(self, name: str, args: ManagementClusterArgs, opts: pulumi.ResourceOptions | None = None):
+        opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(aliases=[pulumi.Alias(type_=FORMER_TYPE)]))
+        super().__init__(f"{COMPONENT_PREFIX}:ManagementCluster", name, None, opts)
         self.network_name = KIND_NETWORK
         self.adopted = args.kubeconfig is not None
         self.cluster = None
@@ -191,7 +198,7 @@ class KindManagementCluster(pulumi.ComponentResource):
             }
         )
 
-    def _adopt(self, name: str, args: KindManagementClusterArgs, kubeconfig: pulumi.Input[str]) -> None:
+    def _adopt(self, name: str, args: ManagementClusterArgs, kubeconfig: pulumi.Input[str]) -> None:
         if isinstance(kubeconfig, str):
             # The config value is read now: a broken kubeconfig fails before any resource exists.
             cluster = current_cluster(kubeconfig)
@@ -220,7 +227,7 @@ class KindManagementCluster(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self),
         )
 
-    def _create_kind_cluster(self, name: str, args: KindManagementClusterArgs) -> None:
+    def _create_kind_cluster(self, name: str, args: ManagementClusterArgs) -> None:
         self.cluster_name = args.cluster_name
         marker = stack_marker(pulumi.get_project(), pulumi.get_stack())
         config = kind_config_yaml(args.cluster_name, args.node_image, marker)
