@@ -19,13 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from components.naming import COMPONENT_PREFIX, node_name
+from components.naming import COMPONENT_PREFIX
 from config import ConfigError, StackConfig, load_stack_config
 from config.stack_file import StackFileError
 from ops.graph_analysis import GraphNode, GraphReport, analyse, mermaid
 from tests.support.mockrun import ProgramRun, load_stack_file, run_program
-
-TENANT_COMPONENTS = ("TenantControlPlane", "TenantCni", "TenantGpus")
 
 
 def generated_config(tenants: int) -> dict[str, Any]:
@@ -58,14 +56,8 @@ def generated_config(tenants: int) -> dict[str, Any]:
 
 
 def tenant_owners(config: StackConfig) -> dict[tuple[str, str], str]:
-    """(component type, component name) -> tenant, for every per-tenant component the program creates."""
-    owners: dict[tuple[str, str], str] = {}
-    for tenant in config.tenants:
-        for component in TENANT_COMPONENTS:
-            owners[(f"{COMPONENT_PREFIX}:{component}", tenant.name)] = tenant.name
-        for worker in tenant.workers:
-            owners[(f"{COMPONENT_PREFIX}:WorkerNode", node_name(tenant.name, worker.name))] = tenant.name
-    return owners
+    """(component type, component name) -> tenant: each tenant's `Tenant` component holds all of it."""
+    return {(f"{COMPONENT_PREFIX}:Tenant", tenant.name): tenant.name for tenant in config.tenants}
 
 
 def graph_nodes(run: ProgramRun) -> list[GraphNode]:

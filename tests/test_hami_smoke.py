@@ -22,7 +22,8 @@ from config import SmokeTest
 from tests.support.chart_values import load_chart_values
 
 NODE = "tenant-a-worker-0"
-URN = "urn:pulumi:dev::gpu-tenancy::gpu-tenancy:index:TenantGpus$kubernetes:core/v1:Pod::tenant-a-gpu-smoke-test"
+URN = ("urn:pulumi:dev::gpu-tenancy::gpu-tenancy:index:Tenant$gpu-tenancy:index:TenantGpus$kubernetes:core/v1:Pod::"
+       "tenant-a-gpu-smoke-test")
 
 
 def pod_document(smoke: SmokeTest | None = None) -> dict:

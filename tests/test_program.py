@@ -319,6 +319,21 @@ def test_the_smoke_pod_is_pinned_to_the_first_worker_its_request_fits():
     assert run.depends_on(pod, run.named("tenant-a-worker-0-registered"))
 
 
+def test_the_program_reads_like_the_picture_one_tenant_component_each(dev):
+    """Top level: the management layer and one `Tenant` per tenant, which holds everything of that tenant."""
+    stack = next(r.parent for r in dev.resources if r.name == "kamaji")
+    top = {(r.type.rpartition(":")[2], r.name) for r in dev.resources if r.parent == stack}
+    assert top == {("ManagementCluster", "gpu-tenancy"), ("RegistryMirror", "image-mirror"), ("Kamaji", "kamaji"),
+                   *(("Tenant", name) for name in TENANTS)}
+    for name in TENANTS:
+        tenant = dev.named(name, "gpu-tenancy:index:Tenant")
+        parts = {(r.type.rpartition(":")[2], r.name) for r in dev.children(tenant)}
+        assert parts == {("TenantControlPlane", name), ("WorkerNode", f"{name}-worker-0"), ("TenantCni", name),
+                         ("TenantGpus", name)}
+        mine = {r.name for r in dev.descendants(tenant) if r.custom}
+        assert mine == {r.name for r in dev.resources if r.custom and r.name.startswith(f"{name}-")}
+
+
 def test_tenants_do_not_depend_on_each_other(dev):
     report = analyse(graph_nodes(dev), tenant_owners(load_stack_config(load_stack_file("dev"))))
     assert report.cross_tenant == []

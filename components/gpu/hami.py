@@ -61,8 +61,9 @@ class TenantGpusArgs:
     runtime_class_name: str | None = None  # nvidia mode only
 
 
-# The former type token ("Mock" went: the component also runs real NVIDIA cards). A running stack's URNs hold it
-# (see components/management/cluster.py FORMER_TYPE).
+# The former type token ("Mock" went: the component also runs real NVIDIA cards). A running stack's URNs hold it,
+# with no parent: components.tenant.tenant gives TenantGpus the alias to both (see also
+# components/management/cluster.py FORMER_TYPE).
 FORMER_TYPE = f"{COMPONENT_PREFIX}:HamiMockGpu"
 
 
@@ -77,7 +78,6 @@ class TenantGpus(pulumi.ComponentResource):
     smoke_test: pulumi.Output[dict] | None  # evidence: pod, node, schedulerName, devicesAllocated, node resources
 
     def __init__(self, name: str, args: TenantGpusArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(aliases=[pulumi.Alias(type_=FORMER_TYPE)]))
         super().__init__(f"{COMPONENT_PREFIX}:TenantGpus", name, None, opts)
         if not args.nodes:
             raise ValueError(f"tenant {args.tenant.name}: TenantGpus needs at least one joined worker node")

@@ -1,1 +1,1 @@
-"""Tenant layer: a hosted control plane, its objects, kube-proxy and the CNI."""
+"""Tenant layer: `Tenant` (one whole tenant), its hosted control plane and objects, kube-proxy and the CNI."""
