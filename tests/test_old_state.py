@@ -281,3 +281,21 @@ def test_destroy_of_the_old_state_without_running_the_program(stack):
     old = old.fork()
     old.destroy()
     assert old.engine.state == {}
+    assert old.world.docker.containers == {} and old.world.kind == {}
+
+
+def test_a_worker_replaced_on_the_old_state_leaves_through_the_old_pickle(stack):
+    """A full destroy never calls the dynamic providers (they go with their control plane, step.go isDeletedWith);
+    a worker that leaves does: its membership is deleted with the provider the old state names."""
+    _, _, old = stack
+    old = old.fork()
+    tenant = old.config["tenants"][-1]
+    worker = tenant["workers"][-1]
+    gone = f"{tenant['name']}-{worker['name']}"
+    if len(tenant["workers"]) > 1:
+        tenant["workers"].pop()  # an SSH server taken out of the tenant
+    else:
+        worker["name"] = f"{worker['name']}-new"  # a container worker replaced by another
+    plan = old.up()
+    assert f"{gone}-membership" in plan.names("delete"), plan.render()
+    assert old.world.tenant_api(tenant["name"]).find("Node", None, gone) is None
