@@ -45,8 +45,8 @@ from tests.support.sim.state import Resource, plain
 from tests.test_config_infrastructure import prod_example_with_secrets
 from tests.test_host_operations import membership_props, node, token_secret
 
-# The local HTTPS API server of tests/test_host_operations.py, which the provider host reaches like a cluster.
-cluster_ca, _server, api = host_tests.cluster_ca, host_tests._server, host_tests.api
+# The local HTTPS API server (tests/support/apiserver.py) of tests/test_host_operations.py, which the provider host reaches like a cluster.
+_server, api = host_tests._server, host_tests.api
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDED = json.loads((ROOT / "tests" / "fixtures" / "state-a7c63e6.json").read_text())
