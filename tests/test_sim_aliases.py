@@ -15,6 +15,7 @@ import pulumi_kubernetes as k8s
 import pytest
 
 from tests.support.sim import Lifecycle, World, scripts
+from tests.support.sim.state import plain
 
 STACK_PREFIX = "urn:pulumi:dev::gpu-tenancy::"
 
@@ -24,13 +25,14 @@ def ran(monkeypatch):
     """The commands the simulated host ran, as (action, script); a script `fail` fails its delete."""
     calls: list[tuple[str, str]] = []
 
-    def run(world, invocation, action):
-        calls.append((action, invocation.script))
-        if invocation.script == "fail" and action == "delete":
+    def execute(world, resource_type, inputs, action):
+        script = str(plain(inputs).get(action) or "")
+        calls.append((action, script))
+        if script == "fail" and action == "delete":
             raise scripts.CommandFailedError("it failed")
         return "ok"
 
-    monkeypatch.setattr(scripts, "run", run)
+    monkeypatch.setattr(scripts, "execute", execute)
     return calls
 
 
