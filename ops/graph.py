@@ -1,6 +1,6 @@
 """`make graph`: what `pulumi up` will create, and how long its critical path is, without a cluster.
 
-Runs the real program under mocks (`tests.support.mockrun`) for a stack file or for N
+Runs the real program under plain Pulumi mocks (`ops.registrations`) for a stack file or for N
 generated tenants, then prints the resource count, the longest dependency
 chain (its length and the resources on it) and any dependency between
 resources of different tenants (there should be none), and writes the graph
@@ -23,7 +23,7 @@ from components.naming import COMPONENT_PREFIX
 from config import ConfigError, StackConfig, load_stack_config
 from config.stack_file import StackFileError
 from ops.graph_analysis import GraphNode, GraphReport, analyse, mermaid
-from tests.support.mockrun import ProgramRun, load_stack_file, run_program
+from ops.registrations import ROOT, ProgramRun, run, stack_keys
 
 
 def generated_config(tenants: int) -> dict[str, Any]:
@@ -53,6 +53,11 @@ def generated_config(tenants: int) -> dict[str, Any]:
             for index in range(tenants)
         ]
     }
+
+
+def load_stack_file(stack: str) -> dict[str, Any]:
+    """The `gpu-tenancy:*` keys of Pulumi.<stack>.yaml."""
+    return stack_keys(ROOT / f"Pulumi.{stack}.yaml")
 
 
 def tenant_owners(config: StackConfig) -> dict[tuple[str, str], str]:
@@ -85,9 +90,9 @@ def evaluate(raw_config: dict[str, Any]) -> GraphRun:
     """Run the program under mocks and analyse what it registered."""
     config = load_stack_config(raw_config)
     started = time.perf_counter()
-    run = run_program(raw_config)
+    registered = run(raw_config)
     seconds = time.perf_counter() - started
-    nodes = graph_nodes(run)
+    nodes = graph_nodes(registered)
     return GraphRun(nodes=nodes, report=analyse(nodes, tenant_owners(config)), seconds=seconds)
 
 

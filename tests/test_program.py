@@ -25,7 +25,15 @@ from ops.graph import evaluate, generated_config, graph_nodes, tenant_owners
 from ops.graph_analysis import analyse
 from tests.support.crd_schema import crd_json_schema, schema_errors
 from tests.support.fixtures import KIND_SUBNET_V4
-from tests.support.mockrun import ProgramRun, StackOutput, load_stack_file, registration, run_program, unwrap
+from tests.support.mockrun import (
+    ProgramRun,
+    StackOutput,
+    load_stack_file,
+    registered,
+    registration,
+    run_program,
+    unwrap,
+)
 from tests.support.sim import Lifecycle, World, pki
 from tests.support.sim.lab import lab_world
 from tests.support.sim.state import is_secret, plain
@@ -332,6 +340,26 @@ def test_the_program_reads_like_the_picture_one_tenant_component_each(dev):
                          ("TenantGpus", name)}
         mine = {r.name for r in dev.descendants(tenant) if r.custom}
         assert mine == {r.name for r in dev.resources if r.custom and r.name.startswith(f"{name}-")}
+
+
+def _shape(run: ProgramRun) -> dict[str, tuple]:
+    """Per URN: what a registration says apart from values a provider computed (ids, addresses, credentials)."""
+    return {r.urn: (r.type, r.parent, r.custom, r.read, sorted(r.dependencies),
+                    {key: sorted(urns) for key, urns in r.property_dependencies.items()},
+                    r.provider.rsplit("::", 1)[0], sorted(r.additional_secret_outputs), r.retain_on_delete,
+                    r.delete_before_replace, r.ignore_changes, r.replace_on_changes, r.deleted_with,
+                    {k: v for k, v in r.custom_timeouts.items() if v},
+                    {key: r.is_secret(key) for key in r.raw_inputs})
+            for r in run.resources}
+
+
+def test_plain_mocks_register_what_the_simulated_up_registers(dev):
+    # ops/registrations.py answers just enough for the program to go on: the same resources, parents, dependencies,
+    # options and secret inputs as a first `up` against the simulated machine.
+    plain = registered(load_stack_file("dev"))
+    assert _shape(plain) == _shape(dev)
+    assert set(plain.outputs) == STACK_OUTPUTS
+    assert {name for name, output in plain.outputs.items() if output.secret} == SECRET_OUTPUTS
 
 
 def test_tenants_do_not_depend_on_each_other(dev):

@@ -1,0 +1,47 @@
+"""The program and the operator commands never import test machinery: `tests/` may use them, not the reverse."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# Not ours, or not code that ships: the virtualenv, downloads and generated output.
+SKIPPED = {"tests", ".venv", ".cache", "build", ".git"}
+
+
+def shipped_modules(root: Path = ROOT) -> list[Path]:
+    return sorted(path for path in root.rglob("*.py")
+                  if not SKIPPED & set(path.relative_to(root).parts[:-1]))
+
+
+def imported_modules(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+    return names
+
+
+def imports_of_tests(root: Path = ROOT) -> dict[str, set[str]]:
+    return {str(path.relative_to(root)): found for path in shipped_modules(root)
+            if (found := {name for name in imported_modules(path) if name == "tests" or name.startswith("tests.")})}
+
+
+def test_no_module_outside_tests_imports_tests():
+    modules = shipped_modules()
+    # The walk sees the program, its components and the operator commands.
+    assert {"__main__.py", "ops/graph.py", "ops/registrations.py", "components/tenant/control_plane.py"} <= {
+        str(path.relative_to(ROOT)) for path in modules}
+    assert imports_of_tests() == {}
+
+
+def test_the_walk_finds_a_tests_import_at_any_depth(tmp_path):
+    (tmp_path / "ops").mkdir()
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "ops" / "tool.py").write_text("import json\n\ndef f():\n    from tests.support import mockrun\n")
+    (tmp_path / "ops" / "fine.py").write_text("from . import tool\nimport testsuite\n")
+    (tmp_path / "tests" / "test_x.py").write_text("import tests.support\n")
+    assert imports_of_tests(tmp_path) == {"ops/tool.py": {"tests.support"}}
