@@ -9,8 +9,10 @@ STACK ?= dev
 # Extra flags for `pulumi up` / `pulumi destroy`, e.g. PULUMI_FLAGS=--yes
 PULUMI_FLAGS ?=
 STATE_DIR := .pulumi-state
-# Generated, never committed (git-ignored): `make graph TENANTS=N` output.
+# Generated, never committed (git-ignored): `make graph` output.
 BUILD := build
+# The lab tests, `make docs` and `make e2e` use; Pulumi.dev.yaml ships with the same keys and is yours to edit.
+REFERENCE_STACK := tests/fixtures/reference-stack.yaml
 
 # The local backend encrypts secrets with a passphrase. Unless you provide one, a random passphrase is generated
 # once, OUTSIDE the project directory (a copy of the project then holds the encrypted state but not its key):
@@ -40,9 +42,9 @@ help:
 	@echo "make preflight   check this host and Pulumi.$(STACK).yaml (about a second)"
 	@echo "make upstream    download the pinned upstream reference files (CRDs, chart values), check their sha256"
 	@echo "make charts      download the pinned Kamaji chart (and kamaji-etcd), check every file"
-	@echo "make graph       resources, longest dependency chain and tenant coupling, without a cluster"
+	@echo "make graph       resources, longest dependency chain and tenant coupling, without a cluster (build/)"
 	@echo "make bench       graph and image-pull benchmark for 2, 8 and 32 tenants"
-	@echo "make docs        regenerate docs/dependency-graph.md and the README's generated samples"
+	@echo "make docs        regenerate docs/dependency-graph.md and the README's samples from the reference stack"
 	@echo "make e2e         full lifecycle on this Docker host (up, verify, update, no-op, destroy)"
 	@echo "make venv, make backend, make pulumi-cli: the steps the targets above use"
 
@@ -108,15 +110,15 @@ verify: pulumi-cli venv
 	$(PY) -m ops.verify --stack $(STACK)
 
 graph: venv
-ifeq ($(TENANTS),)
-	$(PY) -m ops.graph --stack $(STACK) --mermaid docs/dependency-graph.md
-else
 	@mkdir -p $(BUILD)
+ifeq ($(TENANTS),)
+	$(PY) -m ops.graph --stack $(STACK) --mermaid $(BUILD)/dependency-graph.md
+else
 	$(PY) -m ops.graph --tenants $(TENANTS) --mermaid $(BUILD)/dependency-graph-$(TENANTS).md
 endif
 
 docs: venv
-	$(PY) -m ops.graph --stack dev --mermaid docs/dependency-graph.md
+	$(PY) -m ops.graph --stack-file $(REFERENCE_STACK) --mermaid docs/dependency-graph.md
 	$(PY) -m tests.support.readme
 
 bench: venv

@@ -1,4 +1,5 @@
 import copy
+import os
 import sys
 from pathlib import Path
 
@@ -9,15 +10,36 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from ops import upstream  # noqa: E402
-from tests.support.mockrun import load_stack_file  # noqa: E402
+from tests.support.mockrun import reference_stack  # noqa: E402
 
 SHARED = ROOT.parent / "shared"
+# The user's lab, theirs to edit: no test may depend on what is in it.
+USER_STACK = ROOT / "Pulumi.dev.yaml"
+
+
+class UserStackReadError(RuntimeError):
+    """A test (or what it ran in this process) opened the user's Pulumi.dev.yaml."""
+
+
+def refuse_the_users_stack(event: str, args: tuple) -> None:
+    """Audit hook (PEP 578): every open() in the test process goes through it. Tests read
+    tests/fixtures/reference-stack.yaml (tests.support.mockrun.reference_stack), so that a user who edits their
+    Pulumi.dev.yaml does not change what `make test` checks."""
+    if event != "open" or not isinstance(args[0], (str, bytes, os.PathLike)):
+        return
+    path = os.fsdecode(args[0])
+    if path.endswith(USER_STACK.name) and os.path.realpath(path) == str(USER_STACK):
+        raise UserStackReadError(f"{USER_STACK.name} is the user's lab: tests read the reference stack "
+                                 "(tests/fixtures/reference-stack.yaml, tests.support.mockrun.reference_stack())")
+
+
+sys.addaudithook(refuse_the_users_stack)
 
 
 @pytest.fixture
 def dev_config():
-    """A fresh, mutable copy of the `gpu-tenancy:*` keys of Pulumi.dev.yaml."""
-    return copy.deepcopy(load_stack_file("dev"))
+    """A fresh, mutable copy of the `gpu-tenancy:*` keys of the reference stack (tests/fixtures/reference-stack.yaml)."""
+    return copy.deepcopy(reference_stack())
 
 
 UPSTREAM_MISSING = (

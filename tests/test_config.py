@@ -7,7 +7,7 @@ import pytest
 
 from config import ConfigError, load_stack_config
 from config.models import KIND_NODE_IMAGES, MAX_SIMULATED_MEMORY_MIB_PER_WORKER, Management
-from tests.support.mockrun import ProgramFailedError, load_stack_file, run_program
+from tests.support.mockrun import ProgramFailedError, reference_stack, run_program
 
 
 def card(uuid, memory=8192, cores=100, slots=10, model="NVIDIA-A100"):
@@ -15,7 +15,7 @@ def card(uuid, memory=8192, cores=100, slots=10, model="NVIDIA-A100"):
 
 
 def base():
-    return copy.deepcopy(load_stack_file("dev"))
+    return copy.deepcopy(reference_stack())
 
 
 def test_dev_stack_validates_to_the_reference_lab():

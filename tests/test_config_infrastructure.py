@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from config import ConfigError, load_stack_config
 from tests.support.fixtures import kubeconfig_yaml
-from tests.support.mockrun import load_stack_file
+from tests.support.mockrun import load_stack_file, reference_stack
 
 PRIVATE_KEY = ed25519.Ed25519PrivateKey.generate().private_bytes(
     serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
@@ -70,7 +70,7 @@ def test_adopted_cluster_with_ssh_workers_validates():
 
 
 def test_mixed_container_and_ssh_workers_in_the_kind_lab():
-    raw = copy.deepcopy(load_stack_file("dev"))
+    raw = copy.deepcopy(reference_stack())
     raw["tenants"][0]["workers"].append({"name": "gpu-server", "ssh": ssh(), "gpus": [card("GPU-REAL-0", 8192)]})
     config = load_stack_config(raw, {"tenants"})
     assert [w.ssh is not None for w in config.tenants[0].workers] == [False, True]

@@ -18,7 +18,7 @@ from components.gpu.values import WEBHOOK_EXEMPT_NAMESPACES
 from components.naming import node_name
 from config import GpuCard, SmokeTest, Tenant
 from tests.support.lifecycle_support import kind_lab
-from tests.support.mockrun import ProgramRun, load_stack_file, registration, run_program
+from tests.support.mockrun import ProgramRun, reference_stack, registration, run_program
 from tests.support.sim import paths, plain, systems
 from tests.test_config_infrastructure import prod_example_with_secrets
 
@@ -127,7 +127,7 @@ GPU_WORKERS = ("small-0", "worker-0", "worker-1")
 
 
 def lab_config() -> dict:
-    config = copy.deepcopy(load_stack_file("dev"))
+    config = copy.deepcopy(reference_stack())
     config["tenants"] = [{**config["tenants"][0], "workers": copy.deepcopy(WORKERS)}]
     return config
 
@@ -278,7 +278,7 @@ def test_a_mock_plugin_that_registers_nothing_fails_the_update(monkeypatch):
                     node["status"][part].pop(key, None)
 
     monkeypatch.setattr(systems, "refresh_nodes", plugin_registers_nothing)
-    config = copy.deepcopy(load_stack_file("dev"))
+    config = copy.deepcopy(reference_stack())
     config["tenants"] = config["tenants"][:1]
     sim = kind_lab(config)
     plan = sim.up(skip_preview=True, expect_error=True)

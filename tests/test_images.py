@@ -14,11 +14,11 @@ from components.images import PAUSE_IMAGE, node_images
 from components.management.image_cache import MIRRORED_REGISTRIES, registries_of
 from config import StackConfig, load_stack_config
 from ops.graph import generated_config
-from tests.support.mockrun import load_stack_file
+from tests.support.mockrun import reference_stack
 
 
 def dev():
-    return load_stack_config(load_stack_file("dev"))
+    return load_stack_config(reference_stack())
 
 
 def platform_images(config: StackConfig) -> set[str]:
@@ -66,7 +66,7 @@ def test_every_worker_pulls_its_daemonsets_and_the_management_node_the_control_p
 
 
 def test_a_tenant_on_another_version_pulls_its_control_plane_images_on_the_management_node():
-    raw = copy.deepcopy(load_stack_file("dev"))
+    raw = copy.deepcopy(reference_stack())
     raw["tenants"][1]["kubernetesVersion"] = "v1.36.1"
     nodes = node_images(load_stack_config(raw))
     management = nodes["gpu-tenancy-control-plane"]

@@ -40,7 +40,7 @@ from ops import upstream
 from tests.support.chart_values import load_chart_values, unknown_value_keys
 from tests.support.crd_schema import crd_json_schema, schema_errors
 from tests.support.fixtures import KIND_GATEWAY_V4, KIND_SUBNET_V4
-from tests.support.mockrun import PROJECT_ROOT, load_stack_file, run_program
+from tests.support.mockrun import PROJECT_ROOT, reference_stack, run_program
 from tests.support.sim.lab import lab_world
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -464,7 +464,7 @@ def run():
 @pytest.fixture(scope="module")
 def dev():
     """The whole program on the dev lab."""
-    return run_program(load_stack_file("dev"))
+    return run_program(reference_stack())
 
 
 def _releases(run) -> dict[str, Any]:
@@ -577,7 +577,7 @@ def test_whatever_waits_for_ready_waits_for_the_gate_the_datastore_and_the_pool(
 def test_every_tenant_control_plane_of_the_program_waits_for_kamajis_webhook(dev):
     gate = dev.named("kamaji-webhook-ready", WEBHOOK_READY)
     tcps = dev.of_type(TCP)
-    assert len(tcps) == len(load_stack_file("dev")["tenants"])
+    assert len(tcps) == len(reference_stack()["tenants"])
     for tcp in tcps:
         assert dev.depends_on(tcp, gate), tcp
 

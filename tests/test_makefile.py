@@ -14,8 +14,9 @@ ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="GNU make is not installed")
 
 
-def dry_run(target: str) -> list[str]:
-    done = subprocess.run(["make", "-n", target, "STACK=dev"], cwd=ROOT, capture_output=True, text=True, check=True)
+def dry_run(target: str, *variables: str) -> list[str]:
+    done = subprocess.run(["make", "-n", target, "STACK=dev", *variables], cwd=ROOT, capture_output=True, text=True,
+                          check=True)
     return done.stdout.splitlines()
 
 
@@ -88,3 +89,19 @@ def test_make_backend_leaves_the_passphrase_file_to_ops_passphrase():
     lines = dry_run("backend")
     assert ".venv/bin/python -m ops.passphrase --stack dev --state-dir .pulumi-state" in lines
     assert not [line for line in lines if "passphrase" in line and ("if [" in line or "echo" in line)]
+
+
+@pytest.mark.parametrize(("variables", "source", "target"), [
+    ((), "--stack dev", "build/dependency-graph.md"),
+    (("TENANTS=3",), "--tenants 3", "build/dependency-graph-3.md"),
+])
+def test_make_graph_writes_under_build_never_into_docs(variables, source, target):
+    (line,) = [line for line in dry_run("graph", *variables) if "ops.graph" in line]
+    assert line.endswith(f"-m ops.graph {source} --mermaid {target}")
+
+
+def test_only_make_docs_writes_the_docs_and_always_from_the_reference_stack():
+    (graph, readme) = [line for line in dry_run("docs", "STACK=prod") if "ops.graph" in line or "readme" in line]
+    assert graph.endswith("-m ops.graph --stack-file tests/fixtures/reference-stack.yaml "
+                          "--mermaid docs/dependency-graph.md")
+    assert readme.endswith("-m tests.support.readme")

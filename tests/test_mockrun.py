@@ -4,7 +4,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 
-from tests.support.mockrun import ProgramFailedError, load_stack_file, run_program
+from tests.support.mockrun import ProgramFailedError, reference_stack, run_program
 from tests.support.sim.lab import lab_world
 
 TOKEN = "abcdef.0123456789abcdef"
@@ -83,7 +83,7 @@ def test_a_failed_run_raises_with_the_rendered_plan():
     assert plan.splitlines()[-1].startswith("error: kubernetes:core/v1:ConfigMap orphan:")
 
 
-def test_load_stack_file_strips_the_project_namespace():
-    raw = load_stack_file("dev")
+def test_the_reference_stack_is_read_without_the_project_namespace():
+    raw = reference_stack()
     assert {"tenants", "gpuMode", "smokeTest"} <= set(raw)
     assert not any(key.startswith("gpu-tenancy:") for key in raw)

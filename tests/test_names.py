@@ -15,7 +15,7 @@ import pytest
 
 from config import ConfigError, load_stack_config
 from tests.support.lifecycle_support import running_kind_lab
-from tests.support.mockrun import load_stack_file
+from tests.support.mockrun import reference_stack
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +27,7 @@ def management_namespaces() -> set[str]:
 
 
 def _tenant_named(name: str) -> dict:
-    raw = copy.deepcopy(load_stack_file("dev"))
+    raw = copy.deepcopy(reference_stack())
     raw["tenants"][0]["name"] = name
     return raw
 
@@ -54,7 +54,7 @@ def test_tenant_names_are_dns_labels(name):
 
 @pytest.mark.parametrize("name", ["team_0", "W0", "w-", "w.0", "w\n"])
 def test_worker_names_are_dns_labels(name):
-    raw = copy.deepcopy(load_stack_file("dev"))
+    raw = copy.deepcopy(reference_stack())
     raw["tenants"][0]["workers"][0]["name"] = name
     with pytest.raises(ConfigError) as refused:
         load_stack_config(raw)

@@ -17,6 +17,7 @@ from ops.preflight import (
     needs_local_lab,
     run_checks,
 )
+from tests.support.mockrun import REFERENCE_STACK
 
 CONTEXT_INSPECT = ("docker", "context", "inspect", "--format", "{{.Endpoints.docker.Host}}")
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
@@ -607,8 +608,10 @@ def write_stack(tmp_path, name, text):
     return tmp_path
 
 
-def test_main_reads_the_dev_stack_file(capsys):
-    assert preflight.main(["--stack", "dev"], fake()[0]) == 0
+def test_main_reads_the_dev_stack_file(tmp_path, capsys):
+    # Pulumi.dev.yaml as shipped: the reference lab (the user's own copy is never read by a test).
+    write_stack(tmp_path, "dev", REFERENCE_STACK.read_text())
+    assert preflight.main(["--stack", "dev"], fake()[0], root=tmp_path) == 0
     out = capsys.readouterr().out
     assert "[ok  ] secrets of Pulumi.dev.yaml encrypted" in out
     assert "[ok  ] configuration of Pulumi.dev.yaml valid: " in out

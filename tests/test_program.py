@@ -1,4 +1,4 @@
-"""The whole program on the dev lab (Pulumi.dev.yaml): what a first `pulumi up` registers and leaves behind.
+"""The whole program on the dev lab (tests/fixtures/reference-stack.yaml): what a first `pulumi up` registers and leaves behind.
 
 One simulated `up` is shared by the module (`lab`): its registrations, its stack outputs, the engine's state
 (every resource's outputs) and the simulated machine it built.
@@ -28,7 +28,7 @@ from tests.support.fixtures import KIND_SUBNET_V4
 from tests.support.mockrun import (
     ProgramRun,
     StackOutput,
-    load_stack_file,
+    reference_stack,
     registered,
     registration,
     run_program,
@@ -128,7 +128,7 @@ def leaks(up: FirstUp, secrets: set[str]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def lab() -> FirstUp:
-    return first_up(load_stack_file("dev"), lab_world())
+    return first_up(reference_stack(), lab_world())
 
 
 @pytest.fixture(scope="module")
@@ -293,7 +293,7 @@ def test_hami_per_tenant_after_joins_cni_and_the_tunnel(dev):
 
 
 def test_simulated_cards_capacity_and_the_smoke_test_per_tenant(dev, lab):
-    config = load_stack_config(load_stack_file("dev"))
+    config = load_stack_config(reference_stack())
     for tenant, worker in ((t.name, t.workers[0]) for t in config.tenants):
         node = f"{tenant}-{worker.name}"
         patch = dev.named(f"{node}-gpu-register")
@@ -315,7 +315,7 @@ def test_simulated_cards_capacity_and_the_smoke_test_per_tenant(dev, lab):
 
 
 def test_the_smoke_pod_is_pinned_to_the_first_worker_its_request_fits():
-    raw = load_stack_file("dev")
+    raw = reference_stack()
     small = {"uuid": "GPU-MOCK-A9", "model": "NVIDIA-T4", "memoryMiB": 2048}
     raw["tenants"][0]["podCidr"] = "10.244.0.0/16"
     raw["tenants"][0]["workers"].insert(0, {"name": "small", "gpus": [small]})
@@ -356,20 +356,20 @@ def _shape(run: ProgramRun) -> dict[str, tuple]:
 def test_plain_mocks_register_what_the_simulated_up_registers(dev):
     # ops/registrations.py answers just enough for the program to go on: the same resources, parents, dependencies,
     # options and secret inputs as a first `up` against the simulated machine.
-    plain = registered(load_stack_file("dev"))
+    plain = registered(reference_stack())
     assert _shape(plain) == _shape(dev)
     assert set(plain.outputs) == STACK_OUTPUTS
     assert {name for name, output in plain.outputs.items() if output.secret} == SECRET_OUTPUTS
 
 
 def test_tenants_do_not_depend_on_each_other(dev):
-    report = analyse(graph_nodes(dev), tenant_owners(load_stack_config(load_stack_file("dev"))))
+    report = analyse(graph_nodes(dev), tenant_owners(load_stack_config(reference_stack())))
     assert report.cross_tenant == []
     assert {t for t in report.tenant_of.values() if t} == set(TENANTS)
 
 
 def test_more_tenants_do_not_lengthen_the_critical_path(dev):
-    owners = tenant_owners(load_stack_config(load_stack_file("dev")))
+    owners = tenant_owners(load_stack_config(reference_stack()))
     two = analyse(graph_nodes(dev), owners)
     four = evaluate(generated_config(4)).report
     assert len(four.longest_chain) == len(two.longest_chain)

@@ -7,7 +7,7 @@ import pytest
 from pulumi.runtime.rpc import UNKNOWN
 
 from ops.registrations import KIND_SUBNET_V4, run
-from tests.support.mockrun import ProgramFailedError, load_stack_file, registered
+from tests.support.mockrun import ProgramFailedError, reference_stack, registered
 
 TOKEN = "abcdef.0123456789abcdef"
 
@@ -88,7 +88,7 @@ def test_an_invoke_without_an_answer_fails_naming_it():
 
 
 def test_the_reference_lab_registers_everything_with_the_outputs_it_reads_back():
-    lab = registered(load_stack_file("dev"))
+    lab = registered(reference_stack())
     # The kind network from kind-create.sh's stdout, each tenant's endpoint and credentials from Kamaji, the
     # smoke test's evidence from HAMi: the program reached its last resources and exports.
     assert lab.outputs["kindSubnet"].value == KIND_SUBNET_V4

@@ -22,7 +22,7 @@ from components.management.image_cache import (
 )
 from ops.graph import generated_config
 from tests.support.lifecycle_support import adopt_lab, running_kind_lab
-from tests.support.mockrun import load_stack_file, run_program
+from tests.support.mockrun import reference_stack, run_program
 from tests.support.sim.world import MIRROR_MARKER
 
 CLUSTER = "gpu-tenancy"
@@ -66,7 +66,7 @@ def test_registries_of_normalises_like_containerd():
 
 
 def test_installs_on_the_management_cluster_wait_for_the_kind_node_to_use_the_caches():
-    run = run_program(load_stack_file("dev"))
+    run = run_program(reference_stack())
     node_config = run.named("image-mirror-kind-node")
     for release in run.of_type("kubernetes:helm.sh/v3:Release"):
         if release.name.startswith("kamaji"):
@@ -84,7 +84,7 @@ def test_the_cache_count_does_not_grow_with_tenants():
 
 
 def test_the_cache_image_is_pinned_and_the_registry_config_is_set_by_environment():
-    run = run_program(load_stack_file("dev"))
+    run = run_program(reference_stack())
     image = run.named("image-mirror-image")
     assert image.inputs["name"] == REGISTRY_IMAGE and "@sha256:" in REGISTRY_IMAGE
     docker_io = run.named("image-mirror-docker-io")
@@ -118,7 +118,7 @@ def test_switching_the_mirror_off_removes_the_caches_and_every_nodes_files():
 
 
 def test_docker_hub_credentials_reach_only_the_docker_io_cache_as_a_secret():
-    config = copy.deepcopy(load_stack_file("dev"))
+    config = copy.deepcopy(reference_stack())
     config.setdefault("management", {})["dockerHub"] = {"username": "platform-team", "token": "dckr_pat_s3cr3t"}
     run = run_program(config, secret_keys=["management"])
     docker_io = run.named("image-mirror-docker-io")
@@ -166,7 +166,7 @@ def test_stack_mirrors_name_one_cache_per_registry():
 
 def test_the_caches_never_expire_what_they_hold():
     # distribution configuration.go Proxy.TTL: unset means 7 days, after which cached content is deleted.
-    run = run_program(load_stack_file("dev"))
+    run = run_program(reference_stack())
     for registry in MIRRORED_REGISTRIES:
         cache = run.named(f"image-mirror-{registry.replace('.', '-')}")
         env = dict(entry.split("=", 1) for entry in cache.inputs["envs"])
@@ -174,7 +174,7 @@ def test_the_caches_never_expire_what_they_hold():
 
 
 def test_a_dedicated_etcd_pulls_its_images_through_the_cache_too():
-    config = copy.deepcopy(load_stack_file("dev"))
+    config = copy.deepcopy(reference_stack())
     config["tenants"][1]["dataStore"] = {"dedicated": True}
     run = run_program(config)
     assert run.depends_on(run.named("tenant-b-etcd"), run.named("image-mirror-kind-node"))

@@ -12,7 +12,7 @@ from components import shell as ns
 from components.host_operations import NodeMembershipProvider
 from components.worker.access import node_stdin, ssh_command
 from config import ConfigError, load_stack_config
-from tests.support.mockrun import load_stack_file
+from tests.support.mockrun import reference_stack
 from tests.support.sim import hostapi
 from tests.support.sim.state import plain
 from tests.support.ssh_worker import (
@@ -47,7 +47,7 @@ def _tokens(api) -> list[dict]:
 @pytest.mark.parametrize("port, keyscan", [(2222, "ssh-keyscan -p 2222 -t ed25519 gpu-1.example.net"),
                                            (22, "ssh-keyscan -t ed25519 gpu-1.example.net")])
 def test_an_ssh_worker_needs_its_host_key_and_is_told_how_to_read_it(port, keyscan):
-    raw = copy.deepcopy(load_stack_file("dev"))
+    raw = copy.deepcopy(reference_stack())
     worker = ssh_worker_config("gpu-1", host_key=None)
     worker["ssh"]["port"] = port
     raw["tenants"][0]["workers"].append(worker)

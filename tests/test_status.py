@@ -8,19 +8,19 @@ import subprocess
 import pytest
 
 from ops.status import main, render
-from tests.support.mockrun import load_stack_file, run_program
+from tests.support.mockrun import reference_stack, run_program
 
 
 @pytest.fixture(scope="module")
 def outputs():
     """The plain (non-secret) outputs a first `up` of the dev lab leaves, as `pulumi stack output --json`."""
-    run = run_program(load_stack_file("dev"))
+    run = run_program(reference_stack())
     return {name: ("[secret]" if output.secret else output.value) for name, output in run.outputs.items()}
 
 
 def test_one_table_per_tenant_with_its_nodes_cards_slots_and_proof(outputs):
     text = render(outputs)
-    config = load_stack_file("dev")
+    config = reference_stack()
     for tenant in config["tenants"]:
         name = tenant["name"]
         block = text.split(f"{name}  https://", 1)[1].split("\n\n", 1)[0]

@@ -45,7 +45,7 @@ CARD_C = {"uuid": "GPU-MOCK-C0", "model": "NVIDIA-A100", "memoryMiB": 8192}
 
 
 def lab_config():
-    config = mockrun.load_stack_file("dev")
+    config = mockrun.reference_stack()
     config["management"] = {"operatorCidrs": [OPERATOR_CIDR]}
     tenant_b = config["tenants"][1]
     tenant_b["dataStore"] = {"dedicated": True, "replicas": 3, "storageSize": "4Gi", "quotaMiB": 2048}

@@ -12,14 +12,14 @@ import yaml
 
 from config import ConfigError, load_stack_config
 from config.models import KIND_NODE_IMAGES
-from tests.support.mockrun import load_stack_file
+from tests.support.mockrun import reference_stack
 from tests.test_config_infrastructure import HOST_KEY, KUBECONFIG, PRIVATE_KEY, SECRET_FRAGMENT, adopted, ssh
 
 SECRETS = {"management", "tenants"}
 
 
 def dev():
-    return copy.deepcopy(load_stack_file("dev"))
+    return copy.deepcopy(reference_stack())
 
 
 def problems(raw, secret_keys=SECRETS):

@@ -58,7 +58,7 @@ from tests.support.fake_platform import (
     kubeconfig_yaml,
     node,
 )
-from tests.support.mockrun import load_stack_file, run_program
+from tests.support.mockrun import reference_stack, run_program
 
 # --- helpers ----------------------------------------------------------------------------------
 
@@ -1104,13 +1104,13 @@ def test_hidden_tenant_kubeconfig_is_a_failed_tenant(platform):
 
 @pytest.fixture(scope="module")
 def dev_run():
-    """The real program for Pulumi.dev.yaml (one simulated run)."""
-    return run_program(load_stack_file("dev"))
+    """The real program for the reference stack (one simulated run)."""
+    return run_program(reference_stack())
 
 
 @pytest.fixture(scope="module")
 def dev_outputs(dev_run):
-    """The stack outputs the real program exports for Pulumi.dev.yaml."""
+    """The stack outputs the real program exports for the reference stack."""
     return {name: output.value for name, output in dev_run.outputs.items()}
 
 

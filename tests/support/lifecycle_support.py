@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from tests.support.mockrun import load_stack_file
+from tests.support.mockrun import reference_stack
 from tests.support.sim import Lifecycle, Plan, World
 from tests.support.sim.lab import adopt, lab_world
 from tests.test_config_infrastructure import prod_example_with_secrets
@@ -18,7 +18,7 @@ __all__ = ["MANAGEMENT", "adopt_lab", "changed_by_owner", "kind_lab", "lab_world
 
 
 def kind_lab(config: dict[str, Any] | None = None, world: World | None = None, **world_options: Any) -> Lifecycle:
-    return Lifecycle(copy.deepcopy(config) if config is not None else load_stack_file("dev"),
+    return Lifecycle(copy.deepcopy(config) if config is not None else reference_stack(),
                      world=world or lab_world(**world_options))
 
 

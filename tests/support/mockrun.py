@@ -8,6 +8,8 @@ preserved, parent, dependencies and options, and the stack outputs with their se
 - `run_program(config)`: a first `pulumi up` (or a preview) through the lifecycle simulator (`tests/support/sim`):
   a simulated machine answers the way the pinned providers do. For tests that ask what the providers answered or
   what the machine did; lifecycle questions (a second `up`, a change, destroy) go to `tests.support.sim.Lifecycle`.
+
+The tests' stack is `tests/fixtures/reference-stack.yaml` (`reference_stack()`), never the user's Pulumi.dev.yaml.
 """
 
 from __future__ import annotations
@@ -22,11 +24,13 @@ from ops.registrations import ProgramRun, Registration, StackOutput, stack_keys
 from tests.support.sim.state import plain
 
 __all__ = ["ProgramRun", "Registration", "StackOutput", "ProgramFailedError", "registered", "run_program",
-           "load_stack_file"]
+           "reference_stack", "load_stack_file", "REFERENCE_STACK"]
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 MAIN = PROJECT_ROOT / "__main__.py"
 PROJECT = "gpu-tenancy"
+# The lab every test, `make docs` and the e2e suite use: Pulumi.dev.yaml as shipped, which the user may edit.
+REFERENCE_STACK = PROJECT_ROOT / "tests" / "fixtures" / "reference-stack.yaml"
 
 # Plain values (secret markers removed): the simulator's own helper.
 unwrap = plain
@@ -97,6 +101,11 @@ def registered(
         raise ProgramFailedError(f"program failed: {type(error).__name__}: {error}") from error
 
 
-def load_stack_file(name: str = "dev") -> dict[str, Any]:
-    """The `gpu-tenancy:*` keys of `Pulumi.<name>.yaml`, namespace removed."""
+def reference_stack() -> dict[str, Any]:
+    """The `gpu-tenancy:*` keys of the reference stack (tests/fixtures/reference-stack.yaml), namespace removed."""
+    return stack_keys(REFERENCE_STACK)
+
+
+def load_stack_file(name: str) -> dict[str, Any]:
+    """The `gpu-tenancy:*` keys of a shipped example, `Pulumi.<name>.yaml` (e.g. "prod.example"), namespace removed."""
     return stack_keys(PROJECT_ROOT / f"Pulumi.{name}.yaml")

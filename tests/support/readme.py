@@ -1,5 +1,5 @@
 """Keep README.md's sample outputs true: the blocks between `<!-- generated:NAME -->` and `<!-- /generated:NAME -->`
-are produced by the code itself (a simulated `make up` of the dev stack, the image-pull benchmark).
+are produced by the code itself (a simulated `make up` of the reference stack, tests/fixtures/reference-stack.yaml; the image-pull benchmark).
 
     python -m tests.support.readme          # rewrite the blocks (make docs)
     python -m tests.support.readme --check  # exit 1 when a block is stale (the test suite checks this too)
@@ -19,16 +19,16 @@ BLOCK = re.compile(r"(<!-- generated:(?P<name>[a-z-]+) -->\n)(?P<body>.*?)(<!-- 
 
 
 def _status() -> str:
-    """`make status` after a simulated `make up` of the dev stack. Its tenants are added one `up` at a time: MetalLB
+    """`make status` after a simulated `make up` of the reference stack. Its tenants are added one `up` at a time: MetalLB
     hands out addresses in the order control planes ask, which in one `up` is whichever is first (in the simulator
     as on a real cluster), and the sample must not change from one run to the next."""
     from ops.status import render
-    from tests.support.mockrun import load_stack_file
+    from tests.support.mockrun import reference_stack
     from tests.support.sim import Lifecycle
     from tests.support.sim.lab import lab_world
     from tests.support.sim.state import plain
 
-    config = load_stack_file("dev")
+    config = reference_stack()
     tenants = config["tenants"]
     sim = Lifecycle({**config, "tenants": tenants[:1]}, world=lab_world())
     for count in range(1, len(tenants) + 1):

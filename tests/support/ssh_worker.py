@@ -6,7 +6,7 @@ import copy
 from typing import Any
 
 from config.models import SshConnection
-from tests.support.mockrun import ProgramRun, StackOutput, load_stack_file, registration
+from tests.support.mockrun import ProgramRun, StackOutput, reference_stack, registration
 from tests.support.sim import Lifecycle, World
 from tests.support.sim.lab import lab_world
 from tests.support.sim.scripts import read_node_stdin
@@ -56,7 +56,7 @@ def worker_lab(*extra_workers: dict, world: World | None = None) -> Lifecycle:
     Every SSH machine the workers name exists on the simulated network and presents the host key they pin.
     The image mirror is off: how nodes pull is components/management/image_cache.py's subject, not membership's.
     """
-    config = copy.deepcopy(load_stack_file("dev"))
+    config = copy.deepcopy(reference_stack())
     config.setdefault("management", {})["imageMirror"] = False
     config["tenants"] = [t for t in config["tenants"] if t["name"] == TENANT]
     config["tenants"][0]["workers"].extend(copy.deepcopy(list(extra_workers)))

@@ -1,0 +1,51 @@
+"""The user's stack is the user's: Pulumi.dev.yaml ships as the reference lab, and editing it changes neither what
+`make test` checks nor what `make docs` writes (both use tests/fixtures/reference-stack.yaml)."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import USER_STACK, UserStackReadError
+from tests.support.mockrun import REFERENCE_STACK
+
+ROOT = Path(__file__).resolve().parent.parent
+GENERATED = ("README.md", "docs/dependency-graph.md")
+
+
+def edited_lab() -> dict:
+    """The reference lab as a user might edit it: a second card on tenant-a's worker, and a second worker."""
+    document = yaml.safe_load(REFERENCE_STACK.read_text())
+    workers = document["config"]["gpu-tenancy:tenants"][0]["workers"]
+    card = workers[0]["gpus"][0]
+    workers[0]["gpus"].append({**card, "uuid": "GPU-MOCK-A1"})
+    workers.append({"name": "worker-1", "gpus": [{**copy.deepcopy(card), "uuid": "GPU-MOCK-A2"}]})
+    return document
+
+
+def test_no_test_can_read_the_users_stack():
+    # The suite-wide guard in tests/conftest.py: whatever reads it in the test process fails.
+    with pytest.raises(UserStackReadError, match="tests read the reference stack"):
+        USER_STACK.read_text()
+    with pytest.raises(UserStackReadError):
+        open(ROOT / "tests" / ".." / "Pulumi.dev.yaml")  # noqa: SIM115 -- the open itself is refused
+    assert REFERENCE_STACK.read_text().startswith("#")
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="GNU make is not installed")
+def test_make_docs_in_a_project_with_an_edited_dev_stack_rewrites_nothing(tmp_path):
+    project = tmp_path / "project"
+    shutil.copytree(ROOT, project, symlinks=True, ignore=shutil.ignore_patterns(
+        USER_STACK.name, ".venv", ".git", ".cache", "build", "__pycache__", ".pulumi-state", "*_cache"))
+    (project / ".venv").symlink_to((ROOT / ".venv").resolve())
+    (project / USER_STACK.name).write_text(yaml.safe_dump(edited_lab(), sort_keys=False))
+    before = {name: (project / name).read_text() for name in GENERATED}
+    # -o: the shared virtualenv is current, never rebuilt from the copy.
+    done = subprocess.run(["make", "docs", "-o", ".venv/.installed"], cwd=project, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert {name: (project / name).read_text() for name in GENERATED} == before
