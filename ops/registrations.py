@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import functools
-import gc
 import hashlib
 import json
 import runpy
@@ -218,9 +217,10 @@ def _answer(type_: str, name: str, inputs: dict[str, Any], read: bool) -> dict[s
 
     metadata = plain(inputs.get("metadata")) or {}
     if type_ == "command:local:Command" and plain(inputs.get("create")) == shell.script_text(shell.KIND_CREATE):
-        # kind-create.sh: the kind network's IPAM entries, then kind's kubeconfig.
+        # kind-create.sh: the kind network's IPAM entries, then kind's kubeconfig (its context is kind-<cluster>).
         ipam = [{"Subnet": KIND_SUBNET_V6}, {"Subnet": KIND_SUBNET_V4}]
-        return {"stdout": f"{json.dumps(ipam)}\n{_kubeconfig('https://127.0.0.1:6443', 'kind')}"}
+        cluster = (plain(inputs.get("environment")) or {}).get(shell.KIND_CLUSTER_NAME_ENV, "kind")
+        return {"stdout": f"{json.dumps(ipam)}\n{_kubeconfig('https://127.0.0.1:6443', f'kind-{cluster}')}"}
     if type_ == f"kubernetes:{spec.TCP_API_VERSION}:{spec.TCP_KIND}":
         # Kamaji's status (api/v1alpha1 tenantcontrolplane_status.go); the address is a documentation one
         # (RFC 5737), the same for the same tenant every run.
@@ -345,17 +345,15 @@ def run(config: dict[str, Any], *, stack: str = "dev", preview: bool = False, se
     would; raises what the program raised."""
     settings.SETTINGS.outputs.clear()
     settings.ROOT.set(None)
-    # A failed run leaves outputs holding exceptions nobody awaits: asyncio would print each one when collected.
+    # A failed run leaves outputs holding exceptions nobody awaits: asyncio would print each one when collected
+    # (the handler stays on the SDK's event loop for whenever that happens).
     asyncio.get_event_loop().set_exception_handler(_quiet_unretrieved)
     monitor = _Recorder()
     pulumi.runtime.set_mocks(monitor.mocks, project=PROJECT, stack=stack, preview=preview, monitor=monitor)
     pulumi.runtime.set_all_config(
         {f"{PROJECT}:{k}": v if isinstance(v, str) else json.dumps(v) for k, v in config.items()},
         [f"{PROJECT}:{key}" for key in secret_keys])
-    try:
-        _sync_await(run_pulumi_func(program or (lambda: runpy.run_path(str(MAIN), run_name="__main__"))))
-    finally:
-        gc.collect()
+    _sync_await(run_pulumi_func(program or (lambda: runpy.run_path(str(MAIN), run_name="__main__"))))
     outputs = {}
     for name, value in (getattr(settings.get_root_resource(), "outputs", None) or {}).items():
         output = pulumi.Output.from_input(value)

@@ -17,6 +17,7 @@ from components.gpu.smoke import planned_evidence
 from components.gpu.values import WEBHOOK_EXEMPT_NAMESPACES
 from components.naming import node_name
 from config import GpuCard, SmokeTest, Tenant
+from tests.support import mockrun
 from tests.support.lifecycle_support import kind_lab
 from tests.support.mockrun import ProgramRun, reference_stack, registration, run_program
 from tests.support.sim import paths, plain, systems
@@ -302,7 +303,7 @@ def nvidia_config(smoke_test: bool) -> dict:
 def test_nvidia_mode_labels_each_node_after_its_registration_and_uses_the_runtime_class():
     # Without the smoke test: see the next test.
     raw = nvidia_config(smoke_test=False)
-    run = run_program(raw, stack="prod", secret_keys=["management", "tenants"])
+    run = mockrun.registered(raw, stack="prod", secret_keys=["management", "tenants"])
     tenant = raw["tenants"][0]["name"]
     for worker in raw["tenants"][0]["workers"]:
         node = node_name(tenant, worker["name"])

@@ -37,11 +37,11 @@ from components.management.kamaji import (
 from components.naming import COMPONENT_PREFIX, DEFAULT_DATASTORE, KAMAJI_NAMESPACE
 from config import Versions
 from ops import upstream
+from ops.registrations import KIND_SUBNET_V4 as MOCKED_KIND_SUBNET
 from tests.support.chart_values import load_chart_values, unknown_value_keys
 from tests.support.crd_schema import crd_json_schema, schema_errors
-from tests.support.fixtures import KIND_GATEWAY_V4, KIND_SUBNET_V4
-from tests.support.mockrun import PROJECT_ROOT, reference_stack, run_program
-from tests.support.sim.lab import lab_world
+from tests.support.fixtures import KIND_GATEWAY_V4, KIND_SUBNET_V4, kubeconfig_yaml
+from tests.support.mockrun import PROJECT_ROOT, reference_stack, registered
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 DATASTORE = "kubernetes:kamaji.clastix.io/v1alpha1:DataStore"
@@ -428,7 +428,7 @@ def test_only_kamaji_and_the_tenant_control_planes_reach_etcd(dev):
 
 
 # --------------------------------------------------------------------------- #
-# The component under the lifecycle simulator (kind mode)
+# What the component registers (kind mode), under plain mocks: the kind network is the one they answer
 # --------------------------------------------------------------------------- #
 
 # Not the defaults, so the tests show the versions come from the arguments.
@@ -458,13 +458,13 @@ def _kind_program(pool: str | None = None):
 
 @pytest.fixture(scope="module")
 def run():
-    return run_program({}, program=_kind_program(), world=lab_world())
+    return registered({}, program=_kind_program())
 
 
 @pytest.fixture(scope="module")
 def dev():
     """The whole program on the dev lab."""
-    return run_program(reference_stack())
+    return registered(reference_stack())
 
 
 def _releases(run) -> dict[str, Any]:
@@ -542,8 +542,8 @@ def test_the_pool_is_carved_from_the_kind_subnet_after_metallb(run):
         # MetalLB's webhook must answer first: an explicit edge, not only one through the provider.
         assert metallb.urn in resource.dependencies
     assert l2.inputs["spec"] == {"ipAddressPools": [LB_POOL_NAME]}
-    assert pool.inputs["spec"] == {"addresses": [lb_pool_range(KIND_SUBNET_V4)]}
-    assert run.outputs["lb_pool_range"].value == lb_pool_range(KIND_SUBNET_V4)
+    assert pool.inputs["spec"] == {"addresses": [lb_pool_range(MOCKED_KIND_SUBNET)]}
+    assert run.outputs["lb_pool_range"].value == lb_pool_range(MOCKED_KIND_SUBNET)
 
 
 def test_the_datastore_and_the_etcd_policy_come_after_the_release(run):
@@ -569,7 +569,7 @@ def test_whatever_waits_for_ready_waits_for_the_gate_the_datastore_and_the_pool(
     for name in ("kamaji-webhook-ready", "kamaji-datastore", "kamaji-ip-pool", "kamaji-l2-advertisement"):
         assert run.named(name).urn in consumer.dependencies, name
     # The outputs carry their resources too.
-    assert consumer.inputs["data"] == {"datastore": DEFAULT_DATASTORE, "pool": lb_pool_range(KIND_SUBNET_V4)}
+    assert consumer.inputs["data"] == {"datastore": DEFAULT_DATASTORE, "pool": lb_pool_range(MOCKED_KIND_SUBNET)}
     assert {run.named("kamaji-datastore").urn, run.named("kamaji-ip-pool").urn} <= set(
         consumer.property_dependencies["data"])
 
@@ -583,7 +583,7 @@ def test_every_tenant_control_plane_of_the_program_waits_for_kamajis_webhook(dev
 
 
 def test_an_explicit_pool_inside_the_kind_subnet_is_used_as_given():
-    run = run_program({}, program=_kind_program("172.18.100.10-172.18.100.20"), world=lab_world())
+    run = registered({}, program=_kind_program("172.18.100.10-172.18.100.20"))
     pool = run.named("kamaji-ip-pool", "kubernetes:metallb.io/v1beta1:IPAddressPool")
     assert pool.inputs["spec"] == {"addresses": ["172.18.100.10-172.18.100.20"]}
     assert run.outputs["lb_pool_range"].value == "172.18.100.10-172.18.100.20"
@@ -591,12 +591,11 @@ def test_an_explicit_pool_inside_the_kind_subnet_is_used_as_given():
 
 def test_an_explicit_pool_outside_the_kind_subnet_fails_the_up():
     with pytest.raises(AssertionError, match=r"management\.loadBalancerPool = '10\.20\.0\.200-10\.20\.0\.250' is not"):
-        run_program({}, program=_kind_program("10.20.0.200-10.20.0.250"), world=lab_world())
+        registered({}, program=_kind_program("10.20.0.200-10.20.0.250"))
 
 
 def test_on_an_adopted_cluster_nothing_is_deleted_with_a_cluster():
-    world = lab_world()
-    kubeconfig = world.adopt_cluster()
+    kubeconfig = kubeconfig_yaml("https://10.0.0.10:6443", "prod-mgmt")
 
     def program():
         cluster = ManagementCluster("management", ManagementClusterArgs(
@@ -604,6 +603,6 @@ def test_on_an_adopted_cluster_nothing_is_deleted_with_a_cluster():
         Kamaji("kamaji", KamajiArgs(provider=cluster.provider, kubeconfig=cluster.kubeconfig, kind_subnet=None,
                                     versions=VERSIONS, deleted_with=cluster.cluster))
 
-    run = run_program({}, program=program, world=world)
+    run = registered({}, program=program)
     children = run.descendants(run.named("kamaji", f"{COMPONENT_PREFIX}:Kamaji"))
     assert children and all(child.deleted_with == "" for child in children)

@@ -1,5 +1,6 @@
 """ManagementCluster in kind mode: the kind config on stdin, the stack marker, what kind-create.sh prints and
-how it is read, the IPv4 subnet, worker networks, and the cluster command under the lifecycle simulator.
+how it is read, the IPv4 subnet, worker networks, what the component registers (plain mocks), and the cluster
+command's lifecycle (the simulator).
 
 The scripts themselves run against stub binaries in test_kind_scripts.py; adopt mode is in test_adopt_cluster.py.
 """
@@ -31,8 +32,9 @@ from components.management.cluster import (
 from components.management.kamaji import Kamaji, KamajiArgs
 from components.naming import COMPONENT_PREFIX, KIND_NETWORK
 from config import Versions
+from ops.registrations import KIND_SUBNET_V4 as MOCKED_KIND_SUBNET
 from tests.support.fixtures import KIND_SUBNET_V4, KIND_SUBNET_V6, kubeconfig_yaml
-from tests.support.mockrun import PROJECT, run_program
+from tests.support.mockrun import PROJECT, registered, run_program
 from tests.support.sim import Lifecycle, engine
 from tests.support.sim.lab import lab_world
 
@@ -286,7 +288,7 @@ def test_worker_networks_need_an_ipv4_network():
 
 
 # --------------------------------------------------------------------------- #
-# The component under the lifecycle simulator
+# What the component registers (plain mocks), and what the simulated Docker host makes of it
 # --------------------------------------------------------------------------- #
 
 
@@ -309,7 +311,7 @@ def _program(created: dict | None = None, worker_cidrs: list[str] | None = None,
 @pytest.fixture(scope="module")
 def kind_run():
     created: dict = {}
-    run = run_program({}, program=_program(created, worker_cidrs=["10.20.0.0/16"]), world=lab_world())
+    run = registered({}, program=_program(created, worker_cidrs=["10.20.0.0/16"]))
     return run, created["cluster"]
 
 
@@ -353,7 +355,7 @@ def test_scripts_get_every_variable_they_require_and_the_label_they_check(kind_r
 
 
 def test_each_stack_labels_its_cluster_with_its_own_marker():
-    run = run_program({}, program=_program(), stack="prod", world=lab_world())
+    run = registered({}, program=_program(), stack="prod")
     inputs = _command(run).inputs
     marker = stack_marker(PROJECT, "prod")
     assert inputs["environment"][node_scripts.KIND_STACK_MARKER_ENV] == marker != MARKER
@@ -382,9 +384,9 @@ def test_the_kubeconfig_is_secret_in_state_logs_and_outputs(kind_run):
 
 def test_kind_subnet_and_worker_networks_come_from_the_created_clusters_network(kind_run):
     run, _ = kind_run
-    # The simulated host's kind network lists IPv6 first, as kind creates it.
-    assert run.outputs["kind_subnet"].value == KIND_SUBNET_V4 and not run.outputs["kind_subnet"].secret
-    assert run.outputs["worker_networks"].value == [KIND_SUBNET_V4, "10.20.0.0/16"]
+    # kind-create.sh's IPAM line lists IPv6 first, as kind creates the network.
+    assert run.outputs["kind_subnet"].value == MOCKED_KIND_SUBNET and not run.outputs["kind_subnet"].secret
+    assert run.outputs["worker_networks"].value == [MOCKED_KIND_SUBNET, "10.20.0.0/16"]
 
 
 def test_an_ipv6_only_kind_network_fails_the_up_with_the_fix():

@@ -1,7 +1,8 @@
 """The whole program on the dev lab (tests/fixtures/reference-stack.yaml): what a first `pulumi up` registers and leaves behind.
 
 One simulated `up` is shared by the module (`lab`): its registrations, its stack outputs, the engine's state
-(every resource's outputs) and the simulated machine it built.
+(every resource's outputs) and the simulated machine it built. Tests that ask only what is registered read one
+plain-mocks run (`registrations`), which is checked to register what the simulated `up` does.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from tests.support.mockrun import (
     reference_stack,
     registered,
     registration,
-    run_program,
     unwrap,
 )
 from tests.support.sim import Lifecycle, World, pki
@@ -136,6 +136,12 @@ def dev(lab) -> ProgramRun:
     return lab.run
 
 
+@pytest.fixture(scope="module")
+def registrations() -> ProgramRun:
+    """What the program registers for the dev lab, under plain mocks."""
+    return registered(reference_stack())
+
+
 def test_management_plane_is_built_in_dependency_order(dev, lab):
     kind = dev.named("gpu-tenancy-kind", COMMAND)
     kind_config = yaml.safe_load(kind.inputs["stdin"])
@@ -162,9 +168,9 @@ def test_management_plane_is_built_in_dependency_order(dev, lab):
         assert first <= ipaddress.ip_address(host) <= last and port == "6443"
 
 
-def test_every_tenant_gets_a_schema_valid_control_plane_with_all_addons(dev, vendor_dir):
+def test_every_tenant_gets_a_schema_valid_control_plane_with_all_addons(registrations, vendor_dir):
     schema = crd_json_schema(vendor_dir / "kamaji" / "kamaji.clastix.io_tenantcontrolplanes.yaml")
-    tcps = {r.inputs["metadata"]["name"]: r for r in dev.of_type(TCP)}
+    tcps = {r.inputs["metadata"]["name"]: r for r in registrations.of_type(TCP)}
     assert sorted(tcps) == list(TENANTS)
     for tcp in tcps.values():
         manifest = {k: tcp.inputs[k] for k in ("apiVersion", "kind", "metadata", "spec")}
@@ -172,7 +178,7 @@ def test_every_tenant_gets_a_schema_valid_control_plane_with_all_addons(dev, ven
         # kube-proxy is not Kamaji's addon: the program runs its own (components/tenant/kube_proxy.py).
         assert set(manifest["spec"]["addons"]) == {"coreDNS", "konnectivity"}
         tenant = manifest["metadata"]["name"]
-        assert dev.named(f"{tenant}-kube-proxy-daemonset").inputs["metadata"]["namespace"] == "kube-system"
+        assert registrations.named(f"{tenant}-kube-proxy-daemonset").inputs["metadata"]["namespace"] == "kube-system"
     assert tcps["tenant-b"].inputs["spec"]["networkProfile"]["podCidrs"] == ["10.245.0.0/16"]
 
 
@@ -242,11 +248,11 @@ def test_no_secret_is_readable_in_any_input_output_or_state(lab):
     assert join.is_secret("stdin") and base64.b64encode(token.encode()).decode() in join.inputs["stdin"]
 
 
-def test_commands_that_carry_credentials_never_log_them(dev):
-    kind = dev.named("gpu-tenancy-kind", COMMAND)
+def test_commands_that_carry_credentials_never_log_them(registrations):
+    kind = registrations.named("gpu-tenancy-kind", COMMAND)
     # stdout is the kubeconfig: kept secret, and only stderr is logged.
     assert kind.inputs["logging"] == "stderr" and kind.additional_secret_outputs == ["stdout"]
-    joins = [c for c in dev.of_type(COMMAND) if c.name.endswith("-join")]
+    joins = [c for c in registrations.of_type(COMMAND) if c.name.endswith("-join")]
     assert sorted(j.name for j in joins) == ["tenant-a-worker-0-join", "tenant-b-worker-0-join"]
     for join in joins:
         assert join.is_secret("stdin") and join.inputs["logging"] == "none"
@@ -277,8 +283,8 @@ def test_workers_are_kind_node_containers_joined_through_their_membership(dev, l
         assert dev.outputs["tenants"].value[tenant]["nodes"] == [node]
 
 
-def test_hami_per_tenant_after_joins_cni_and_the_tunnel(dev):
-    hami = {r.name: r for r in dev.of_type(RELEASE) if r.inputs["name"] == "hami"}
+def test_hami_per_tenant_after_joins_cni_and_the_tunnel(registrations):
+    hami = {r.name: r for r in registrations.of_type(RELEASE) if r.inputs["name"] == "hami"}
     assert sorted(hami) == ["tenant-a-hami", "tenant-b-hami"]
     for tenant in TENANTS:
         release = hami[f"{tenant}-hami"]
@@ -287,9 +293,10 @@ def test_hami_per_tenant_after_joins_cni_and_the_tunnel(dev):
         assert values["scheduler"]["admissionWebhook"]["failurePolicy"] == "Fail"
         assert values["mockDevicePlugin"]["enabled"] is True and values["devicePlugin"]["enabled"] is False
         # Workers joined -> CNI -> Konnectivity agents -> HAMi (the order components/gpu/hami.py explains).
-        assert dev.depends_on(dev.named(f"{tenant}-calico-crds"), dev.named(f"{tenant}-worker-0-registered"))
+        assert registrations.depends_on(registrations.named(f"{tenant}-calico-crds"),
+                                        registrations.named(f"{tenant}-worker-0-registered"))
         for needed in ("worker-0-registered", "calico", "konnectivity-ready"):
-            assert dev.depends_on(release, dev.named(f"{tenant}-{needed}")), needed
+            assert registrations.depends_on(release, registrations.named(f"{tenant}-{needed}")), needed
 
 
 def test_simulated_cards_capacity_and_the_smoke_test_per_tenant(dev, lab):
@@ -321,7 +328,7 @@ def test_the_smoke_pod_is_pinned_to_the_first_worker_its_request_fits():
     raw["tenants"][0]["workers"].insert(0, {"name": "small", "gpus": [small]})
     config = load_stack_config(raw)
     assert config.smoke_test.worker_in(config.tenants[0]).name == "worker-0"
-    run = run_program(raw, preview=True)
+    run = registered(raw, preview=True)
     pod = run.named("tenant-a-gpu-smoke-test")
     assert pod.inputs["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "tenant-a-worker-0"}
     assert run.depends_on(pod, run.named("tenant-a-worker-0-registered"))
@@ -353,24 +360,24 @@ def _shape(run: ProgramRun) -> dict[str, tuple]:
             for r in run.resources}
 
 
-def test_plain_mocks_register_what_the_simulated_up_registers(dev):
+def test_plain_mocks_register_what_the_simulated_up_registers(registrations, dev):
     # ops/registrations.py answers just enough for the program to go on: the same resources, parents, dependencies,
     # options and secret inputs as a first `up` against the simulated machine.
-    plain = registered(reference_stack())
+    plain = registrations
     assert _shape(plain) == _shape(dev)
     assert set(plain.outputs) == STACK_OUTPUTS
     assert {name for name, output in plain.outputs.items() if output.secret} == SECRET_OUTPUTS
 
 
-def test_tenants_do_not_depend_on_each_other(dev):
-    report = analyse(graph_nodes(dev), tenant_owners(load_stack_config(reference_stack())))
+def test_tenants_do_not_depend_on_each_other(registrations):
+    report = analyse(graph_nodes(registrations), tenant_owners(load_stack_config(reference_stack())))
     assert report.cross_tenant == []
     assert {t for t in report.tenant_of.values() if t} == set(TENANTS)
 
 
-def test_more_tenants_do_not_lengthen_the_critical_path(dev):
+def test_more_tenants_do_not_lengthen_the_critical_path(registrations):
     owners = tenant_owners(load_stack_config(reference_stack()))
-    two = analyse(graph_nodes(dev), owners)
+    two = analyse(graph_nodes(registrations), owners)
     four = evaluate(generated_config(4)).report
     assert len(four.longest_chain) == len(two.longest_chain)
     assert four.resource_count > two.resource_count

@@ -1,7 +1,7 @@
-"""The lab's pull-through image caches (components/management/image_cache.py), on the lifecycle simulator.
+"""The lab's pull-through image caches (components/management/image_cache.py).
 
-Each test is one operation a user runs; the simulated Docker host shows where the caches, their volume and each
-node's containerd configuration end up.
+What the program registers is read from a plain-mocks run; each lifecycle test is one operation a user runs on the
+simulator, whose Docker host shows where the caches, their volume and each node's containerd configuration end up.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from components.management.image_cache import (
 )
 from ops.graph import generated_config
 from tests.support.lifecycle_support import adopt_lab, running_kind_lab
-from tests.support.mockrun import reference_stack, run_program
+from tests.support.mockrun import reference_stack, registered
 from tests.support.sim.world import MIRROR_MARKER
 
 CLUSTER = "gpu-tenancy"
@@ -40,6 +40,12 @@ def cache_containers(world) -> dict[str, object]:
 @pytest.fixture(scope="module")
 def running():
     return running_kind_lab()
+
+
+@pytest.fixture(scope="module")
+def lab():
+    """What the program registers for the reference lab (plain mocks)."""
+    return registered(reference_stack())
 
 
 def test_every_node_pulls_through_a_cache_on_the_kind_network(running):
@@ -65,8 +71,8 @@ def test_registries_of_normalises_like_containerd():
         "docker.io", "quay.io", "registry.k8s.io", "localhost:5000", "ghcr.io"}
 
 
-def test_installs_on_the_management_cluster_wait_for_the_kind_node_to_use_the_caches():
-    run = run_program(reference_stack())
+def test_installs_on_the_management_cluster_wait_for_the_kind_node_to_use_the_caches(lab):
+    run = lab
     node_config = run.named("image-mirror-kind-node")
     for release in run.of_type("kubernetes:helm.sh/v3:Release"):
         if release.name.startswith("kamaji"):
@@ -77,14 +83,15 @@ def test_installs_on_the_management_cluster_wait_for_the_kind_node_to_use_the_ca
 
 def test_the_cache_count_does_not_grow_with_tenants():
     def caches(tenants: int) -> int:
-        run = run_program(generated_config(tenants), preview=True)
+        run = registered(generated_config(tenants), preview=True)
         return len([r for r in run.of_type("docker:index/container:Container") if r.name.startswith("image-mirror")])
 
-    assert caches(2) == caches(32) == len(MIRRORED_REGISTRIES)
+    # Four times the tenants is enough to show a per-tenant cache (a run of 32 costs 8 s of CPU, 8 a quarter).
+    assert caches(2) == caches(8) == len(MIRRORED_REGISTRIES)
 
 
-def test_the_cache_image_is_pinned_and_the_registry_config_is_set_by_environment():
-    run = run_program(reference_stack())
+def test_the_cache_image_is_pinned_and_the_registry_config_is_set_by_environment(lab):
+    run = lab
     image = run.named("image-mirror-image")
     assert image.inputs["name"] == REGISTRY_IMAGE and "@sha256:" in REGISTRY_IMAGE
     docker_io = run.named("image-mirror-docker-io")
@@ -120,7 +127,7 @@ def test_switching_the_mirror_off_removes_the_caches_and_every_nodes_files():
 def test_docker_hub_credentials_reach_only_the_docker_io_cache_as_a_secret():
     config = copy.deepcopy(reference_stack())
     config.setdefault("management", {})["dockerHub"] = {"username": "platform-team", "token": "dckr_pat_s3cr3t"}
-    run = run_program(config, secret_keys=["management"])
+    run = registered(config, secret_keys=["management"])
     docker_io = run.named("image-mirror-docker-io")
     assert docker_io.is_secret("envs")
     assert "REGISTRY_PROXY_PASSWORD=dckr_pat_s3cr3t" in docker_io.inputs["envs"]
@@ -164,9 +171,9 @@ def test_stack_mirrors_name_one_cache_per_registry():
     }
 
 
-def test_the_caches_never_expire_what_they_hold():
+def test_the_caches_never_expire_what_they_hold(lab):
     # distribution configuration.go Proxy.TTL: unset means 7 days, after which cached content is deleted.
-    run = run_program(reference_stack())
+    run = lab
     for registry in MIRRORED_REGISTRIES:
         cache = run.named(f"image-mirror-{registry.replace('.', '-')}")
         env = dict(entry.split("=", 1) for entry in cache.inputs["envs"])
@@ -176,5 +183,5 @@ def test_the_caches_never_expire_what_they_hold():
 def test_a_dedicated_etcd_pulls_its_images_through_the_cache_too():
     config = copy.deepcopy(reference_stack())
     config["tenants"][1]["dataStore"] = {"dedicated": True}
-    run = run_program(config)
+    run = registered(config)
     assert run.depends_on(run.named("tenant-b-etcd"), run.named("image-mirror-kind-node"))

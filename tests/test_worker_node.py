@@ -31,7 +31,7 @@ from components.worker.node import (
     worker_image,
 )
 from config.models import KIND_NODE_IMAGES
-from tests.support.mockrun import ProgramFailedError, ProgramRun, run_program
+from tests.support.mockrun import ProgramFailedError, ProgramRun, registered
 from tests.support.sim import Lifecycle, hostapi, systems
 from tests.support.sim.scripts import invocation
 from tests.support.sim.state import contains_secret, plain
@@ -184,7 +184,7 @@ def test_a_container_worker_needs_the_management_cluster_and_its_image():
         WorkerNode(NODE, WorkerNodeArgs(tenant=access, worker=config.Worker(name="worker-0")))
 
     with pytest.raises(ProgramFailedError, match="management_cluster and image are required"):
-        run_program({}, program=program, preview=True)
+        registered({}, program=program, preview=True)
 
 
 # --------------------------------------------------------------------------- #
