@@ -33,7 +33,7 @@ def _status() -> str:
     sim = Lifecycle({**config, "tenants": tenants[:1]}, world=lab_world())
     for count in range(1, len(tenants) + 1):
         sim.config["tenants"] = tenants[:count]
-        sim.up()
+        sim.up(skip_preview=True)  # what `make up` shows comes from the update; its preview changes nothing
     outputs = {name: ("[secret]" if name in sim.secret_outputs else plain(value))
                for name, value in sim.outputs.items()}
     return f"```text\n$ make status\n{render(outputs)}```\n"
