@@ -292,6 +292,15 @@ class _Recorder(mocks.MockMonitor):
         super().__init__(_Answers())
         self.registered: list[Registration] = []
 
+    def make_urn(self, parent: str, type_: str, name: str) -> str:
+        """The URN the engine gives (pulumi sdk/go/common/resource/urn.go New): the parent's whole qualified type,
+        `$`, the type; nothing of the stack for a top-level resource. The SDK's MockMonitor.make_urn keeps only the
+        parent's last type and prefixes `pulumi:pulumi:Stack$`, so nested components would get other URNs than in a
+        real stack (and than the lifecycle simulator gives)."""
+        parent_type = parent.split("::")[2] if parent else ""
+        qualified = f"{parent_type}${type_}" if parent_type and parent_type != "pulumi:pulumi:Stack" else type_
+        return f"urn:pulumi:{pulumi.get_stack()}::{pulumi.get_project()}::{qualified}::{name}"
+
     def _record(self, request: Any, read: bool) -> tuple[str, str, Any]:
         mocks._ensure_event_loop()
         urn = self.make_urn(request.parent, request.type, request.name)
