@@ -700,11 +700,30 @@ class DockerContainerModel:
         for volume in volumes:
             # moby daemon/create.go: a named volume a container mounts is created if it does not exist.
             docker.volumes.setdefault(volume, {})
-        docker.containers[name] = scripts_container(name, inputs, networks, labels)
-        docker.containers[name].volumes = volumes
-        docker.containers[name].env = tuple(inputs.get("envs") or ())
+        container = scripts_container(name, inputs, networks, labels)
+        container.volumes = volumes
+        container.env = tuple(inputs.get("envs") or ())
+        container.restart = str(inputs.get("restart") or "no")
+        container.healthcheck = tuple((inputs.get("healthcheck") or {}).get("tests") or ())
+        docker.containers[name] = container
         ctx.world.machines.pop(name, None)  # a new container is a new machine
-        return f"container-{name}-{ctx.engine.serial()}", {**resource.inputs, "id": UNKNOWN}
+        container_id = f"container-{name}-{ctx.engine.serial()}"
+        outputs = {**resource.inputs, "id": UNKNOWN}
+        if inputs.get("start") is False:
+            container.running = False
+            return container_id, outputs
+        docker.start(container)
+        # resource_docker_container_funcs.go (v4.5.0) Create: the id is set before the start, so a failed wait
+        # leaves a created container in the state (the bridge reports an initialization error).
+        if _truthy(inputs.get("wait")):
+            if not container.healthcheck:
+                raise PartialFailureError(outputs, "you have supplied a 'wait' argument, but the container does not "
+                                                   "have a healthcheck defined. Please remove the 'wait' argument or "
+                                                   "add a 'healthcheck' attribute")
+            if container.health != "healthy":
+                # waitForHealthyState polls until wait_timeout (default 60 s), then errContainerFailedToBeInHealthyState.
+                raise PartialFailureError(outputs, "container failed to be in healthy state")
+        return container_id, outputs
 
     def update(self, ctx: Context, old: Resource, resource: Resource) -> dict[str, Any]:
         return dict(resource.inputs)
@@ -743,6 +762,7 @@ class DockerImageModel:
         if name not in docker.images:
             docker.image_pulls.append(name)
             docker.images.add(name)
+        docker.image_names[digest] = name
         return f"{digest}{name}", {**resource.inputs, "imageId": digest, "repoDigest": f"{name}@{digest}"}
 
     def update(self, ctx: Context, old: Resource, resource: Resource) -> dict[str, Any]:

@@ -13,12 +13,18 @@ from __future__ import annotations
 import copy
 import datetime
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from components.kube import ApiError, UnreachableError
 from tests.support.sim import pki
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
 
 SYSTEM_MASTERS = "system:masters"
 CLUSTER_ADMINS = "kubeadm:cluster-admins"
@@ -266,11 +272,25 @@ class Container:
     image: str
     network: str
     labels: dict[str, str]
+    # moby container/state.go: State.Running, which SetRestarting keeps true during a restart back-off ("we
+    # should consider the container running when it is restarting"); `restarting` tells the two apart.
     running: bool = True
     privileged: bool = False
     files: dict[str, str] = field(default_factory=dict)
     volumes: tuple[str, ...] = ()  # named volumes it mounts
     env: tuple[str, ...] = ()
+    restart: str = "no"  # HostConfig.RestartPolicy.Name
+    healthcheck: tuple[str, ...] = ()  # Config.Healthcheck.Test; () without one
+    restarting: bool = False
+    health: str | None = None  # State.Health.Status: "starting", "healthy"; None without a healthcheck
+    exit_code: int = 0
+    restart_count: int = 0
+    logs: list[str] = field(default_factory=list)
+
+    @property
+    def up(self) -> bool:
+        """Its process runs (what answers on its ports): running and not between two restarts."""
+        return self.running and not self.restarting
 
 
 @dataclass
@@ -300,12 +320,115 @@ class DockerHost:
     containers: dict[str, Container] = field(default_factory=dict)
     images: set[str] = field(default_factory=set)
     image_pulls: list[str] = field(default_factory=list)
+    # Image id -> the reference it was pulled as (containers name their image by id).
+    image_names: dict[str, str] = field(default_factory=dict)
     # Named volumes: name -> labels.
     volumes: dict[str, dict[str, str]] = field(default_factory=dict)
     cpus: int = 4
     # Host sysctls kube-proxy may try to write (read-only from a container's netns).
     nf_conntrack_max: int = 262144
     conntrack_hashsize: int = 65536
+    # The internet as seen from this host: hosts nothing here reaches (an outage, a firewall), whether direct
+    # connections are refused (a host behind a corporate proxy), and the HTTP proxies that do forward.
+    blocked_hosts: set[str] = field(default_factory=set)
+    proxy_only: bool = False
+    proxies: set[str] = field(default_factory=set)
+
+    def reaches(self, url: str, env: Mapping[str, str]) -> bool:
+        """Whether a Go program with environment `env` gets an answer from `url` (net/http's default transport,
+        which takes its proxy from the environment)."""
+        host = urlsplit(url).hostname or ""
+        if host in self.blocked_hosts:
+            return False
+        proxy = proxy_for(url, env)
+        if proxy is not None:
+            return proxy in self.proxies
+        return not self.proxy_only
+
+    def start(self, container: Container) -> None:
+        """moby daemon/start.go and monitor.go: run the image's process; when it exits, the restart policy
+        decides whether the container waits to be restarted (state.go SetRestarting) or stays exited."""
+        why = self._exits_at_start(container)
+        # daemon/health.go initHealthMonitor: every (re)start resets the health to "starting".
+        container.health = "starting" if container.healthcheck else None
+        if why is None:
+            container.running, container.restarting = True, False
+            if container.healthcheck:
+                container.health = "healthy"
+            return
+        container.logs.append(why)
+        container.exit_code = 2  # a Go panic
+        # restartmanager/restartmanager.go ShouldRestart: "always" and "unless-stopped" always, "on-failure" on a
+        # non-zero exit code; "no" never.
+        if container.restart in ("always", "unless-stopped", "on-failure"):
+            container.running = container.restarting = True
+        else:
+            container.running = container.restarting = False
+
+    def retry_restarts(self) -> None:
+        """Time passes: the restart manager's back-off (100 ms doubling up to a minute) runs out and every
+        container waiting for a restart starts again."""
+        for container in self.containers.values():
+            if container.restarting:
+                container.restart_count += 1
+                self.start(container)
+
+    def _exits_at_start(self, container: Container) -> str | None:
+        """Why the image's process dies at once (its log line), or None when it keeps running."""
+        image = self.image_names.get(container.image, container.image)
+        if _repository(image) in ("registry", "library/registry"):
+            return _distribution_start(container, self)
+        return None
+
+
+def _repository(reference: str) -> str:
+    """`docker.io/library/registry:3.1.2@sha256:...` -> `library/registry`."""
+    name = reference.split("@", 1)[0]
+    first, _, rest = name.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        name = rest
+    path, _, last = name.rpartition("/")
+    return f"{path}/{last.split(':', 1)[0]}" if path else last.split(":", 1)[0]
+
+
+def _distribution_start(container: Container, docker: DockerHost) -> str | None:
+    """distribution v3.1.1 (HEAD unchanged) in proxy mode: registry/handlers/app.go NewApp calls
+    proxy.NewRegistryPullThroughCache and panics on its error; that calls configureAuth unless
+    REGISTRY_PROXY_EXEC_COMMAND is set (registry/proxy/proxyregistry.go), whose getAuthURLs does
+    `http.Get(remoteURL + "/v2/")` (registry/proxy/proxyauth.go) through http.DefaultClient, so with the
+    environment's proxy."""
+    env = dict(entry.split("=", 1) for entry in container.env if "=" in entry)
+    remote = env.get("REGISTRY_PROXY_REMOTEURL")
+    if not remote or env.get("REGISTRY_PROXY_EXEC_COMMAND"):
+        return None
+    if docker.reaches(f"{remote}/v2/", env):
+        return None
+    return f'panic: Get "{remote}/v2/": dial tcp: lookup {urlsplit(remote).hostname}: i/o timeout'
+
+
+def proxy_for(url: str, env: Mapping[str, str]) -> str | None:
+    """golang.org/x/net/http/httpproxy FromEnvironment + ProxyFunc: HTTPS_PROXY (or https_proxy) for https URLs,
+    HTTP_PROXY (or http_proxy) for http ones, none for localhost, loopback addresses or a host NO_PROXY (or
+    no_proxy) names: "*", the host, or a domain of it ("example.com" and ".example.com" both match
+    "a.example.com"; only the former matches "example.com")."""
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    scheme = "HTTPS" if parts.scheme == "https" else "HTTP"
+    proxy = env.get(f"{scheme}_PROXY") or env.get(f"{scheme.lower()}_proxy") or None
+    if proxy is None or host == "localhost":
+        return None
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return None
+    except ValueError:
+        pass
+    for entry in (env.get("NO_PROXY") or env.get("no_proxy") or "").split(","):
+        entry = entry.strip().lower().split(":", 1)[0]
+        if not entry:
+            continue
+        if entry == "*" or host == entry or host.endswith("." + entry.lstrip(".")):
+            return None
+    return proxy
 
 
 @dataclass
@@ -381,9 +504,11 @@ class World:
         return api
 
     def end_of_operation(self) -> None:
-        """Time passes between two operations: every control plane has finished its RBAC by then."""
+        """Time passes between two operations: every control plane has finished its RBAC by then, and Docker has
+        restarted every container waiting for a restart."""
         for tenant in self.tenants.values():
             tenant.rbac_ready = True
+        self.docker.retry_restarts()
         for cluster in self.kind.values():
             _kamaji_settles(cluster.api)
         if self.adopted is not None:
@@ -474,6 +599,30 @@ class World:
             if tenant.namespace == namespace and (name is None or tenant.name == name):
                 return tenant.api
         return None
+
+    def pull_source(self, node: str, registry: str) -> str:
+        """Where `node`'s containerd gets an image of `registry` from: each `[host]` of its
+        /etc/containerd/certs.d/<registry>/hosts.toml in order, then `server` (containerd
+        core/remotes/docker/config/hosts.go puts the server last; core/remotes/docker/resolver.go logs "trying
+        next host" on a connection error or a status above 399); without the file, the registry itself. A cache
+        answers while its process runs (a name without a dot is a container, which only Docker's embedded DNS
+        resolves); the registry answers when the host reaches it directly (nodes are given no proxy variables
+        here). UnreachableError when no host answers."""
+        machine = self.machines.get(node)
+        text = (machine.files if machine else {}).get(f"/etc/containerd/certs.d/{registry}/hosts.toml")
+        default = "https://registry-1.docker.io" if registry == "docker.io" else f"https://{registry}"
+        config = tomllib.loads(text) if text else {}
+        tried = []
+        for url in [*(config.get("host") or {}), config.get("server") or default]:
+            tried.append(url)
+            host = urlsplit(url).hostname or ""
+            if "." not in host:  # a container name, which only Docker's embedded DNS resolves
+                cache = self.docker.containers.get(host)
+                if cache is not None and cache.up:
+                    return url
+            elif self.docker.reaches(url, {}):
+                return url
+        raise UnreachableError(f"{node}: failed to resolve an image of {registry}: tried {', '.join(tried)}")
 
     def leftovers(self) -> list[str]:
         """What would still be on the machine after a complete tear-down."""
