@@ -16,12 +16,13 @@ from components.management.image_cache import (
     REGISTRY_IMAGE,
     cache_container_name,
     cache_volume_name,
+    carries_credentials,
     hosts_toml,
     registries_of,
     stack_mirrors,
 )
 from ops.graph import generated_config
-from tests.support.lifecycle_support import adopt_lab, running_kind_lab
+from tests.support.lifecycle_support import adopt_lab, kind_lab, running_kind_lab
 from tests.support.mockrun import reference_stack, registered
 from tests.support.sim.world import MIRROR_MARKER
 
@@ -63,6 +64,21 @@ def test_every_node_pulls_through_a_cache_on_the_kind_network(running):
             text = files[f"{CERTS_D}/{registry}/hosts.toml"]
             mirror = f"http://{cache_container_name(CLUSTER, registry)}:5000"
             assert f'[host."{mirror}"]' in text and text == hosts_toml(registry, mirror)
+
+
+def test_the_caches_are_exactly_the_registries_the_platform_pulls_from():
+    from config import load_stack_config
+    from tests.test_images import platform_images
+
+    dev = reference_stack()
+    images = platform_images(load_stack_config(dev))
+    assert images, "the inventory is empty"
+    # Every cache serves some image of the lab (a cache nobody uses only adds an upstream it needs at start) ...
+    assert registries_of(images) == set(MIRRORED_REGISTRIES)
+    # ... and no variant of the lab pulls from a registry without one.
+    variant = copy.deepcopy(dev)
+    variant["tenants"][1]["dataStore"] = {"dedicated": True}
+    assert registries_of(platform_images(load_stack_config(variant))) <= set(MIRRORED_REGISTRIES)
 
 
 def test_registries_of_normalises_like_containerd():
@@ -167,7 +183,6 @@ def test_stack_mirrors_name_one_cache_per_registry():
         "docker.io": "http://lab-mirror-docker-io:5000",
         "quay.io": "http://lab-mirror-quay-io:5000",
         "registry.k8s.io": "http://lab-mirror-registry-k8s-io:5000",
-        "ghcr.io": "http://lab-mirror-ghcr-io:5000",
     }
 
 
@@ -185,3 +200,62 @@ def test_a_dedicated_etcd_pulls_its_images_through_the_cache_too():
     config["tenants"][1]["dataStore"] = {"dedicated": True}
     run = registered(config)
     assert run.depends_on(run.named("tenant-b-etcd"), run.named("image-mirror-kind-node"))
+
+
+# --------------------------------------------------------------------------- #
+# A cache fails soft: it never takes `pulumi up` down with it
+# --------------------------------------------------------------------------- #
+
+# No proxy in the environment `pulumi up` runs in, whatever the test runner's own environment holds.
+NO_PROXY_ENV = {name: "" for name in ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy",
+                                      "no_proxy")}
+CORPORATE_PROXY = "http://proxy.corp.example:3128"
+KIND_NODE = f"{CLUSTER}-control-plane"
+
+
+def test_a_cache_whose_upstream_is_down_at_start_does_not_fail_the_up_and_nodes_fall_back():
+    sim = kind_lab()
+    sim.world.docker.blocked_hosts.add("quay.io")  # an outage during the first `make up`
+    plan = sim.up(env=NO_PROXY_ENV)
+    assert plan.ok, plan.render()
+    quay = sim.world.docker.containers[cache_container_name(CLUSTER, "quay.io")]
+    assert quay.restarting and quay.logs[-1].startswith('panic: Get "https://quay.io/v2/"')
+    assert all(c.up for r, c in cache_containers(sim.world).items() if r != quay.name)
+    # The outage ends. Until Docker restarts the cache, the node pulls quay.io from quay.io itself ...
+    sim.world.docker.blocked_hosts.clear()
+    assert sim.world.pull_source(KIND_NODE, "quay.io") == "https://quay.io"
+    # ... and through the cache once it is back, with no `make up` in between.
+    sim.world.end_of_operation()
+    assert quay.up and sim.world.pull_source(KIND_NODE, "quay.io") == stack_mirrors(CLUSTER)["quay.io"]
+    assert sim.up(env=NO_PROXY_ENV).changed() == {}
+
+
+def test_behind_a_proxy_the_caches_get_the_proxy_of_the_up_and_start():
+    sim = kind_lab()
+    sim.world.docker.proxy_only = True
+    sim.world.docker.proxies.add(CORPORATE_PROXY)
+    env = {**NO_PROXY_ENV, "HTTPS_PROXY": CORPORATE_PROXY, "no_proxy": "localhost,.corp.example"}
+    assert sim.up(env=env).ok
+    caches = cache_containers(sim.world)
+    assert caches and all(cache.up for cache in caches.values())
+    for cache in caches.values():
+        # Both spellings, as kind gives them to its node (pkg/cluster/internal/providers/common/proxy.go).
+        assert {f"HTTPS_PROXY={CORPORATE_PROXY}", f"https_proxy={CORPORATE_PROXY}",
+                "NO_PROXY=localhost,.corp.example", "no_proxy=localhost,.corp.example"} <= set(cache.env)
+        assert not any(entry.lower().startswith("http_proxy=") for entry in cache.env)
+    assert sim.up(env=env).changed() == {}
+
+
+def test_a_proxy_password_keeps_the_cache_environments_secret():
+    from tests.support.sim.state import contains_secret
+
+    sim = kind_lab()
+    sim.up(env={**NO_PROXY_ENV, "HTTPS_PROXY": "http://svc:pr0xy-pw@proxy.corp.example:3128"})
+    for registry in MIRRORED_REGISTRIES:
+        assert contains_secret(sim.resource(f"image-mirror-{registry.replace('.', '-')}").inputs["envs"]), registry
+    caches = {f"image-mirror-{registry.replace('.', '-')}" for registry in MIRRORED_REGISTRIES}
+    plain_inputs = [repr(r.inputs) for r in sim.resources() if r.name not in caches]
+    assert not any("pr0xy-pw" in text for text in plain_inputs)
+    # Without a password the environment stays readable (`pulumi preview` shows it).
+    assert not carries_credentials(["HTTPS_PROXY=http://proxy.corp.example:3128", "NO_PROXY=localhost"])
+    assert carries_credentials(["https_proxy=svc:pw@proxy:3128"])

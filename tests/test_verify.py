@@ -13,7 +13,7 @@ import yaml
 from components import kube
 from components.images import PAUSE_IMAGE, worker_images
 from components.kube import ApiError, UnreachableError
-from components.management.image_cache import DEBUG_PORT
+from components.management.image_cache import DEBUG_PORT, MIRRORED_REGISTRIES
 from components.plan import plan_summary
 from config import Versions, load_stack_config
 from ops import verify, verify_checks
@@ -142,7 +142,7 @@ def test_all_green_platform_passes(platform, clock, tmp_path, capsys):
     assert err == ""
     assert "FAIL" not in out
     assert out.rstrip().endswith(
-        "verify passed: 31 checks OK, 1 skipped (tenant-a: 1) in 2 tenant(s) and the image mirror")
+        "verify passed: 30 checks OK, 1 skipped (tenant-a: 1) in 2 tenant(s) and the image mirror")
     (skip_line,) = [line for line in out.splitlines() if "  SKIP  " in line]
     assert skip_line.startswith("pod → tenant-b data store") and "not tested: " in skip_line
     for name, cluster in platform.tenants.items():
@@ -237,7 +237,7 @@ def test_control_plane_not_ready(platform, clock, tmp_path, capsys):
     assert "kubectl --context kind-gpu-tenancy -n tenant-a describe tcp tenant-a" in result.fix
     code, out, _ = run_main(platform, tmp_path, FakeClock(), capsys)
     assert code == 1
-    assert "verify failed: 1 of 32 checks failed (tenant-a: 1)" in out
+    assert "verify failed: 1 of 31 checks failed (tenant-a: 1)" in out
 
 
 def test_control_plane_without_status_or_missing(platform, clock):
@@ -795,7 +795,7 @@ def test_data_store_nothing_could_reach_is_not_tested_rather_than_ok(platform, c
     # A skip is printed as such and does not fail the run; the summary counts it apart from the OKs.
     code, out, _ = run_main(healthy_platform(), tmp_path, FakeClock(), capsys)
     assert code == 0
-    assert "31 checks OK, 1 skipped (tenant-a: 1)" in out
+    assert "30 checks OK, 1 skipped (tenant-a: 1)" in out
 
 
 def test_a_row_whose_names_do_not_resolve_is_not_tested(platform, clock):
@@ -994,7 +994,7 @@ def test_outputs_missing_a_tenant(platform, clock, tmp_path, capsys):
     assert code == 1
     assert "tenant-b is planned but missing from the output tenants → this tenant cannot be checked" in out
     assert "isolated from tenant-b" not in out and "pod → tenant-b" not in out
-    assert out.rstrip().endswith("verify failed: 1 of 15 checks failed (tenant-b: 1)")
+    assert out.rstrip().endswith("verify failed: 1 of 14 checks failed (tenant-b: 1)")
 
 
 def test_outputs_missing_a_tenant_kubeconfig_or_plan_entry(platform):
@@ -1128,7 +1128,7 @@ def test_the_programs_outputs_describe_what_verify_needs(dev_outputs):
         user = kube.current_context(tenant.user_kubeconfig)
         assert user.namespace == "default" and "token" in user.user
         assert tenant.kubeconfig != tenant.user_kubeconfig
-    assert set(dev_outputs["imageMirror"]) == {"docker.io", "quay.io", "registry.k8s.io", "ghcr.io"}
+    assert set(dev_outputs["imageMirror"]) == {"docker.io", "quay.io", "registry.k8s.io"}
 
 
 def test_plan_names_calico_and_each_tenants_own_worker_networks(dev_config):
@@ -1176,7 +1176,7 @@ def test_reads_the_stack_outputs_with_pulumi(platform, clock, capsys):
     code = verify.main(["--stack", "lab"], run=run, connect=platform.connect, waiting=waiting_on(clock))
     assert code == 0
     ((argv, kwargs),) = pulumi.calls
-    assert len(platform.docker.calls) == 4
+    assert len(platform.docker.calls) == len(MIRRORED_REGISTRIES)
     assert argv == ["pulumi", "stack", "output", "--json", "--show-secrets", "--stack", "lab"]
     assert kwargs["cwd"] == verify.ROOT
     assert (verify.ROOT / "Pulumi.yaml").is_file()
@@ -1237,8 +1237,7 @@ def test_mirror_counters_from_distributions_expvar():
 
 def test_mirror_table_reads_each_cache_inside_its_container(platform):
     report = verify_mirror(platform.outputs["imageMirror"], platform.docker)
-    assert [r.name for r in report.results] == ["cache docker.io", "cache quay.io", "cache registry.k8s.io",
-                                                "cache ghcr.io"]
+    assert [r.name for r in report.results] == ["cache docker.io", "cache quay.io", "cache registry.k8s.io"]
     assert all(r.ok for r in report.results)
     assert report.results[0].detail == (
         "gpu-tenancy-mirror-docker-io: blobs 204 hits / 8 misses of 212 requests, 59.0 MiB from upstream; "
@@ -1252,17 +1251,18 @@ def test_mirror_table_reads_each_cache_inside_its_container(platform):
 
 def test_stopped_or_missing_cache_fails_with_the_fix(platform, clock, tmp_path, capsys):
     platform.docker.containers["gpu-tenancy-mirror-quay-io"] = None
-    del platform.docker.containers["gpu-tenancy-mirror-ghcr-io"]
+    del platform.docker.containers["gpu-tenancy-mirror-registry-k8s-io"]
     code, out, _ = run_main(platform, tmp_path, clock, capsys)
     assert code == 1
-    assert out.rstrip().endswith("verify failed: 2 of 32 checks failed (image mirror: 2), 1 skipped (tenant-a: 1)")
+    assert out.rstrip().endswith("verify failed: 2 of 31 checks failed (image mirror: 2), 1 skipped (tenant-a: 1)")
     report = verify_mirror(platform.outputs["imageMirror"], platform.docker)
     stopped = {r.name: r for r in report.results}["cache quay.io"]
     assert not stopped.ok
     assert "gpu-tenancy-mirror-quay-io is not running or its debug server does not answer" in stopped.detail
     assert "is not running)" in stopped.detail
     assert stopped.fix.startswith("docker start gpu-tenancy-mirror-quay-io (or `make up`)")
-    assert "No such container: gpu-tenancy-mirror-ghcr-io" in {r.name: r for r in report.results}["cache ghcr.io"].detail
+    missing = {r.name: r for r in report.results}["cache registry.k8s.io"]
+    assert "No such container: gpu-tenancy-mirror-registry-k8s-io" in missing.detail
 
 
 def test_mirror_without_docker_or_answer():

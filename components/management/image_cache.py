@@ -12,13 +12,20 @@ components/worker/scripts/node-mirrors.sh: `/etc/containerd/certs.d/<registry>/h
 falls back to the registry itself (containerd docs/hosts.md, "server" as fallback). kindest/node's containerd
 2.x reads that directory without any config change (its default config_path) and re-reads it on every pull.
 
-The number of caches does not depend on the number of tenants: four containers and one volume per lab.
+The caches are an optimisation, never a dependency: `pulumi up` does not wait for them, and a node whose cache
+does not answer pulls from the registry itself. A cache needs its upstream at start-up (distribution panics when
+`GET <remoteurl>/v2/` fails, then Docker restarts it until it can), so it gets the proxy variables of the
+environment `pulumi up` runs in, as kind gives them to its node.
+
+The number of caches does not depend on the number of tenants: three containers and one volume per lab.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import pulumi
 import pulumi_docker as docker
@@ -28,14 +35,17 @@ from components import shell as node_scripts
 from components.naming import COMPONENT_PREFIX, KIND_NETWORK, LABEL_ROLE, LABEL_STACK
 from components.worker.access import NodeAccess, NodeScript, run_on_node
 
-# Registry host -> the upstream URL its cache proxies. Every image the platform runs comes from one of these
-# (components/images.py lists them per node).
+# Registry host -> the upstream URL its cache proxies: exactly the registries the platform's images come from
+# (components/images.py lists them per node; tests/test_registry_mirror.py checks both ways). A cache nobody
+# pulls through would only add a container that needs one more upstream at start.
 MIRRORED_REGISTRIES: dict[str, str] = {
     "docker.io": "https://registry-1.docker.io",
     "quay.io": "https://quay.io",
     "registry.k8s.io": "https://registry.k8s.io",
-    "ghcr.io": "https://ghcr.io",
 }
+# kind pkg/cluster/internal/providers/common/proxy.go: these, each read upper case first, then lower case, and
+# passed in both spellings. distribution's upstream client is net/http's default transport, which reads them.
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
 # The Docker official image of distribution, pinned by the digest docker-library/repo-info records for
 # registry:3.1.2 (repos/registry/remote/3.md).
 REGISTRY_IMAGE = (
@@ -46,8 +56,8 @@ PORT = 5000
 # expvar JSON (`registry.proxy.*` hits and misses) on this debug port; it is not published.
 DEBUG_PORT = 5001
 CACHE_PATH = "/var/lib/registry"
-# How long `docker.Container(wait=True)` waits for a cache's healthcheck.
-READY_TIMEOUT_SECONDS = 120
+# Where a node's own registry configuration lives (containerd's default config_path, first entry).
+CERTS_D = "/etc/containerd/certs.d"
 
 
 def upstream_server(registry: str) -> str:
@@ -84,8 +94,35 @@ def hosts_toml(registry: str, mirror: str) -> str:
     )
 
 
-def cache_environment(registry: str, credentials: config.models.DockerHubCredentials | None) -> list[str]:
-    """The registry's configuration, as distribution's REGISTRY_<SECTION>_<KEY> environment overrides."""
+def proxy_environment(environ: Mapping[str, str]) -> list[str]:
+    """The proxy variables a cache gets from `environ` (the Pulumi host's), as kind passes them to its node."""
+    env = []
+    for name in PROXY_VARIABLES:
+        value = environ.get(name) or environ.get(name.lower())
+        if value:
+            env += [f"{name}={value}", f"{name.lower()}={value}"]
+    return env
+
+
+def carries_credentials(env: Sequence[str]) -> bool:
+    """Whether an environment holds a secret: a Docker Hub token or a proxy URL with a password in it."""
+    for entry in env:
+        name, _, value = entry.partition("=")
+        if name == "REGISTRY_PROXY_PASSWORD":
+            return True
+        if name.upper() in ("HTTP_PROXY", "HTTPS_PROXY"):
+            try:
+                if urlsplit(value if "://" in value else f"http://{value}").password is not None:
+                    return True
+            except ValueError:
+                return True  # unparsable: treat as secret rather than print it
+    return False
+
+
+def cache_environment(registry: str, credentials: config.models.DockerHubCredentials | None,
+                      proxy: Sequence[str] = ()) -> list[str]:
+    """The registry's configuration, as distribution's REGISTRY_<SECTION>_<KEY> environment overrides, and the
+    proxy variables (`proxy_environment`)."""
     env = [
         f"REGISTRY_PROXY_REMOTEURL={MIRRORED_REGISTRIES[registry]}",
         # One volume for all caches, one directory each.
@@ -99,7 +136,7 @@ def cache_environment(registry: str, credentials: config.models.DockerHubCredent
     ]
     if credentials is not None and registry == "docker.io":
         env += [f"REGISTRY_PROXY_USERNAME={credentials.username}", f"REGISTRY_PROXY_PASSWORD={credentials.token}"]
-    return env
+    return env + list(proxy)
 
 
 def configure_node(
@@ -178,23 +215,29 @@ class RegistryMirror(pulumi.ComponentResource):
         self.caches = []
         # Registry -> cache container name, resolved once the container exists.
         self.containers: dict[str, pulumi.Output[str]] = {}
+        # The environment `pulumi up` runs in (a change replaces the caches: docker_container `env` is ForceNew).
+        proxy = proxy_environment(os.environ)
         for registry in MIRRORED_REGISTRIES:
-            env = cache_environment(registry, args.docker_hub)
+            env = cache_environment(registry, args.docker_hub, proxy)
             self.caches.append(docker.Container(
                 f"{name}-{registry.replace('.', '-')}",
                 name=cache_container_name(cluster, registry),
                 image=image.image_id,
-                envs=pulumi.Output.secret(env) if args.docker_hub is not None and registry == "docker.io" else env,
+                envs=pulumi.Output.secret(env) if carries_credentials(env) else env,
                 volumes=[docker.ContainerVolumeArgs(volume_name=volume.name, container_path=CACHE_PATH)],
                 networks_advanced=[docker.ContainerNetworksAdvancedArgs(name=args.network_name)],
+                # A cache whose upstream does not answer at start exits (distribution registry/handlers/app.go
+                # panics on NewRegistryPullThroughCache's error); Docker starts it again until it stays up.
                 restart="unless-stopped",
-                # Ready when it answers the registry API (busybox wget is in the Alpine-based image).
+                # `docker ps` shows (healthy) once it answers the registry API (busybox wget is in the image).
+                # No `wait`: a cache is an optimisation, and containerd falls back to the registry itself while
+                # its cache does not answer (hosts.toml `server`; containerd core/remotes/docker/resolver.go
+                # "trying next host"), so a dead cache must not fail `pulumi up`
+                # (terraform-provider-docker v4.5.0 resource_docker_container_funcs.go: wait fails the create).
                 healthcheck=docker.ContainerHealthcheckArgs(
                     tests=["CMD", "wget", "-q", "--spider", f"http://127.0.0.1:{PORT}/v2/"],
                     interval="2s", timeout="2s", retries=30,
                 ),
-                wait=True,
-                wait_timeout=READY_TIMEOUT_SECONDS,
                 labels=labels,
                 opts=pulumi.ResourceOptions(
                     parent=self,

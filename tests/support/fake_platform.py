@@ -30,6 +30,7 @@ import yaml
 
 from components import kube
 from components.kube import ApiError, UnreachableError
+from components.management.image_cache import MIRRORED_REGISTRIES
 from components.management.kamaji import etcd_network_policy
 from components.tenant.spec import isolation_network_policy
 
@@ -470,7 +471,7 @@ def healthy_platform(tenants: Iterable[str] = ("tenant-a", "tenant-b"), gpu_mode
     management.network_policies[etcd_policy["metadata"]["namespace"]] = [etcd_policy]
     mirror = {registry: {"container": f"gpu-tenancy-mirror-{registry.replace('.', '-')}",
                          "url": f"http://gpu-tenancy-mirror-{registry.replace('.', '-')}:5000"}
-              for registry in ("docker.io", "quay.io", "registry.k8s.io", "ghcr.io")}
+              for registry in MIRRORED_REGISTRIES}
     outputs: Json = {
         "managementKubeconfig": kubeconfig_yaml("kind-gpu-tenancy", management.server, "kind-admin-token"),
         "kindSubnet": LAB_NETWORK,

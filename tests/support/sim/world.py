@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import ipaddress
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
