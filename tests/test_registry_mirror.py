@@ -128,6 +128,16 @@ def test_destroy_keeps_the_cache_volume_and_the_next_up_uses_it_again():
     assert sim.up().changed() == {}
 
 
+def test_a_cache_volume_another_stack_left_is_adopted_not_replaced_on_every_up():
+    # PE-4: a stack of the same clusterName made the volume (labelled with its name) and was destroyed; Docker
+    # answers this stack's create with that volume, labels and all.
+    sim = kind_lab()
+    sim.world.docker.volumes[cache_volume_name(CLUSTER)] = {"gpu-tenancy.stack": "lab-a"}
+    assert "image-mirror-cache" in sim.up(env=NO_PROXY_ENV).names("create")
+    assert sim.up(env=NO_PROXY_ENV).changed() == {}
+    assert sim.world.docker.volumes[cache_volume_name(CLUSTER)] == {"gpu-tenancy.stack": "lab-a"}
+
+
 def test_switching_the_mirror_off_removes_the_caches_and_every_nodes_files():
     sim = running_kind_lab()
     sim.config.setdefault("management", {})["imageMirror"] = False

@@ -7,10 +7,12 @@ Small programs, not the project's: one rule per test, so a wrong rule fails here
 
 from __future__ import annotations
 
+import pulumi
 import pulumi_docker as docker
 import pytest
 
 from tests.support.sim import Lifecycle, World
+from tests.support.sim.state import plain
 from tests.support.sim.world import Container, Machine, UnreachableError, proxy_for
 
 REGISTRY = "docker.io/library/registry:3.1.2"
@@ -180,3 +182,39 @@ def test_containerd_pulls_from_the_first_host_that_answers_then_the_server():
     with pytest.raises(UnreachableError, match="tried http://cache:5000, https://quay.io"):
         world.pull_source("node", "quay.io")
     assert world.pull_source("node", "docker.io") == "https://registry-1.docker.io"  # no hosts.toml
+
+
+# --------------------------------------------------------------------------- #
+# Volumes (terraform-provider-docker v4.5.0 resource_docker_volume.go, moby volume/service/store.go)
+# --------------------------------------------------------------------------- #
+
+
+def _volume_program(ignore_changes: list[str]):
+    def program():
+        docker.Volume("v", name="cache", labels=[docker.VolumeLabelArgs(label="owner", value="me")],
+                      opts=pulumi.ResourceOptions(ignore_changes=ignore_changes))
+    return program
+
+
+def test_a_volume_that_exists_comes_back_with_its_own_labels_which_force_a_new_one():
+    world = World()
+    world.docker.volumes["cache"] = {"owner": "other"}
+    sim = Lifecycle({}, world=world, program=_volume_program([]))
+    sim.up()
+    assert plain(sim.resource("v").outputs["labels"]) == [{"label": "owner", "value": "other"}]
+    assert "v" in sim.up().names("replace")  # the state's labels against the config's, every time
+
+
+def test_ignore_changes_drops_the_labels_from_the_volumes_diff():
+    world = World()
+    world.docker.volumes["cache"] = {"owner": "other"}
+    sim = Lifecycle({}, world=world, program=_volume_program(["labels"]))
+    sim.up()
+    assert sim.up().changed() == {}
+
+
+def test_a_new_volume_keeps_the_labels_it_was_given():
+    world = World()
+    sim = Lifecycle({}, world=world, program=_volume_program([]))
+    sim.up()
+    assert world.docker.volumes["cache"] == {"owner": "me"} and sim.up().changed() == {}

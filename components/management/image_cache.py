@@ -202,13 +202,18 @@ class RegistryMirror(pulumi.ComponentResource):
         )
         volume = docker.Volume(
             f"{name}-cache",
+            # The name alone identifies it: any stack of this cluster name uses the same cache.
             name=cache_volume_name(cluster),
-            labels=[docker.VolumeLabelArgs(label=LABEL_STACK, value=stack)],
             opts=pulumi.ResourceOptions(
                 parent=self,
                 # The point of the cache: it outlives `make down`. `docker volume rm <name>` clears it; creating a
                 # volume whose name exists returns that volume (the next `make up` finds the cache again).
                 retain_on_delete=True,
+                # `labels` forces a new volume, and Create stores the labels Docker reports, which for a volume
+                # that exists are its own (terraform-provider-docker v4.5.0 resource_docker_volume.go; moby
+                # volume/service/store.go returns the existing volume). A volume an older version of this
+                # program or another stack labelled would otherwise be "replaced" on every `up`.
+                ignore_changes=["labels"],
             ),
         )
         self.mirrors = stack_mirrors(cluster)

@@ -776,25 +776,51 @@ class DockerImageModel:
         return dict(resource.outputs)
 
 
+def _label_set(value: Any) -> set[tuple[str, str]]:
+    return {(entry["label"], entry["value"]) for entry in plain(value) or []}
+
+
 class DockerVolumeModel:
-    """docker_volume (resource_docker_volume.go): every input forces a new volume; id = name."""
+    """docker_volume (terraform-provider-docker v4.5.0 resource_docker_volume.go): name, labels, driver and
+    driver_opts force a new volume; id = name. Create ends in Read, which stores what Docker reports: for a name
+    that exists, that volume with its own labels (moby volume/service/store.go create: "there is an existing
+    volume ... return it. TODO: there could be some inconsistent details such as labels here")."""
+
+    # Optional and Computed: a value the config leaves out is no difference.
+    _COMPUTED = ("name", "driver")
 
     def diff(self, ctx: Context, old: Resource, new: Resource) -> Diff:
-        changed = changed_paths(old.inputs, new.inputs)
+        # The bridge diffs the stored state (Read's labels) with the config (pulumi-terraform-bridge
+        # pkg/tfbridge/provider.go Diff), then drops the attributes ignoreChanges names (tfshim/sdk-v2
+        # processIgnoreChanges).
+        state, config = old.outputs or old.inputs, new.inputs
+        changed = []
+        for key in ("name", "labels", "driver", "driverOpts"):
+            if key in new.ignore_changes:
+                continue
+            want = config.get(key)
+            if contains_unknown(want):
+                changed.append(key)
+            elif want is None and key in self._COMPUTED:
+                continue
+            elif key == "labels":
+                if _label_set(want) != _label_set(state.get(key)):
+                    changed.append(key)
+            elif (plain(want) or None) != (plain(state.get(key)) or None):
+                changed.append(key)
         if not changed:
             return Diff(changes=False)
-        keys = sorted({str(p[0]) for p in changed})
-        return Diff(changes=True, changed_keys=keys, detailed=keys, replace_keys=keys)
+        return Diff(changes=True, changed_keys=changed, detailed=changed, replace_keys=changed)
 
     def create(self, ctx: Context, resource: Resource) -> tuple[str, dict[str, Any]]:
         inputs = plain(resource.inputs)
         name = inputs["name"]
         if ctx.preview:
             return "", dict(resource.inputs)
-        # moby volume/service: creating a volume whose name exists (same driver) returns the existing volume.
         labels = {entry["label"]: entry["value"] for entry in inputs.get("labels") or []}
-        ctx.world.docker.volumes.setdefault(name, labels)
-        return name, {**resource.inputs, "mountpoint": f"/var/lib/docker/volumes/{name}/_data"}
+        stored = ctx.world.docker.volumes.setdefault(name, labels)
+        return name, {**resource.inputs, "driver": "local", "mountpoint": f"/var/lib/docker/volumes/{name}/_data",
+                      "labels": [{"label": key, "value": value} for key, value in sorted(stored.items())]}
 
     def update(self, ctx: Context, old: Resource, resource: Resource) -> dict[str, Any]:
         return dict(resource.inputs)
