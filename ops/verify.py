@@ -41,7 +41,8 @@ ROOT = Path(__file__).resolve().parent.parent
 REQUIRED_OUTPUTS = ("managementKubeconfig", "tenantKubeconfigs", "tenantAdminKubeconfigs", "tenants", "plan")
 # What `pulumi stack output --show-secrets` was not asked for prints instead of a secret.
 HIDDEN_SECRET = "[secret]"
-# The pull-through caches' debug server (distribution's expvar JSON; components/management/image_cache.py DEBUG_PORT).
+# The pull-through caches' debug server (distribution's expvar JSON), which listens on each cache's loopback only
+# (components/management/image_cache.py DEBUG_ADDRESS).
 MIRROR_DEBUG_URL = "http://127.0.0.1:5001/debug/vars"
 MIRROR_TIMEOUT = 15
 MIRROR_TITLE = "image mirror"

@@ -12,6 +12,7 @@ import pytest
 
 from components.management.image_cache import (
     CACHE_PATH,
+    DEBUG_ADDRESS,
     MIRRORED_REGISTRIES,
     REGISTRY_IMAGE,
     cache_container_name,
@@ -194,6 +195,18 @@ def test_stack_mirrors_name_one_cache_per_registry():
         "quay.io": "http://lab-mirror-quay-io:5000",
         "registry.k8s.io": "http://lab-mirror-registry-k8s-io:5000",
     }
+
+
+def test_the_debug_server_listens_on_each_caches_loopback_where_verify_reads_it(lab):
+    # S-7: expvar, pprof and metrics are unauthenticated (distribution registry/registry.go configureDebugServer,
+    # Go's default mux); the image's own config binds them to every interface (:5001).
+    from ops.verify import MIRROR_DEBUG_URL
+
+    run = lab
+    for registry in MIRRORED_REGISTRIES:
+        env = dict(entry.split("=", 1) for entry in run.named(f"image-mirror-{registry.replace('.', '-')}").inputs["envs"])
+        assert env["REGISTRY_HTTP_DEBUG_ADDR"] == DEBUG_ADDRESS == "127.0.0.1:5001"
+    assert MIRROR_DEBUG_URL.startswith(f"http://{DEBUG_ADDRESS}/")
 
 
 def test_the_caches_never_expire_what_they_hold(lab):

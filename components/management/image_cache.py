@@ -53,8 +53,11 @@ REGISTRY_IMAGE = (
 )
 PORT = 5000
 # The image's default config (distribution-library-image config-example.yml) serves Prometheus metrics and
-# expvar JSON (`registry.proxy.*` hits and misses) on this debug port; it is not published.
+# expvar JSON (`registry.proxy.*` hits and misses) on this debug port, with Go's default mux, so pprof too
+# (distribution registry/registry.go configureDebugServer). It listens on the container's loopback only
+# (DEBUG_ADDRESS): nothing on the kind network reaches it; `make verify` reads it with `docker exec`.
 DEBUG_PORT = 5001
+DEBUG_ADDRESS = f"127.0.0.1:{DEBUG_PORT}"
 CACHE_PATH = "/var/lib/registry"
 # Where a node's own registry configuration lives (containerd's default config_path, first entry).
 CERTS_D = "/etc/containerd/certs.d"
@@ -129,6 +132,8 @@ def cache_environment(registry: str, credentials: config.models.DockerHubCredent
         f"REGISTRY_STORAGE_FILESYSTEM_ROOTDIRECTORY={CACHE_PATH}/{registry}",
         # Tracing is off in the official image's Dockerfile; the registry would otherwise try to export spans.
         "OTEL_TRACES_EXPORTER=none",
+        # The debug server (expvar, pprof, metrics) on the container's loopback, not on the kind network.
+        f"REGISTRY_HTTP_DEBUG_ADDR={DEBUG_ADDRESS}",
         # Keep what was pulled: the proxy otherwise deletes cached content after 7 days (configuration.go Proxy.TTL
         # "if not set, defaults to 7 * 24 hours; if set to zero, will never expire cache"). Tags are still resolved
         # upstream first (registry/proxy/proxytagservice.go), so a moved tag is followed.
