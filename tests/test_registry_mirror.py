@@ -22,6 +22,7 @@ from components.management.image_cache import (
     registries_of,
     stack_mirrors,
 )
+from config.models import KIND_NODE_IMAGES
 from ops.graph import generated_config
 from tests.support.lifecycle_support import adopt_lab, kind_lab, running_kind_lab
 from tests.support.mockrun import reference_stack, registered
@@ -122,8 +123,11 @@ def test_the_cache_image_is_pinned_and_the_registry_config_is_set_by_environment
 def test_destroy_keeps_the_cache_volume_and_the_next_up_uses_it_again():
     sim = running_kind_lab()
     sim.destroy()
-    assert sim.world.leftovers() == []
-    assert cache_volume_name(CLUSTER) in sim.world.docker.volumes
+    # MM-10: exactly what the README says stays (the network is kind's, the images are kept for the next up).
+    assert sim.world.leftovers() == [
+        "network kind", f"image {REGISTRY_IMAGE}", f"image {KIND_NODE_IMAGES['v1.35.0']}",
+        f"volume {cache_volume_name(CLUSTER)}",
+    ]
     plan = sim.up()
     assert plan.ok and "image-mirror-cache" in plan.names("create")
     assert sim.up().changed() == {}

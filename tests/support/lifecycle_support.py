@@ -13,8 +13,8 @@ from tests.test_config_infrastructure import prod_example_with_secrets
 
 MANAGEMENT = "management"
 
-__all__ = ["MANAGEMENT", "adopt_lab", "changed_by_owner", "kind_lab", "lab_world", "owner", "running_kind_lab",
-           "tenant_names"]
+__all__ = ["MANAGEMENT", "adopt_lab", "changed_by_owner", "kept_after_destroy", "kind_lab", "lab_world", "owner",
+           "running_kind_lab", "tenant_names"]
 
 
 def kind_lab(config: dict[str, Any] | None = None, world: World | None = None, **world_options: Any) -> Lifecycle:
@@ -61,3 +61,25 @@ def changed_by_owner(plan: Plan, tenants: list[str]) -> dict[str, dict[str, set[
 
 def tenant_names(config: dict[str, Any]) -> list[str]:
     return [t["name"] for t in config["tenants"]]
+
+
+def kept_after_destroy(sim: Lifecycle) -> list[str]:
+    """What `make down` leaves on the Docker host on purpose, as `World.leftovers` names it (README "What `make
+    down` leaves"): the `kind` network kind made (it never removes it), the registry and kindest/node images
+    (`keep_locally`: the next `make up` and other labs use them) and the image cache volume
+    (`retain_on_delete`). Nothing in adopt mode."""
+    from components.management.image_cache import REGISTRY_IMAGE, cache_volume_name
+    from components.worker.node import worker_image
+    from config import load_stack_config
+
+    config = load_stack_config(sim.config)
+    if config.management.adopts_existing_cluster:
+        return []
+    kept = [] if "kind" in sim.world.preexisting["network"] else ["network kind"]
+    images = {worker_image(t) for t in config.tenants if any(w.ssh is None for w in t.workers)}
+    if config.management.runs_image_mirror:
+        images.add(REGISTRY_IMAGE)
+    kept += [f"image {image}" for image in sorted(images)]
+    if config.management.runs_image_mirror:
+        kept.append(f"volume {cache_volume_name(config.management.cluster_name)}")
+    return kept

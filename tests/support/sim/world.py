@@ -485,6 +485,12 @@ class World:
         self._port = 41233
         # The adopted management cluster, if the scenario starts from one.
         self.adopted: KubeApi | None = None
+        self.mark_preexisting()
+
+    def mark_preexisting(self) -> None:
+        """What is on the Docker host now was there before the scenario: `leftovers` does not count it."""
+        self.preexisting = {"network": set(self.docker.networks), "image": set(self.docker.images),
+                            "volume": set(self.docker.volumes)}
 
     # ---- bookkeeping ------------------------------------------------------ #
 
@@ -626,8 +632,13 @@ class World:
         raise UnreachableError(f"{node}: failed to resolve an image of {registry}: tried {', '.join(tried)}")
 
     def leftovers(self) -> list[str]:
-        """What would still be on the machine after a complete tear-down."""
+        """What would still be on the machine after a complete tear-down: containers, kind clusters, control
+        planes, joined SSH machines and our files on them, and the Docker networks, images and volumes that
+        were not there before the scenario (`mark_preexisting`), sorted within each kind."""
         left = [f"container {name}" for name in self.docker.containers]
+        for kind, names in (("network", self.docker.networks), ("image", self.docker.images),
+                            ("volume", self.docker.volumes)):
+            left += [f"{kind} {name}" for name in sorted(names) if name not in self.preexisting[kind]]
         left += [f"kind cluster {name}" for name in self.kind]
         left += [f"control plane at {t.address}" for t in self.tenants.values()]
         for host in self.ssh.values():
