@@ -9,7 +9,7 @@ other.
 import pulumi
 
 from components.management.cluster import ManagementCluster, ManagementClusterArgs
-from components.management.image_cache import RegistryMirror, RegistryMirrorArgs
+from components.management.image_cache import RegistryMirror, RegistryMirrorArgs, mirror_outputs
 from components.management.kamaji import Kamaji, KamajiArgs
 from components.plan import plan_summary
 from components.tenant.tenant import Platform, Tenant, TenantArgs
@@ -60,11 +60,8 @@ pulumi.export("kindSubnet", management.kind_subnet)
 pulumi.export("workerNetworks", management.worker_networks)
 pulumi.export("lbPoolRange", kamaji.lb_pool_range)
 pulumi.export("tenants", {name: tenant.summary for name, tenant in tenants.items()})
-# The lab's pull-through caches (None without them): registry -> cache container, for `make verify`.
-pulumi.export("imageMirror", None if mirror is None else {
-    registry: {"container": cache, "url": mirror.mirrors[registry]}
-    for registry, cache in mirror.containers.items()
-})
+# The lab's pull-through caches and the nodes using them (None without them), for `make verify`.
+pulumi.export("imageMirror", None if mirror is None else mirror_outputs(mirror, config))
 # Secrets in their own outputs, so `tenants` stays readable without --show-secrets.
 # The tenants' users get the restricted credential; the admin one is the operator's.
 pulumi.export("tenantKubeconfigs", pulumi.Output.secret({name: t.user_kubeconfig for name, t in tenants.items()}))

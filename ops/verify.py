@@ -14,7 +14,9 @@ injectable, so everything is unit-tested without a cluster.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -24,6 +26,7 @@ from typing import Any
 
 from components import kube
 from components.kube import Connect, Json, KubeClient
+from components.management import image_cache
 from ops.hostcheck import PULUMI_MISSING
 from ops.verify_checks import (
     FAIL,
@@ -34,6 +37,7 @@ from ops.verify_checks import (
     TenantTarget,
     Waiting,
     calico_node_image,
+    skip,
     verify_tenant,
 )
 
@@ -247,26 +251,69 @@ def mirror_counters(expvar: str) -> dict[str, tuple[int, int, int, int]]:
     return {kind: _counts(proxy.get(kind)) for kind in ("blobs", "manifests")}
 
 
-def check_mirror_cache(registry: str, cache: Any, run: Run) -> CheckResult:
-    """Hits and misses of one pull-through cache, read inside its container (the debug port is not published)."""
+def _docker(run: Run, argv: list[str]) -> subprocess.CompletedProcess[str] | str:
+    """Run a docker command; the reason as a string when it could not run at all."""
+    try:
+        return run(argv, capture_output=True, text=True, check=False, timeout=MIRROR_TIMEOUT)
+    except FileNotFoundError:
+        return "the `docker` CLI is not on PATH"
+    except subprocess.TimeoutExpired:
+        return f"`{' '.join(argv[:3])}` did not answer within {MIRROR_TIMEOUT} s"
+
+
+def _stderr(done: subprocess.CompletedProcess[str]) -> str:
+    return " ".join((done.stderr or "").split())[-300:] or f"exit code {done.returncode}"
+
+
+def _timestamp(text: str) -> datetime.datetime | None:
+    """Docker's RFC 3339 times with nanoseconds (`2026-11-30T09:00:01.123456789Z`); None for Go's zero time."""
+    match = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)", text.strip())
+    if match is None or match.group(1).startswith("0001-"):
+        return None
+    zone = "+00:00" if match.group(3) == "Z" else match.group(3)
+    fraction = (match.group(2) or ".0")[:7]
+    return datetime.datetime.fromisoformat(f"{match.group(1)}{fraction}{zone}")
+
+
+def container_times(names: Sequence[str], run: Run) -> dict[str, tuple[datetime.datetime, datetime.datetime]]:
+    """Container -> (created, last started), from one `docker inspect`; {} when Docker cannot say."""
+    if not names:
+        return {}
+    done = _docker(run, ["docker", "inspect", "--format", "{{.Name}} {{.Created}} {{.State.StartedAt}}", *names])
+    if isinstance(done, str):
+        return {}
+    times = {}
+    for line in (done.stdout or "").splitlines():
+        parts = line.split()
+        if len(parts) == 3:
+            created, started = _timestamp(parts[1]), _timestamp(parts[2])
+            if created is not None and started is not None:
+                times[parts[0].lstrip("/")] = (created, started)
+    return times
+
+
+def check_mirror_cache(registry: str, cache: Any, run: Run,
+                       times: dict[str, tuple[datetime.datetime, datetime.datetime]] | None = None,
+                       nodes: Sequence[str] = ()) -> CheckResult:
+    """Hits and misses of one pull-through cache, read inside its container (the debug server listens on its
+    loopback only). No request at all FAILs when a node was created after the cache last started: that node
+    pulled its images since, and none came through the cache."""
     container = str((cache or {}).get("container") or "") if isinstance(cache, dict) else ""
     name = f"cache {registry}"
     if not container:
         return CheckResult(name, False, "the output imageMirror names no container for it",
                            "run `make up` to refresh the stack outputs")
-    fix = f"docker start {container} (or `make up`); docker logs {container}"
-    argv = ["docker", "exec", container, "wget", "-qO-", MIRROR_DEBUG_URL]
-    try:
-        done = run(argv, capture_output=True, text=True, check=False, timeout=MIRROR_TIMEOUT)
-    except FileNotFoundError:
-        return CheckResult(name, False, "the `docker` CLI is not on PATH: cannot read the cache's counters",
-                           "run verify on the Docker host of the lab")
-    except subprocess.TimeoutExpired:
-        return CheckResult(name, False, f"{container} did not answer within {MIRROR_TIMEOUT} s", fix)
+    fix = (f"docker start {container} (or `make up`); docker logs {container}: a cache whose upstream does not "
+           "answer at start exits and restarts (check the proxy variables `make up` ran with)")
+    done = _docker(run, ["docker", "exec", container, "wget", "-qO-", MIRROR_DEBUG_URL])
+    if isinstance(done, str):
+        if "not on PATH" in done:
+            return CheckResult(name, False, f"{done}: cannot read the cache's counters",
+                               "run verify on the Docker host of the lab")
+        return CheckResult(name, False, f"{container}: {done}", fix)
     if done.returncode != 0:
-        why = " ".join((done.stderr or "").split())[-300:] or f"exit code {done.returncode}"
-        return CheckResult(name, False, f"{container} is not running or its debug server does not answer ({why}) "
-                                        "→ nodes pull from the internet again", fix)
+        return CheckResult(name, False, f"{container} is not running or its debug server does not answer "
+                                        f"({_stderr(done)}) → nodes pull from the internet again", fix)
     try:
         counters = mirror_counters(done.stdout)
     except ValueError as error:
@@ -274,19 +321,87 @@ def check_mirror_cache(registry: str, cache: Any, run: Run) -> CheckResult:
     parts = []
     for kind, (requests, hits, misses, pulled) in counters.items():
         parts.append(f"{kind} {hits} hits / {misses} misses of {requests} requests, {_size(pulled)} from upstream")
-    return CheckResult(name, True, f"{container}: {'; '.join(parts)} (in-memory counters, since the container "
-                                   "last started)")
+    detail = f"{container}: {'; '.join(parts)} (in-memory counters, since the container last started)"
+    if any(requests for requests, *_ in counters.values()):
+        return CheckResult(name, True, detail)
+    started = (times or {}).get(container, (None, None))[1]
+    later = [node for node in nodes if started is not None and node in (times or {}) and times[node][0] > started]
+    if later:
+        return CheckResult(name, False, f"{container}: no request since it started, though {', '.join(later)} "
+                                        "joined later and pulled its images → the nodes do not use this cache",
+                           "see the nodes' mirror rows below: their containerd must read "
+                           "/etc/containerd/certs.d/<registry>/hosts.toml")
+    return CheckResult(name, True, f"{detail}: unused since it started (pulls before that are not counted)")
+
+
+def _head_sections(text: str) -> dict[str, str]:
+    """`head -v` output: file -> its lines."""
+    sections: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        header = re.fullmatch(r"==> (.+) <==", line)
+        if header:
+            current = sections.setdefault(header.group(1), [])
+        elif current is not None:
+            current.append(line)
+    return {path: "\n".join(lines).rstrip("\n") for path, lines in sections.items()}
+
+
+def check_node_mirrors(node: str, caches: dict[str, str], run: Run) -> CheckResult:
+    """The hosts.toml node-mirrors.sh wrote on `node` for each cache (registry -> cache URL), read in the node."""
+    name = f"node {node} mirrors"
+    files = {registry: f"{image_cache.CERTS_D}/{registry}/hosts.toml" for registry in sorted(caches)}
+    fix = ("rewrite them: `pulumi up --replace <urn>` of the node's mirrors command (`pulumi stack --show-urns | "
+           "grep mirror`); a file someone else wrote stays until removed by hand")
+    done = _docker(run, ["docker", "exec", node, "head", "-v", "-n", "64", *files.values()])
+    if isinstance(done, str):
+        return CheckResult(name, False, f"{node}: {done}", "run verify on the Docker host of the lab")
+    if done.returncode != 0 and not (done.stdout or "").strip():
+        return CheckResult(name, False, f"{node} could not be read ({_stderr(done)})",
+                           f"docker start {node} (or `make up`)")
+    found = _head_sections(done.stdout or "")
+    wrong = []
+    for registry, path in files.items():
+        text = found.get(path)
+        if text is None:
+            wrong.append(f"{registry}: no {path}")
+        elif text != image_cache.hosts_toml(registry, caches[registry]).rstrip("\n"):
+            wrong.append(f"{registry}: {path} does not send pulls to {caches[registry]} first")
+    if wrong:
+        return CheckResult(name, False, f"{'; '.join(wrong)} → this node pulls those registries from the internet",
+                           fix)
+    return CheckResult(name, True, f"hosts.toml for {', '.join(files)}: each cache first, the registry itself "
+                                   "as fallback")
+
+
+def _mirror_layout(image_mirror: Any) -> tuple[dict[str, Any], list[str] | None]:
+    """(registry -> cache, nodes) from the output; nodes None when an older run's output names none."""
+    if "caches" in image_mirror and isinstance(image_mirror["caches"], dict):
+        nodes = image_mirror.get("nodes")
+        return image_mirror["caches"], [str(n) for n in nodes] if isinstance(nodes, list) else None
+    return image_mirror, None
 
 
 def verify_mirror(image_mirror: Any, run: Run) -> TenantReport | None:
-    """The image mirror's table, or None when the stack runs no mirror (output absent or null)."""
+    """The image mirror's table, or None when the stack runs no mirror (output absent or null): each cache's
+    counters, then each node's hosts.toml."""
     if not image_mirror:
         return None
     if not isinstance(image_mirror, dict):
         results = [CheckResult("image mirror outputs", False, "the output imageMirror is not a map",
                                "run `make up` to refresh the stack outputs")]
     else:
-        results = [check_mirror_cache(registry, cache, run) for registry, cache in image_mirror.items()]
+        caches, nodes = _mirror_layout(image_mirror)
+        containers = [str(c.get("container")) for c in caches.values() if isinstance(c, dict) and c.get("container")]
+        times = container_times([*containers, *(nodes or [])], run)
+        results = [check_mirror_cache(registry, cache, run, times, nodes or ()) for registry, cache in caches.items()]
+        urls = {registry: str(cache.get("url")) for registry, cache in caches.items()
+                if isinstance(cache, dict) and cache.get("url")}
+        if nodes is None:
+            results.append(skip("nodes' mirrors", "not tested: the output imageMirror names no nodes (outputs of "
+                                                  "an older run)", "run `make up` to refresh the stack outputs"))
+        else:
+            results += [check_node_mirrors(node, urls, run) for node in nodes]
     return TenantReport(MIRROR_TITLE, f"{MIRROR_TITLE} (pull-through caches on the kind network)", results,
                         is_tenant=False)
 

@@ -68,6 +68,13 @@ def test_every_node_pulls_through_a_cache_on_the_kind_network(running):
             assert f'[host."{mirror}"]' in text and text == hosts_toml(registry, mirror)
 
 
+def test_the_output_names_every_node_with_mirror_files_for_verify(running):
+    configured = sorted(name for name, machine in running.world.machines.items() if mirror_files(machine))
+    output = running.output("imageMirror")
+    assert sorted(output["nodes"]) == configured and configured
+    assert {registry: cache["url"] for registry, cache in output["caches"].items()} == stack_mirrors(CLUSTER)
+
+
 def test_the_caches_are_exactly_the_registries_the_platform_pulls_from():
     from config import load_stack_config
     from tests.test_images import platform_images

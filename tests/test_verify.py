@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import datetime
 import json
 import socket
 import subprocess
@@ -142,7 +143,7 @@ def test_all_green_platform_passes(platform, clock, tmp_path, capsys):
     assert err == ""
     assert "FAIL" not in out
     assert out.rstrip().endswith(
-        "verify passed: 30 checks OK, 1 skipped (tenant-a: 1) in 2 tenant(s) and the image mirror")
+        "verify passed: 33 checks OK, 1 skipped (tenant-a: 1) in 2 tenant(s) and the image mirror")
     (skip_line,) = [line for line in out.splitlines() if "  SKIP  " in line]
     assert skip_line.startswith("pod → tenant-b data store") and "not tested: " in skip_line
     for name, cluster in platform.tenants.items():
@@ -237,7 +238,7 @@ def test_control_plane_not_ready(platform, clock, tmp_path, capsys):
     assert "kubectl --context kind-gpu-tenancy -n tenant-a describe tcp tenant-a" in result.fix
     code, out, _ = run_main(platform, tmp_path, FakeClock(), capsys)
     assert code == 1
-    assert "verify failed: 1 of 31 checks failed (tenant-a: 1)" in out
+    assert "verify failed: 1 of 34 checks failed (tenant-a: 1)" in out
 
 
 def test_control_plane_without_status_or_missing(platform, clock):
@@ -795,7 +796,7 @@ def test_data_store_nothing_could_reach_is_not_tested_rather_than_ok(platform, c
     # A skip is printed as such and does not fail the run; the summary counts it apart from the OKs.
     code, out, _ = run_main(healthy_platform(), tmp_path, FakeClock(), capsys)
     assert code == 0
-    assert "30 checks OK, 1 skipped (tenant-a: 1)" in out
+    assert "33 checks OK, 1 skipped (tenant-a: 1)" in out
 
 
 def test_a_row_whose_names_do_not_resolve_is_not_tested(platform, clock):
@@ -994,7 +995,7 @@ def test_outputs_missing_a_tenant(platform, clock, tmp_path, capsys):
     assert code == 1
     assert "tenant-b is planned but missing from the output tenants → this tenant cannot be checked" in out
     assert "isolated from tenant-b" not in out and "pod → tenant-b" not in out
-    assert out.rstrip().endswith("verify failed: 1 of 14 checks failed (tenant-b: 1)")
+    assert out.rstrip().endswith("verify failed: 1 of 17 checks failed (tenant-b: 1)")
 
 
 def test_outputs_missing_a_tenant_kubeconfig_or_plan_entry(platform):
@@ -1128,7 +1129,10 @@ def test_the_programs_outputs_describe_what_verify_needs(dev_outputs):
         user = kube.current_context(tenant.user_kubeconfig)
         assert user.namespace == "default" and "token" in user.user
         assert tenant.kubeconfig != tenant.user_kubeconfig
-    assert set(dev_outputs["imageMirror"]) == {"docker.io", "quay.io", "registry.k8s.io"}
+    assert set(dev_outputs["imageMirror"]["caches"]) == {"docker.io", "quay.io", "registry.k8s.io"}
+    # The nodes verify reads hosts.toml on: the kind node and each container worker, as Docker names them.
+    assert dev_outputs["imageMirror"]["nodes"] == ["gpu-tenancy-control-plane", "tenant-a-worker-0",
+                                                   "tenant-b-worker-0"]
 
 
 def test_plan_names_calico_and_each_tenants_own_worker_networks(dev_config):
@@ -1176,7 +1180,9 @@ def test_reads_the_stack_outputs_with_pulumi(platform, clock, capsys):
     code = verify.main(["--stack", "lab"], run=run, connect=platform.connect, waiting=waiting_on(clock))
     assert code == 0
     ((argv, kwargs),) = pulumi.calls
-    assert len(platform.docker.calls) == len(MIRRORED_REGISTRIES)
+    # One inspect, then each cache's counters and each node's hosts.toml.
+    nodes = platform.outputs["imageMirror"]["nodes"]
+    assert len(platform.docker.calls) == 1 + len(MIRRORED_REGISTRIES) + len(nodes)
     assert argv == ["pulumi", "stack", "output", "--json", "--show-secrets", "--stack", "lab"]
     assert kwargs["cwd"] == verify.ROOT
     assert (verify.ROOT / "Pulumi.yaml").is_file()
@@ -1237,16 +1243,87 @@ def test_mirror_counters_from_distributions_expvar():
 
 def test_mirror_table_reads_each_cache_inside_its_container(platform):
     report = verify_mirror(platform.outputs["imageMirror"], platform.docker)
-    assert [r.name for r in report.results] == ["cache docker.io", "cache quay.io", "cache registry.k8s.io"]
+    caches = [r for r in report.results if r.name.startswith("cache ")]
+    assert [r.name for r in caches] == ["cache docker.io", "cache quay.io", "cache registry.k8s.io"]
     assert all(r.ok for r in report.results)
-    assert report.results[0].detail == (
+    assert caches[0].detail == (
         "gpu-tenancy-mirror-docker-io: blobs 204 hits / 8 misses of 212 requests, 59.0 MiB from upstream; "
         "manifests 71 hits / 25 misses of 96 requests, 96.0 KiB from upstream (in-memory counters, since the "
         "container last started)")
-    argv, kwargs = platform.docker.calls[0]
-    assert argv == ["docker", "exec", "gpu-tenancy-mirror-docker-io", "wget", "-qO-",
-                    f"http://127.0.0.1:{DEBUG_PORT}/debug/vars"]
-    assert kwargs["timeout"] and kwargs["capture_output"] and kwargs["text"]
+    execs = [argv for argv, _ in platform.docker.calls if argv[1] == "exec" and "wget" in argv]
+    assert execs[0] == ["docker", "exec", "gpu-tenancy-mirror-docker-io", "wget", "-qO-",
+                        f"http://127.0.0.1:{DEBUG_PORT}/debug/vars"]
+    assert all(kwargs["timeout"] and kwargs["capture_output"] and kwargs["text"]
+               for _, kwargs in platform.docker.calls)
+
+
+def test_mirror_table_shows_each_nodes_hosts_toml(platform):
+    """MM-8: that a cache answers says nothing about the nodes; each node's containerd configuration does."""
+    report = verify_mirror(platform.outputs["imageMirror"], platform.docker)
+    rows = {r.name: r for r in report.results if r.name.startswith("node ")}
+    assert list(rows) == ["node gpu-tenancy-control-plane mirrors", "node tenant-a-worker-0 mirrors",
+                          "node tenant-b-worker-0 mirrors"]
+    assert all(r.ok for r in rows.values())
+    assert rows["node tenant-a-worker-0 mirrors"].detail == (
+        "hosts.toml for docker.io, quay.io, registry.k8s.io: each cache first, the registry itself as fallback")
+    reads = [argv for argv, _ in platform.docker.calls if "head" in argv]
+    assert reads[0] == ["docker", "exec", "gpu-tenancy-control-plane", "head", "-v", "-n", "64",
+                        *(f"/etc/containerd/certs.d/{r}/hosts.toml" for r in ("docker.io", "quay.io",
+                                                                               "registry.k8s.io"))]
+
+
+def test_a_node_without_its_hosts_toml_or_with_another_fails_with_the_fix(platform):
+    files = platform.docker.node_files["tenant-b-worker-0"]
+    del files["/etc/containerd/certs.d/quay.io/hosts.toml"]
+    files["/etc/containerd/certs.d/docker.io/hosts.toml"] = 'server = "https://registry-1.docker.io"\n'
+    del platform.docker.node_files["tenant-a-worker-0"]
+    report = verify_mirror(platform.outputs["imageMirror"], platform.docker)
+    rows = {r.name: r for r in report.results}
+    broken = rows["node tenant-b-worker-0 mirrors"]
+    assert not broken.ok
+    assert broken.detail == (
+        "docker.io: /etc/containerd/certs.d/docker.io/hosts.toml does not send pulls to "
+        "http://gpu-tenancy-mirror-docker-io:5000 first; quay.io: no /etc/containerd/certs.d/quay.io/hosts.toml "
+        "→ this node pulls those registries from the internet")
+    assert broken.fix.startswith("rewrite them: `pulumi up --replace <urn>`")
+    gone = rows["node tenant-a-worker-0 mirrors"]
+    assert not gone.ok and "No such container: tenant-a-worker-0" in gone.detail
+    assert rows["node gpu-tenancy-control-plane mirrors"].ok
+
+
+def test_a_cache_nobody_pulled_through_fails_only_when_a_node_joined_after_it_started(platform):
+    quiet = expvar_json(blobs=(0, 0, 0, 0, 0), manifests=(0, 0, 0, 0, 0))
+    platform.docker.containers["gpu-tenancy-mirror-quay-io"] = quiet
+    # The cache restarted after every node was created: their pulls are not counted, nothing to tell.
+    for name in platform.outputs["imageMirror"]["nodes"]:
+        platform.docker.times[name] = ("2026-11-30T08:00:00.5Z", "2026-11-30T08:00:01.123456789Z")
+    row = {r.name: r for r in verify_mirror(platform.outputs["imageMirror"], platform.docker).results}
+    assert row["cache quay.io"].ok
+    assert row["cache quay.io"].detail.endswith("unused since it started (pulls before that are not counted)")
+    # tenant-b-worker-0 was created after the cache last started, and pulled its Calico images since: not from it.
+    platform.docker.times["tenant-b-worker-0"] = ("2026-11-30T09:30:00.000000001Z", "2026-11-30T09:30:02Z")
+    row = {r.name: r for r in verify_mirror(platform.outputs["imageMirror"], platform.docker).results}
+    assert not row["cache quay.io"].ok
+    assert row["cache quay.io"].detail == (
+        "gpu-tenancy-mirror-quay-io: no request since it started, though tenant-b-worker-0 joined later and pulled "
+        "its images → the nodes do not use this cache")
+    assert row["cache docker.io"].ok  # it served requests
+
+
+def test_docker_times_parse_with_nanoseconds_and_go_zero_time_is_none():
+    utc = datetime.timezone.utc
+    assert verify._timestamp("2026-11-30T09:00:01.123456789Z") == datetime.datetime(2026, 11, 30, 9, 0, 1, 123456,
+                                                                                     tzinfo=utc)
+    assert verify._timestamp("2026-11-30T10:00:01+01:00") == datetime.datetime(2026, 11, 30, 9, 0, 1, tzinfo=utc)
+    assert verify._timestamp("0001-01-01T00:00:00Z") is None and verify._timestamp("yesterday") is None
+
+
+def test_outputs_of_an_older_run_name_no_nodes(platform):
+    caches = platform.outputs["imageMirror"]["caches"]
+    report = verify_mirror(caches, platform.docker)  # the map of registries alone, as before
+    assert [r.name for r in report.results] == ["cache docker.io", "cache quay.io", "cache registry.k8s.io",
+                                                "nodes' mirrors"]
+    assert report.results[-1].skipped and "names no nodes" in report.results[-1].detail
 
 
 def test_stopped_or_missing_cache_fails_with_the_fix(platform, clock, tmp_path, capsys):
@@ -1254,13 +1331,14 @@ def test_stopped_or_missing_cache_fails_with_the_fix(platform, clock, tmp_path, 
     del platform.docker.containers["gpu-tenancy-mirror-registry-k8s-io"]
     code, out, _ = run_main(platform, tmp_path, clock, capsys)
     assert code == 1
-    assert out.rstrip().endswith("verify failed: 2 of 31 checks failed (image mirror: 2), 1 skipped (tenant-a: 1)")
+    assert out.rstrip().endswith("verify failed: 2 of 34 checks failed (image mirror: 2), 1 skipped (tenant-a: 1)")
     report = verify_mirror(platform.outputs["imageMirror"], platform.docker)
     stopped = {r.name: r for r in report.results}["cache quay.io"]
     assert not stopped.ok
     assert "gpu-tenancy-mirror-quay-io is not running or its debug server does not answer" in stopped.detail
     assert "is not running)" in stopped.detail
     assert stopped.fix.startswith("docker start gpu-tenancy-mirror-quay-io (or `make up`)")
+    assert "exits and restarts (check the proxy variables" in stopped.fix
     missing = {r.name: r for r in report.results}["cache registry.k8s.io"]
     assert "No such container: gpu-tenancy-mirror-registry-k8s-io" in missing.detail
 
@@ -1276,6 +1354,7 @@ def test_mirror_without_docker_or_answer():
     assert not check_mirror_cache("quay.io", {"container": "c"}, slow).ok
     answered = check_mirror_cache("quay.io", {"container": "c"}, FakeDocker({"c": '{"registry": {}}'}))
     assert not answered.ok and "answered without counters: no registry.proxy counters" in answered.detail
+    assert verify.container_times(["c"], missing) == {}
 
 
 @pytest.mark.parametrize("mirror", [None, {}, "absent"])

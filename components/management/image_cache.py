@@ -32,7 +32,7 @@ import pulumi_docker as docker
 
 import config
 from components import shell as node_scripts
-from components.naming import COMPONENT_PREFIX, KIND_NETWORK, LABEL_ROLE, LABEL_STACK
+from components.naming import COMPONENT_PREFIX, KIND_NETWORK, LABEL_ROLE, LABEL_STACK, node_name
 from components.worker.access import NodeAccess, NodeScript, run_on_node
 
 # Registry host -> the upstream URL its cache proxies: exactly the registries the platform's images come from
@@ -268,6 +268,25 @@ class RegistryMirror(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=self.caches, deleted_with=args.cluster),
         )]
         self.register_outputs({"mirrors": self.mirrors, "volume": volume.name})
+
+
+def mirrored_nodes(stack: config.StackConfig) -> list[str]:
+    """The lab's nodes that pull through its caches, as Docker names their containers: the kind node, then every
+    container worker (`make verify` reads their hosts.toml)."""
+    if not stack.management.runs_image_mirror:
+        return []
+    return [f"{stack.management.cluster_name}-control-plane",
+            *(node_name(tenant.name, worker.name) for tenant in stack.tenants for worker in tenant.workers
+              if worker.ssh is None)]
+
+
+def mirror_outputs(mirror: RegistryMirror, stack: config.StackConfig) -> dict[str, object]:
+    """The `imageMirror` stack output: each cache (registry -> container, URL) and the nodes using them."""
+    return {
+        "caches": {registry: {"container": container, "url": mirror.mirrors[registry]}
+                   for registry, container in mirror.containers.items()},
+        "nodes": mirrored_nodes(stack),
+    }
 
 
 def worker_mirrors(management: config.Management, worker: config.Worker) -> dict[str, str]:

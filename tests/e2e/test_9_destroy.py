@@ -38,7 +38,7 @@ def assert_only_the_cache_is_left(lab: Lab) -> None:
 def blob_misses(outputs: dict) -> dict[str, int]:
     """Registry -> layers its cache fetched upstream since it started (distribution's expvar JSON)."""
     misses = {}
-    for registry, cache in (outputs.get("imageMirror") or {}).items():
+    for registry, cache in ((outputs.get("imageMirror") or {}).get("caches") or {}).items():
         text = subprocess.run(
             ["docker", "exec", cache["container"], "wget", "-qO-", f"http://127.0.0.1:{DEBUG_PORT}/debug/vars"],
             capture_output=True, text=True, check=True, timeout=60,

@@ -30,7 +30,7 @@ import yaml
 
 from components import kube
 from components.kube import ApiError, UnreachableError
-from components.management.image_cache import MIRRORED_REGISTRIES
+from components.management.image_cache import CERTS_D, MIRRORED_REGISTRIES, hosts_toml
 from components.management.kamaji import etcd_network_policy
 from components.tenant.spec import isolation_network_policy
 
@@ -407,26 +407,66 @@ def expvar_json(blobs: tuple[int, int, int, int, int] = (212, 204, 8, 61_865_984
 
 
 class FakeDocker:
-    """`subprocess.run` for `docker exec <container> wget -qO- <url>`: running caches answer their expvar JSON."""
+    """`subprocess.run` for the docker commands `make verify` runs: `docker exec <cache> wget -qO- <url>` (running
+    caches answer their expvar JSON), `docker exec <node> head -v -n <n> <files>` (GNU head: a `==> file <==`
+    header before each file, a blank line between files, a message on stderr and exit 1 for a missing one) and
+    `docker inspect --format '{{.Name}} {{.Created}} {{.State.StartedAt}}' <names>`."""
 
-    def __init__(self, containers: dict[str, str | None]) -> None:
+    # Every container was created, and last started, at this time unless `times` says otherwise.
+    EPOCH = "2026-11-30T09:00:00.000000000Z"
+
+    def __init__(self, containers: dict[str, str | None], node_files: dict[str, dict[str, str]] | None = None,
+                 times: dict[str, tuple[str, str]] | None = None) -> None:
         # container name -> its /debug/vars answer; None: the container exists but is stopped.
         self.containers = containers
+        # node container -> path -> content (a node absent here is no container).
+        self.node_files = node_files or {}
+        self.times = times or {}
         self.calls: list[tuple[list[str], Json]] = []
 
     def __call__(self, argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
         self.calls.append((list(argv), kwargs))
+        if argv[:2] == ["docker", "inspect"]:
+            return self._inspect(argv)
         assert argv[:2] == ["docker", "exec"], argv
         container = argv[2]
+        if container in self.node_files and argv[3] == "head":
+            return self._head(argv, self.node_files[container])
         if container not in self.containers:
-            return subprocess.CompletedProcess(argv, 1, "", f"Error response from daemon: No such container: "
-                                                            f"{container}\n")
+            return self._no_such(argv, container)
         answer = self.containers[container]
         if answer is None:
             return subprocess.CompletedProcess(argv, 1, "", f"Error response from daemon: container "
                                                             f"{hashlib.sha256(container.encode()).hexdigest()} is "
                                                             "not running\n")
         return subprocess.CompletedProcess(argv, 0, answer, "")
+
+    @staticmethod
+    def _no_such(argv: list[str], container: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(argv, 1, "", f"Error response from daemon: No such container: "
+                                                        f"{container}\n")
+
+    @staticmethod
+    def _head(argv: list[str], files: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        paths = argv[argv.index("-n") + 2:]
+        out, err = [], []
+        for path in paths:
+            if path not in files:
+                err.append(f"head: cannot open '{path}' for reading: No such file or directory\n")
+                continue
+            out.append(("\n" if out else "") + f"==> {path} <==\n" + files[path])
+        return subprocess.CompletedProcess(argv, 1 if err else 0, "".join(out), "".join(err))
+
+    def _inspect(self, argv: list[str]) -> subprocess.CompletedProcess[str]:
+        names = argv[argv.index("--format") + 2:]
+        lines, missing = [], []
+        for name in names:
+            if name not in self.containers and name not in self.node_files:
+                missing.append(f"Error: No such object: {name}\n")
+                continue
+            created, started = self.times.get(name, (self.EPOCH, self.EPOCH))
+            lines.append(f"/{name} {created} {started}\n")
+        return subprocess.CompletedProcess(argv, 1 if missing else 0, "".join(lines), "".join(missing))
 
 
 def card(uuid: str, memory_mib: int = 8192, cores: int = 100, slots: int = 10) -> Json:
@@ -469,9 +509,10 @@ def healthy_platform(tenants: Iterable[str] = ("tenant-a", "tenant-b"), gpu_mode
     # The management NetworkPolicies as the program creates them (what the API server returns, defaulted).
     etcd_policy = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", **etcd_network_policy()}
     management.network_policies[etcd_policy["metadata"]["namespace"]] = [etcd_policy]
-    mirror = {registry: {"container": f"gpu-tenancy-mirror-{registry.replace('.', '-')}",
+    caches = {registry: {"container": f"gpu-tenancy-mirror-{registry.replace('.', '-')}",
                          "url": f"http://gpu-tenancy-mirror-{registry.replace('.', '-')}:5000"}
               for registry in MIRRORED_REGISTRIES}
+    mirror = {"caches": caches, "nodes": ["gpu-tenancy-control-plane"]}
     outputs: Json = {
         "managementKubeconfig": kubeconfig_yaml("kind-gpu-tenancy", management.server, "kind-admin-token"),
         "kindSubnet": LAB_NETWORK,
@@ -559,5 +600,10 @@ def healthy_platform(tenants: Iterable[str] = ("tenant-a", "tenant-b"), gpu_mode
             if other != name:
                 host = outputs["tenants"][other]["endpoint"].split(":")[0]
                 cluster.reach.update({(host, 6443): "connected", (host, 8132): "connected"})
-    docker = FakeDocker({cache["container"]: expvar_json() for cache in mirror.values()})
+    # Every node pulls through the caches: node-mirrors.sh wrote its hosts.toml files.
+    for name in tenants:
+        mirror["nodes"] += list(outputs["plan"]["tenants"][name]["workers"])
+    hosts = {f"{CERTS_D}/{registry}/hosts.toml": hosts_toml(registry, cache["url"]) for registry, cache in caches.items()}
+    docker = FakeDocker({cache["container"]: expvar_json() for cache in caches.values()},
+                        {node: dict(hosts) for node in mirror["nodes"]})
     return FakePlatform(outputs, management, clusters, FakeConnect([management, *clusters.values()]), docker)
