@@ -72,7 +72,7 @@ def kept_after_destroy(sim: Lifecycle) -> list[str]:
     from components.worker.node import worker_image
     from config import load_stack_config
 
-    config = load_stack_config(sim.config)
+    config = load_stack_config(sim.config, secret_keys=sim.secret_keys)
     if config.management.adopts_existing_cluster:
         return []
     kept = [] if "kind" in sim.world.preexisting["network"] else ["network kind"]
