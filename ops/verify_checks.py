@@ -22,7 +22,7 @@ from components.images import PAUSE_IMAGE
 from components.kube import ApiError, Connect, Json, KubeClient
 from components.management.kamaji import etcd_network_policy
 from components.naming import KAMAJI_NAMESPACE
-from components.tenant.spec import ISOLATION_POLICY_NAME, KONNECTIVITY_PORT
+from components.tenant.spec import API_SERVER_PORT, ISOLATION_POLICY_NAME, KONNECTIVITY_PORT
 from config import Versions
 
 # Kamaji installs the agent under this name in the tenant's kube-system
@@ -221,7 +221,31 @@ def _policy_types(policy: Json) -> list[str]:
     return list(spec.get("policyTypes") or ["Ingress", *(["Egress"] if spec.get("egress") else [])])
 
 
-def _isolation_problem(policies: list[Json], namespace: str) -> str | None:
+def _admits_on(rule: Json, port: int) -> bool:
+    ports = rule.get("ports") or []
+    return not ports or any(p.get("port") in (None, port) and p.get("protocol", "TCP") == "TCP" for p in ports)
+
+
+def _unadmitted_sources(policy: Json, source_ranges: Sequence[str]) -> list[str]:
+    """The source ranges the policy's ingress does not admit whole on both the API and the Konnectivity port."""
+    def admitted(source: str, port: int) -> bool:
+        network = ipaddress.ip_network(source, strict=False)
+        for rule in _dig(policy, "spec", "ingress") or []:
+            if not _admits_on(rule, port):
+                continue
+            for peer in rule.get("from") or []:
+                block = peer.get("ipBlock") or {}
+                cidr = block.get("cidr")
+                if cidr and network.subnet_of(ipaddress.ip_network(cidr, strict=False)) and not any(
+                        network.overlaps(ipaddress.ip_network(e, strict=False)) for e in block.get("except") or []):
+                    return True
+        return False
+
+    return [source for source in source_ranges
+            if not all(admitted(source, port) for port in (API_SERVER_PORT, KONNECTIVITY_PORT))]
+
+
+def _isolation_problem(policies: list[Json], namespace: str, source_ranges: Sequence[str] | None = None) -> str | None:
     where = f"{namespace}/{ISOLATION_POLICY_NAME}"
     policy = next((p for p in policies if _name(p) == ISOLATION_POLICY_NAME), None)
     if policy is None:
@@ -235,9 +259,14 @@ def _isolation_problem(policies: list[Json], namespace: str) -> str | None:
     missing = [kind for kind in ("Ingress", "Egress") if kind not in _policy_types(policy)]
     if missing:
         problems.append(f"its policyTypes lack {' and '.join(missing)}")
-    if not problems:
-        return None
-    return f"NetworkPolicy {where}: {'; '.join(problems)} → the tenant's control-plane pods are not fully fenced"
+    if problems:
+        return f"NetworkPolicy {where}: {'; '.join(problems)} → the tenant's control-plane pods are not fully fenced"
+    dropped = _unadmitted_sources(policy, source_ranges or ())
+    if dropped:
+        return (f"NetworkPolicy {where} does not admit {', '.join(dropped)} on ports {API_SERVER_PORT} and "
+                f"{KONNECTIVITY_PORT}, which the load balancer admits (loadBalancerSourceRanges) → connections from "
+                "there pass the load balancer and are dropped at the pod wherever they arrive un-NATed")
+    return None
 
 
 def _etcd_problem(policies: list[Json]) -> str | None:
@@ -264,7 +293,8 @@ def check_network_policies(management: KubeClient, tenant: TenantTarget) -> Chec
     except ApiError as error:
         return CheckResult(name, False, f"cannot list NetworkPolicies ({error})",
                            "see the control plane row: is the management cluster answering?")
-    problems = [problem for problem in (_isolation_problem(own, tenant.namespace), _etcd_problem(etcd)) if problem]
+    problems = [problem for problem in (_isolation_problem(own, tenant.namespace, tenant.source_ranges),
+                                        _etcd_problem(etcd)) if problem]
     if problems:
         return CheckResult(name, False, "; ".join(problems), fix)
     return CheckResult(name, True, f"{tenant.namespace}/{ISOLATION_POLICY_NAME} fences every pod (Ingress and "

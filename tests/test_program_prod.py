@@ -15,6 +15,7 @@ import yaml
 
 from components.tenant.spec import admin_kubeconfig_secret_name
 from config import load_stack_config
+from tests.support import netpol
 from tests.support.crd_schema import crd_json_schema, schema_errors
 from tests.support.mockrun import load_stack_file, run_program
 from tests.support.sim.lab import adopt, lab_world
@@ -125,12 +126,19 @@ def test_each_team_admits_its_own_servers_the_shared_networks_and_the_operators_
     for team in TEAMS:
         own = [*management.worker_cidrs, *tenants[team].worker_cidrs]
         policy = run.named(f"{team}-isolation", "kubernetes:networking.k8s.io/v1:NetworkPolicy")
-        blocks = [peer["ipBlock"]["cidr"] for rule in policy.inputs["spec"]["ingress"] for peer in rule["from"]
-                  if "ipBlock" in peer]
-        assert blocks == own
         ranges = run.named(f"{team}-tcp").inputs["spec"]["networkProfile"]["loadBalancerSourceRanges"]
         assert ranges == sorted({*own, *management.operator_cidrs})
         assert run.outputs["tenants"].value[team]["sourceRanges"] == ranges
+        # The pods admit what the load balancer admits: an operator's connection that arrives un-NATed (always on
+        # a one-node cluster) is not dropped at the pod (S-4). Egress goes to the worker networks only.
+        policies = [{"metadata": policy.inputs["metadata"], "spec": policy.inputs["spec"]}]
+        operator = netpol.Peer(str(next(ipaddress.ip_network(management.operator_cidrs[0]).hosts())))
+        for port in (6443, 8132):
+            assert netpol.allowed(policies, "ingress", team, {}, operator, port)
+        assert not netpol.allowed(policies, "egress", team, {}, operator, 6443)
+        blocks = [peer["ipBlock"]["cidr"] for rule in policy.inputs["spec"]["egress"] for peer in rule["to"]
+                  if "ipBlock" in peer]
+        assert blocks == own
         for other in TEAMS:
             for worker in tenants[other].workers:
                 admitted = any(ipaddress.ip_address(worker.ssh.host) in ipaddress.ip_network(r) for r in ranges)

@@ -169,10 +169,11 @@ def test_kamaji_runs_each_tenant_with_our_ranges_sources_and_admission_plugins(l
         assert running.load_balancer_source_ranges == expected_sources
         assert (running.pod_cidrs, running.service_cidrs) == ([config.pod_cidr], [config.service_cidr])
         assert running.node_restriction, "kubelets could modify each other's Node objects"
-        # The NetworkPolicy fences the control-plane pods to the same worker networks.
+        # The NetworkPolicy fences the control-plane pods to the same worker networks and operators.
         policy = lab.run.named(f"{tenant}-isolation")
         assert policy.type == "kubernetes:networking.k8s.io/v1:NetworkPolicy"
-        assert policy.inputs["spec"] == tenant_spec.isolation_network_policy(tenant, worker_networks)["spec"]
+        assert policy.inputs["spec"] == tenant_spec.isolation_network_policy(
+            tenant, worker_networks, [OPERATOR_CIDR])["spec"]
         assert policy.inputs["metadata"]["namespace"] == tenant
 
 

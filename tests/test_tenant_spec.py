@@ -17,6 +17,7 @@ import yaml
 from components.naming import DEFAULT_DATASTORE
 from components.tenant import spec as tenant_spec
 from config import Quota, load_stack_config
+from tests.support import netpol
 from tests.support.crd_schema import _strict, schema_errors
 from tests.support.fixtures import KIND_SUBNET_V4, kubeconfig_yaml, tenant_ca_pem
 from tests.support.sim import paths
@@ -343,37 +344,11 @@ def test_discovery_hash_of_a_kubeconfigs_ca_matches_openssl(tmp_path):
 # --------------------------------------------------------------------------- #
 
 
-def _labels_match(selector, labels):
-    return all(labels.get(k) == v for k, v in (selector.get("matchLabels") or {}).items()) and not selector.get(
-        "matchExpressions"
-    )
-
-
-def _peer_matches(peer, policy_ns, ns, pod_labels, ip):
-    if "ipBlock" in peer:
-        block = peer["ipBlock"]
-        address = ipaddress.ip_address(ip)
-        return address in ipaddress.ip_network(block["cidr"]) and not any(
-            address in ipaddress.ip_network(e) for e in block.get("except", [])
-        )
-    if "namespaceSelector" in peer:
-        ns_ok = _labels_match(peer["namespaceSelector"], {"kubernetes.io/metadata.name": ns})
-    else:
-        ns_ok = ns == policy_ns
-    return ns_ok and _labels_match(peer.get("podSelector", {}), pod_labels)
-
-
 def _allowed(policy, direction, ns, ip, pod_labels=None, port=None, protocol="TCP"):
-    """Whether the policy admits traffic from (ingress) / to (egress) a peer; pods in other namespaces have pod IPs."""
-    key, peers_key = ("ingress", "from") if direction == "ingress" else ("egress", "to")
-    policy_ns = policy["metadata"]["namespace"]
-    for rule in policy["spec"].get(key, []):
-        ports = rule.get("ports")
-        if ports and not any(p.get("port") == port and p.get("protocol", "TCP") == protocol for p in ports):
-            continue
-        if any(_peer_matches(peer, policy_ns, ns, pod_labels or {}, ip) for peer in rule.get(peers_key, [])):
-            return True
-    return False
+    """Whether the policy lets a pod it fences receive from (ingress) / send to (egress) a peer in namespace `ns`
+    with address `ip` and labels `pod_labels`; pods in other namespaces have pod IPs."""
+    return netpol.allowed([policy], direction, policy["metadata"]["namespace"], {},
+                          netpol.Peer(ip, ns, pod_labels or {}), port, protocol)
 
 
 POD_IP = "10.244.1.17"  # management cluster pod range: not on the kind network
@@ -421,6 +396,22 @@ def test_every_worker_network_is_admitted_both_ways():
     assert _allowed(policy, "ingress", "elsewhere", "10.20.1.11", port=6443)  # an SSH-joined GPU server
     assert _allowed(policy, "egress", "elsewhere", "10.20.1.11", port=10250)
     assert not _allowed(policy, "ingress", "elsewhere", "10.30.0.1", port=6443)
+
+
+def test_operators_reach_the_api_and_konnectivity_ports_wherever_the_load_balancer_admits_them():
+    # management.operatorCidrs are in loadBalancerSourceRanges; un-NATed (a one-node cluster) they reach the pod
+    # with their own address, and a policy admitting only the worker networks dropped them (TP-3, S-4).
+    operators = "10.30.0.0/24"
+    policy = tenant_spec.isolation_network_policy("tenant-a", [KIND_SUBNET_V4], [operators])
+    for port in (6443, 8132):
+        assert _allowed(policy, "ingress", None, "10.30.0.7", port=port)
+    assert not _allowed(policy, "ingress", None, "10.30.0.7", port=10257)
+    assert not _allowed(policy, "ingress", None, "10.31.0.7", port=6443)
+    # A source, not a destination: the control plane opens no connection to the operators.
+    assert not _allowed(policy, "egress", None, "10.30.0.7", port=22)
+    (outside,) = [rule for rule in policy["spec"]["ingress"] if any("ipBlock" in peer for peer in rule["from"])]
+    ranges = tenant_spec.api_source_ranges([KIND_SUBNET_V4], [operators])
+    assert [peer["ipBlock"]["cidr"] for peer in outside["from"]] == ranges == sorted([KIND_SUBNET_V4, operators])
 
 
 def test_no_peer_opens_the_policy_to_every_namespace():

@@ -16,6 +16,7 @@ from components.images import PAUSE_IMAGE, worker_images
 from components.kube import ApiError, UnreachableError
 from components.management.image_cache import DEBUG_PORT, MIRRORED_REGISTRIES
 from components.plan import plan_summary
+from components.tenant.spec import isolation_network_policy
 from config import Versions, load_stack_config
 from ops import verify, verify_checks
 from ops.verify import (
@@ -47,6 +48,7 @@ from ops.verify_checks import (
     verify_tenant,
 )
 from tests.support.fake_platform import (
+    LAB_NETWORK,
     QUOTA_REJECTION,
     FakeClock,
     FakeCluster,
@@ -283,6 +285,11 @@ def _etcd_policy_elsewhere(platform):
     _policies(platform, "kamaji-system")[0]["spec"]["podSelector"] = {"matchLabels": {"app.kubernetes.io/name": "kamaji"}}
 
 
+def _operators_not_admitted(platform):
+    # The load balancer admits an operator network that the policy (the lab's worker network only) does not.
+    platform.outputs["tenants"]["tenant-a"]["sourceRanges"] = [LAB_NETWORK, "10.30.0.0/24"]
+
+
 @pytest.mark.parametrize("breakage, message", [
     (lambda p: p.management.network_policies.update({"tenant-a": []}),
      "NetworkPolicy tenant-a/tenant-isolation not found (present: none) → the tenant's control-plane pods are "
@@ -291,6 +298,9 @@ def _etcd_policy_elsewhere(platform):
     (_rename_isolation, "NetworkPolicy tenant-a/tenant-isolation not found (present: allow-same-namespace)"),
     (_narrow_isolation, "its podSelector {'matchLabels': {'kamaji.clastix.io/name': 'x'}} leaves some pods unfenced"),
     (_ingress_only_isolation, "NetworkPolicy tenant-a/tenant-isolation: its policyTypes lack Egress → "),
+    (_operators_not_admitted, "NetworkPolicy tenant-a/tenant-isolation does not admit 10.30.0.0/24 on ports 6443 and "
+                              "8132, which the load balancer admits (loadBalancerSourceRanges) → connections from "
+                              "there pass the load balancer and are dropped at the pod"),
     (_no_etcd_policy, "NetworkPolicy kamaji-system/kamaji-etcd-clients not found → every pod of the management "
                       "cluster reaches the shared etcd"),
     (_etcd_policy_elsewhere, "NetworkPolicy kamaji-system/kamaji-etcd-clients: its podSelector {'matchLabels': "
@@ -667,6 +677,9 @@ def separate_networks(platform):
     for index, name in enumerate(("tenant-a", "tenant-b")):
         platform.outputs["plan"]["tenants"][name]["workerCidrs"] = [f"10.20.{index + 1}.0/24"]
         platform.outputs["tenants"][name]["sourceRanges"] = PROD_RANGES[name]
+        # The fence the program writes for them: the workers both ways, the operators (10.30.0.0/24) in.
+        platform.management.network_policies[name] = [
+            isolation_network_policy(name, ["10.20.0.0/24", f"10.20.{index + 1}.0/24"], ["10.30.0.0/24"])]
     return platform
 
 

@@ -103,8 +103,9 @@ class TenantControlPlane(pulumi.ComponentResource):
             opts=management,
         )
         self.namespace = namespace.metadata.name
-        policy = pulumi.Output.from_input(args.worker_networks).apply(
-            lambda networks: tenant_spec.isolation_network_policy(tcp_name, networks)
+        networks = pulumi.Output.from_input(args.worker_networks)
+        policy = networks.apply(
+            lambda networks: tenant_spec.isolation_network_policy(tcp_name, networks, args.operator_cidrs)
         )
         isolation = k8s.networking.v1.NetworkPolicy(
             f"{name}-isolation",
@@ -114,9 +115,8 @@ class TenantControlPlane(pulumi.ComponentResource):
         )
         self.datastore, datastore_ready = self._datastore(name, args, namespace, management)
 
-        source_ranges = pulumi.Output.from_input(args.worker_networks).apply(
-            lambda networks: sorted({*networks, *args.operator_cidrs})
-        )
+        # The same networks the isolation policy admits on the API and Konnectivity ports.
+        source_ranges = networks.apply(lambda networks: tenant_spec.api_source_ranges(networks, args.operator_cidrs))
         self.source_ranges = source_ranges
         spec = pulumi.Output.all(self.datastore, source_ranges).apply(
             lambda values: tenant_spec.tenant_control_plane_spec(tenant, values[0], values[1])

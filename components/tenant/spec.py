@@ -45,25 +45,45 @@ def _namespace_selector(name: str) -> dict[str, Any]:
     return {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: name}}}
 
 
-def isolation_network_policy(namespace: str, worker_networks: Sequence[str]) -> dict[str, Any]:
+def api_source_ranges(worker_networks: Sequence[str], operator_cidrs: Sequence[str]) -> list[str]:
+    """Who may open a connection to a tenant's API and Konnectivity server: its worker networks and the operators'.
+
+    One list for both fences: the LoadBalancer's `loadBalancerSourceRanges` and the isolation policy's ingress. A
+    source the load balancer passes can reach the pod with its own address: kube-proxy masquerades in POSTROUTING,
+    after CNIs that police before source NAT (kubernetes-sigs/kube-network-policies pkg/networkpolicy
+    controller.go), and source-preserving dataplanes do not NAT at all. A policy admitting fewer networks than the
+    load balancer drops those connections (always on a one-node cluster).
+    """
+    return sorted({*worker_networks, *operator_cidrs})
+
+
+def _ip_blocks(cidrs: Sequence[str], what: str) -> list[dict[str, Any]]:
+    blocks = []
+    for cidr in cidrs:
+        network = ipaddress.ip_network(cidr, strict=False)
+        if network.version != 4:
+            raise ValueError(f"{what} {cidr!r} is not IPv4: NetworkPolicy ipBlocks here are IPv4 only")
+        blocks.append({"ipBlock": {"cidr": str(network)}})
+    return blocks
+
+
+def isolation_network_policy(namespace: str, worker_networks: Sequence[str],
+                             operator_cidrs: Sequence[str] = ()) -> dict[str, Any]:
     """NetworkPolicy that fences every pod of a tenant namespace on the management cluster.
 
-    Ingress only from: pods of the same namespace, Kamaji (kamaji-system), and the
-    worker networks (in the lab the docker `kind` network: the tenant's workers, the
-    host running Pulumi, and the management nodes, which is where LoadBalancer traffic
-    and kubelet probes come from; on real infrastructure `management.workerCidrs`).
+    Ingress only from: pods of the same namespace, Kamaji (kamaji-system), and, on the API server and Konnectivity
+    ports, every network the load balancer admits (`api_source_ranges`): the worker networks (in the lab the docker
+    `kind` network: the tenant's workers, the host running Pulumi, and the management nodes, which is where
+    LoadBalancer traffic and kubelet probes come from; on real infrastructure `management.workerCidrs` and the
+    tenant's `workerCidrs`) and `management.operatorCidrs`.
     Egress only to: the same namespace, kamaji-system (the kamaji-etcd datastore),
     cluster DNS, and the worker networks. Pods of other tenants' namespaces match
     none of these in either direction, so tenants cannot reach each other's control planes.
     """
     if not worker_networks:
         raise ValueError("no worker networks: tenant workers could not reach their control plane")
-    blocks = []
-    for cidr in worker_networks:
-        network = ipaddress.ip_network(cidr, strict=False)
-        if network.version != 4:
-            raise ValueError(f"worker network {cidr!r} is not IPv4: NetworkPolicy ipBlocks here are IPv4 only")
-        blocks.append({"ipBlock": {"cidr": str(network)}})
+    blocks = _ip_blocks(worker_networks, "worker network")
+    sources = _ip_blocks(api_source_ranges(worker_networks, operator_cidrs), "source network")
     same_namespace = {"podSelector": {}}
     kamaji = _namespace_selector(KAMAJI_NAMESPACE)
     cluster_dns = {
@@ -86,7 +106,7 @@ def isolation_network_policy(namespace: str, worker_networks: Sequence[str]) -> 
                 {"from": [same_namespace, kamaji]},
                 # From outside the cluster only the API server and the Konnectivity server are served.
                 {
-                    "from": blocks,
+                    "from": sources,
                     "ports": [
                         {"protocol": "TCP", "port": API_SERVER_PORT},
                         {"protocol": "TCP", "port": KONNECTIVITY_PORT},
