@@ -349,6 +349,12 @@ class DockerHubCredentials(StrictModel):
     token: str = Field(min_length=1, repr=False)
 
 
+# Networks a tenant's API server admits at most (management.workerCidrs, operatorCidrs and the tenant's workerCidrs,
+# plus the kind network in the lab): Kamaji's CRD limit on loadBalancerSourceRanges
+# (clastix/kamaji api/v1alpha1/tenantcontrolplane_types.go: +kubebuilder:validation:MaxItems=16).
+MAX_SOURCE_RANGES = 16
+
+
 class Management(StrictModel):
     # The kind cluster this program creates (not used with `kubeconfig`).
     cluster_name: Annotated[

@@ -22,6 +22,7 @@ from .cidrs import allocate_ranges, overlapping_pairs
 from .models import (
     KIND_NODE_IMAGES,
     MAX_SIMULATED_MEMORY_MIB_PER_WORKER,
+    MAX_SOURCE_RANGES,
     StackConfig,
     Tenant,
 )
@@ -486,6 +487,33 @@ def _any_source_issues(config: StackConfig) -> list[ConfigIssue]:
 MIN_SOURCE_PREFIX = 8
 
 
+def _source_range_issues(config: StackConfig, tenants: Indexed) -> list[ConfigIssue]:
+    """No tenant admits more source networks than its TenantControlPlane takes: the API server would refuse it at
+    `up`, after the kind cluster and everything before the tenant exist."""
+    management = config.management
+    shared = {*management.worker_cidrs, *management.operator_cidrs}
+    # The lab adds the kind network, whose range docker picks when the cluster is created.
+    lab = 0 if management.adopts_existing_cluster else 1
+    kind = " and the kind network" if lab else ""
+    fix = (f"a TenantControlPlane admits at most {MAX_SOURCE_RANGES} (Kamaji's limit on loadBalancerSourceRanges). "
+           "Merge neighbouring networks into the wider one that covers them (10.20.0.0/24 and 10.20.1.0/24 are "
+           "10.20.0.0/23) or list fewer")
+    if len(shared) + lab > MAX_SOURCE_RANGES:
+        key = "management.operatorCidrs" if management.operator_cidrs else "management.workerCidrs"
+        return [ConfigIssue(key, f"management.workerCidrs and management.operatorCidrs{kind} are {len(shared) + lab} "
+                                 f"networks every tenant admits: {fix}")]
+    issues = []
+    for index, tenant in tenants:
+        count = len(shared | set(tenant.worker_cidrs)) + lab
+        if count > MAX_SOURCE_RANGES:
+            issues.append(ConfigIssue(
+                f"tenants[{index}].workerCidrs",
+                f"with management.workerCidrs and management.operatorCidrs{kind} makes {count} networks that "
+                f"tenants[{index}] ('{tenant.name}') admits: {fix}",
+            ))
+    return issues
+
+
 def _infrastructure_issues(config: StackConfig, tenants: Indexed, secret_keys: Collection[str]) -> list[ConfigIssue]:
     """Existing management cluster and SSH workers: what goes with what, and secrets stored as secrets."""
     issues: list[ConfigIssue] = []
@@ -513,6 +541,7 @@ def _infrastructure_issues(config: StackConfig, tenants: Indexed, secret_keys: C
         issues.append(ConfigIssue("management.allowExecCredentials", "only applies with management.kubeconfig"))
     issues.extend(_mirror_issues(config, secret_keys))
     issues.extend(_any_source_issues(config))
+    issues.extend(_source_range_issues(config, tenants))
     if config.nvidia is not None and config.gpu_mode != "nvidia":
         issues.append(ConfigIssue("nvidia", "only applies with gpuMode: nvidia; remove it or set gpuMode: nvidia"))
     ssh_workers = False

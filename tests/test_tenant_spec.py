@@ -414,6 +414,15 @@ def test_operators_reach_the_api_and_konnectivity_ports_wherever_the_load_balanc
     assert [peer["ipBlock"]["cidr"] for peer in outside["from"]] == ranges == sorted([KIND_SUBNET_V4, operators])
 
 
+def test_more_source_ranges_than_the_tcp_takes_are_refused_even_past_validation():
+    networks = [f"10.40.{i}.0/24" for i in range(16)]
+    assert tenant_spec.api_source_ranges(networks, networks[:3]) == sorted(networks)  # duplicates count once
+    with pytest.raises(ValueError, match="at most 16 loadBalancerSourceRanges"):
+        tenant_spec.api_source_ranges(networks, ["10.30.0.0/24"])
+    with pytest.raises(ValueError, match="at most 16"):
+        tenant_spec.isolation_network_policy("tenant-a", networks, ["10.30.0.0/24"])
+
+
 def test_no_peer_opens_the_policy_to_every_namespace():
     policy = _policy()
     for rule in policy["spec"]["ingress"] + policy["spec"]["egress"]:

@@ -11,8 +11,10 @@ import pytest
 import yaml
 
 from config import ConfigError, load_stack_config
-from config.models import KIND_NODE_IMAGES
+from config.models import KIND_NODE_IMAGES, MAX_SOURCE_RANGES
 from tests.support.mockrun import reference_stack
+from tests.support.sim import Lifecycle
+from tests.support.sim.lab import lab_world
 from tests.test_config_infrastructure import HOST_KEY, KUBECONFIG, PRIVATE_KEY, SECRET_FRAGMENT, adopted, ssh
 
 SECRETS = {"management", "tenants"}
@@ -213,6 +215,51 @@ def test_every_tenant_needs_some_worker_network_in_adopt_mode():
     for tenant in raw["tenants"]:
         tenant["workerCidrs"] = ["10.20.7.0/24"]
     assert valid(raw)
+
+
+def _networks(count, third=40):
+    return [f"10.{third}.{i}.0/24" for i in range(count)]
+
+
+def test_more_source_networks_than_a_tenant_control_plane_takes_is_a_config_error():
+    # loadBalancerSourceRanges has MaxItems=16 in Kamaji's CRD: the 17th network was refused by the API server at
+    # `up`, after the management cluster and every tenant before it existed (TP-6).
+    raw = adopted(operatorCidrs=["10.30.0.0/24"])  # with management.workerCidrs: 2 networks every tenant admits
+    raw["tenants"][0]["workerCidrs"] = _networks(15)
+    found, message = problems(raw)
+    assert list(found) == ["tenants[0].workerCidrs"]
+    assert "makes 17 networks that tenants[0] ('team-a') admits" in message
+    assert "at most 16" in message and "10.20.0.0/23" in message
+    assert "kind network" not in message  # an existing cluster adds none
+    # The same network in two lists is one source range; 16 fit.
+    raw["tenants"][0]["workerCidrs"] = [*_networks(14), "10.30.0.0/24"]
+    assert len(valid(raw).tenants[0].worker_cidrs) == 15
+
+
+def test_the_lab_counts_the_kind_network_and_names_the_shared_key_once():
+    raw = dev()
+    raw.setdefault("management", {}).update(workerCidrs=_networks(10), operatorCidrs=_networks(6, third=41))  # 16 with the kind network: every tenant is over
+    found, message = problems(raw, set())
+    assert list(found) == ["management.operatorCidrs"]
+    assert "management.workerCidrs and management.operatorCidrs and the kind network are 17 networks" in message
+    raw["management"]["operatorCidrs"] = _networks(5, third=41)
+    assert valid(raw, set())
+
+
+def test_too_many_source_networks_stop_the_first_lab_run_before_the_kind_cluster_exists():
+    raw = dev()
+    raw.setdefault("management", {})["workerCidrs"] = _networks(16)
+    sim = Lifecycle(raw, world=lab_world())
+    plan = sim.up(expect_error=True)
+    assert not plan.ok and "management.workerCidrs" in plan.error and "at most 16" in plan.error, plan.render()
+    assert (sim.world.kind, sim.world.docker.containers, sim.resources()) == ({}, {}, [])
+
+
+def test_the_source_range_limit_is_the_tenant_control_plane_crds(vendor_dir):
+    crd = yaml.safe_load((vendor_dir / "kamaji" / "kamaji.clastix.io_tenantcontrolplanes.yaml").read_text())
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    ranges = spec["properties"]["networkProfile"]["properties"]["loadBalancerSourceRanges"]
+    assert ranges["maxItems"] == MAX_SOURCE_RANGES == 16
 
 
 @pytest.mark.parametrize("allow", [False, True])

@@ -23,7 +23,7 @@ from components.helm import Chart
 from components.naming import KAMAJI_NAMESPACE
 from config import Quota, Tenant
 from config.cidrs import dns_service_ip
-from config.models import DNS1035_LABEL, DataStore
+from config.models import DNS1035_LABEL, MAX_SOURCE_RANGES, DataStore
 
 # --------------------------------------------------------------------------- #
 # Management cluster: the tenant namespace and its NetworkPolicy
@@ -54,7 +54,15 @@ def api_source_ranges(worker_networks: Sequence[str], operator_cidrs: Sequence[s
     controller.go), and source-preserving dataplanes do not NAT at all. A policy admitting fewer networks than the
     load balancer drops those connections (always on a one-node cluster).
     """
-    return sorted({*worker_networks, *operator_cidrs})
+    ranges = sorted({*worker_networks, *operator_cidrs})
+    if len(ranges) > MAX_SOURCE_RANGES:
+        # Validation refuses this before anything runs; this guards callers that bypass it.
+        raise ValueError(
+            f"{len(ranges)} source networks ({', '.join(ranges)}): a TenantControlPlane admits at most "
+            f"{MAX_SOURCE_RANGES} loadBalancerSourceRanges; merge adjacent networks in management.workerCidrs, "
+            "management.operatorCidrs and tenants[].workerCidrs"
+        )
+    return ranges
 
 
 def _ip_blocks(cidrs: Sequence[str], what: str) -> list[dict[str, Any]]:
