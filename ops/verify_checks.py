@@ -22,7 +22,15 @@ from components.images import PAUSE_IMAGE
 from components.kube import ApiError, Connect, Json, KubeClient
 from components.management.kamaji import etcd_network_policy
 from components.naming import KAMAJI_NAMESPACE
-from components.tenant.spec import API_SERVER_PORT, ISOLATION_POLICY_NAME, KONNECTIVITY_PORT
+from components.tenant.spec import (
+    API_SERVER_PORT,
+    ETCD_CHART,
+    ETCD_SETUP_POLICY_NAME,
+    ISOLATION_POLICY_NAME,
+    KONNECTIVITY_PORT,
+    dedicated_datastore_name,
+    etcd_setup_pod_selector,
+)
 from config import Versions
 
 # Kamaji installs the agent under this name in the tenant's kube-system
@@ -269,6 +277,25 @@ def _isolation_problem(policies: list[Json], namespace: str, source_ranges: Sequ
     return None
 
 
+def _etcd_setup_problem(policies: list[Json], namespace: str) -> str | None:
+    """A dedicated etcd's hook Jobs may reach the management API server (components/tenant/spec.py)."""
+    where = f"{namespace}/{ETCD_SETUP_POLICY_NAME}"
+    consequence = ("the dedicated etcd's setup Jobs cannot reach the management API server unless it lies in a "
+                   "worker network: its Helm release hangs on install, upgrade and removal")
+    policy = next((p for p in policies if _name(p) == ETCD_SETUP_POLICY_NAME), None)
+    if policy is None:
+        return f"NetworkPolicy {where} not found → {consequence}"
+    problems = []
+    selector = _dig(policy, "spec", "podSelector")
+    expected = etcd_setup_pod_selector(ETCD_CHART.release)
+    if selector != expected:
+        problems.append(f"its podSelector {selector} is not the setup Jobs' {expected}")
+    egress = _dig(policy, "spec", "egress") or []
+    if "Egress" not in _policy_types(policy) or not any(rule.get("to") for rule in egress):
+        problems.append("it admits no egress to an address")
+    return f"NetworkPolicy {where}: {'; '.join(problems)} → {consequence}" if problems else None
+
+
 def _etcd_problem(policies: list[Json]) -> str | None:
     where = f"{ETCD_POLICY_NAMESPACE}/{ETCD_POLICY_NAME}"
     policy = next((p for p in policies if _name(p) == ETCD_POLICY_NAME), None)
@@ -293,12 +320,17 @@ def check_network_policies(management: KubeClient, tenant: TenantTarget) -> Chec
     except ApiError as error:
         return CheckResult(name, False, f"cannot list NetworkPolicies ({error})",
                            "see the control plane row: is the management cluster answering?")
-    problems = [problem for problem in (_isolation_problem(own, tenant.namespace, tenant.source_ranges),
-                                        _etcd_problem(etcd)) if problem]
+    dedicated = tenant.data_store == dedicated_datastore_name(tenant.name)
+    checks = [_isolation_problem(own, tenant.namespace, tenant.source_ranges), _etcd_problem(etcd)]
+    if dedicated:
+        checks.append(_etcd_setup_problem(own, tenant.namespace))
+    problems = [problem for problem in checks if problem]
     if problems:
         return CheckResult(name, False, "; ".join(problems), fix)
+    setup = (f"; {tenant.namespace}/{ETCD_SETUP_POLICY_NAME} lets its etcd's setup Jobs reach the management API"
+             if dedicated else "")
     return CheckResult(name, True, f"{tenant.namespace}/{ISOLATION_POLICY_NAME} fences every pod (Ingress and "
-                                   f"Egress); {ETCD_POLICY_NAMESPACE}/{ETCD_POLICY_NAME} fences the etcd pods")
+                                   f"Egress); {ETCD_POLICY_NAMESPACE}/{ETCD_POLICY_NAME} fences the etcd pods{setup}")
 
 
 # --- tenant cluster ---------------------------------------------------------------------------

@@ -9,18 +9,22 @@ from __future__ import annotations
 
 import base64
 import ipaddress
+import json
 
 import pytest
 import yaml
 
 from components.tenant.spec import admin_kubeconfig_secret_name
 from config import load_stack_config
+from ops import verify_checks
+from ops.verify import platform_from_outputs
 from tests.support import netpol
 from tests.support.crd_schema import crd_json_schema, schema_errors
+from tests.support.fake_platform import FakeCluster
 from tests.support.mockrun import load_stack_file, run_program
 from tests.support.sim.lab import adopt, lab_world
 from tests.support.sim.state import plain
-from tests.support.sim.world import ADOPTED_LB_RANGE
+from tests.support.sim.world import ADOPTED_LB_RANGE, set_api_endpoint
 from tests.test_config_infrastructure import PRIVATE_KEY, prod_example_with_secrets
 from tests.test_program import SECRET_OUTPUTS, STACK_OUTPUTS, FirstUp, credential_parts, first_up, leaks
 
@@ -31,9 +35,16 @@ TEAMS = ("team-vision", "team-speech")
 NODES = ["team-speech-gpu-01", "team-speech-gpu-02", "team-vision-gpu-01", "team-vision-gpu-02"]
 
 
+# Where pods reach the adopted cluster's API server: its control-plane nodes, on a network of their own (the
+# kubeconfig names a VIP in front of them), outside every workerCidrs of the example.
+CONTROL_PLANE_NODE = "10.40.0.11"
+
+
 def example_on_its_machine(world):
     """The example with its secrets set, pointed at `world`'s existing cluster and SSH servers."""
-    return adopt(world, prod_example_with_secrets())
+    config = adopt(world, prod_example_with_secrets())
+    set_api_endpoint(world.adopted, CONTROL_PLANE_NODE, 6443)
+    return config
 
 
 @pytest.fixture(scope="module")
@@ -143,6 +154,48 @@ def test_each_team_admits_its_own_servers_the_shared_networks_and_the_operators_
             for worker in tenants[other].workers:
                 admitted = any(ipaddress.ip_address(worker.ssh.host) in ipaddress.ip_network(r) for r in ranges)
                 assert admitted == (other == team), (team, worker.ssh.host, ranges)
+
+
+def _management_policies(run, namespace):
+    return [{"metadata": p.inputs["metadata"], "spec": p.inputs["spec"]}
+            for p in run.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
+            if p.inputs["metadata"]["namespace"] == namespace]
+
+
+def test_a_dedicated_etcds_setup_jobs_reach_the_management_api_and_nothing_else_in_the_namespace_does(run, prod):
+    # kamaji-etcd's hook Jobs run kubectl against the management API (create secret, rollout status, delete
+    # secret). Here it lies outside every worker network, so the isolation policy alone stranded them and the
+    # release timed out after 10 minutes (TP-3b).
+    api_server = [("10.96.0.1", 443), (CONTROL_PLANE_NODE, 6443)]  # the `kubernetes` Service and its endpoint
+    for team in TEAMS:
+        policies = _management_policies(run, team)
+        release = run.named(f"{team}-etcd", RELEASE)
+        for job in ("etcd-etcd-setup-1", "etcd-etcd-setup-2", "etcd-etcd-teardown"):
+            # The labels the Job API gives the pods (the chart's pod templates carry none).
+            labels = {"batch.kubernetes.io/job-name": job, "job-name": job, "controller-uid": "0000"}
+            for address, port in api_server:
+                assert netpol.allowed(policies, "egress", team, labels, netpol.Peer(address), port), (team, job)
+            assert not netpol.allowed(policies, "egress", team, labels, netpol.Peer(CONTROL_PLANE_NODE), 10250)
+        # The control plane and etcd get no way to the management API.
+        for labels in ({"kamaji.clastix.io/name": team}, {"app.kubernetes.io/name": "kamaji-etcd"},
+                       {"batch.kubernetes.io/job-name": "something-else"}):
+            for address, port in api_server:
+                assert not netpol.allowed(policies, "egress", team, labels, netpol.Peer(address), port), labels
+        # The policy is in place before the hooks run, and outlives the pre-delete hook on removal.
+        assert run.depends_on(release, run.named(f"{team}-etcd-setup"))
+
+
+def test_make_verify_expects_the_network_policies_the_program_creates_for_dedicated_stores(run):
+    management = FakeCluster("https://management", {"admin"})
+    for team in TEAMS:
+        management.network_policies[team] = _management_policies(run, team)
+    kamaji = run.named("kamaji-etcd-clients", "kubernetes:networking.k8s.io/v1:NetworkPolicy")
+    management.network_policies["kamaji-system"] = [{"metadata": kamaji.inputs["metadata"],
+                                                     "spec": kamaji.inputs["spec"]}]
+    _, target = platform_from_outputs(json.loads(json.dumps({name: o.value for name, o in run.outputs.items()})))
+    for team in TEAMS:
+        result = verify_checks.check_network_policies(management.session("admin"), target.tenants[team])
+        assert result.ok and "etcd-setup-api lets its etcd's setup Jobs reach the management API" in result.detail
 
 
 def test_each_team_has_a_dedicated_etcd_and_data_store(run, example, vendor_dir):

@@ -31,7 +31,7 @@ from tests.support.crd_schema import schema_errors
 from tests.support.sim import Lifecycle, World, paths, pki, systems
 from tests.support.sim.lab import lab_world
 from tests.support.sim.state import plain
-from tests.support.sim.world import CLUSTER_ADMINS, SYSTEM_MASTERS
+from tests.support.sim.world import CLUSTER_ADMINS, KIND_CONTROL_PLANE_IP, SYSTEM_MASTERS
 from tests.test_tenant_spec import strict_schema
 
 COMPONENT = "gpu-tenancy:index:TenantControlPlane"
@@ -382,6 +382,20 @@ def test_shared_and_dedicated_data_stores_follow_the_config(lab, datastore_schem
     assert lab.run.outputs["tenants"].value["tenant-b"]["dataStore"] == name
     assert lab.run.outputs["tenants"].value["tenant-a"]["dataStore"] == DEFAULT_DATASTORE
     assert _live_tcp(lab, "tenant-b")["status"]["storage"]["dataStoreName"] == name
+
+
+def test_a_dedicated_etcds_setup_jobs_may_reach_the_api_server_the_cluster_names(lab):
+    # Read from the cluster (the `kubernetes` Service and its EndpointSlice): in the lab the kind node's address.
+    policy = lab.run.named("tenant-b-etcd-setup", "kubernetes:networking.k8s.io/v1:NetworkPolicy")
+    expected = tenant_spec.etcd_setup_network_policy("tenant-b", "etcd", [("10.96.0.1", 443),
+                                                                          (KIND_CONTROL_PLANE_IP, 6443)])
+    assert {k: policy.inputs[k] for k in ("metadata", "spec")} == {k: expected[k] for k in ("metadata", "spec")}
+    assert lab.run.depends_on(lab.run.named("tenant-b-etcd"), policy)
+    assert policy.deleted_with == lab.run.named("gpu-tenancy-kind").urn
+    assert not [r for r in lab.run.resources if r.name == "tenant-a-etcd-setup"]  # shared store: no hooks of its own
+    # Read again on every run, and unchanged when the API server has not moved.
+    plan = lab.sim.preview()
+    assert plan.changed() == {}, plan.render()
 
 
 # --------------------------------------------------------------------------- #

@@ -448,6 +448,47 @@ def test_network_policy_refuses_an_ipv6_subnet_and_no_network():
         tenant_spec.isolation_network_policy("tenant-a", [])
 
 
+# The `default/kubernetes` Service and EndpointSlice as an API server keeps them (SDK reads may snake_case).
+API_SERVICE = {"spec": {"clusterIP": "10.96.0.1", "ports": [{"name": "https", "port": 443, "protocol": "TCP",
+                                                              "targetPort": 6443}]}}
+API_SLICE = {"addressType": "IPv4", "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}],
+             "endpoints": [{"addresses": ["10.40.0.11"]}, {"addresses": ["10.40.0.12"]}]}
+
+
+def test_the_management_api_is_reached_at_its_service_address_and_at_its_endpoints():
+    expected = [("10.40.0.11", 6443), ("10.40.0.12", 6443), ("10.96.0.1", 443)]
+    assert tenant_spec.management_api_destinations(API_SERVICE, API_SLICE) == expected
+    snake = {"spec": {"cluster_ip": "10.96.0.1", "ports": [{"port": 443, "protocol": "TCP"}]}}
+    assert tenant_spec.management_api_destinations(snake, API_SLICE) == expected
+
+
+@pytest.mark.parametrize("endpoints", [[], [{"addresses": ["fd00::11"]}], None])
+def test_no_ipv4_api_endpoint_is_an_error_not_an_open_rule(endpoints):
+    with pytest.raises(ValueError, match="EndpointSlice default/kubernetes lists no IPv4 API server address"):
+        tenant_spec.management_api_destinations(API_SERVICE, {**API_SLICE, "endpoints": endpoints})
+    with pytest.raises(ValueError, match="admits all"):
+        tenant_spec.etcd_setup_network_policy("tenant-b", "etcd", [])
+
+
+def test_only_a_dedicated_etcds_hook_jobs_get_out_to_the_management_api():
+    destinations = tenant_spec.management_api_destinations(API_SERVICE, API_SLICE)
+    policy = tenant_spec.etcd_setup_network_policy("tenant-b", "etcd", destinations)
+    assert _k8s_errors(policy) is None
+    assert policy["spec"]["policyTypes"] == ["Egress"]
+    for rule in policy["spec"]["egress"]:
+        assert rule["to"] and rule["ports"], "an empty to/ports admits every destination/port"
+    # clastix/kamaji-etcd templates: Jobs `<release>-etcd-setup-1`, `-etcd-setup-2`, `-etcd-teardown`.
+    for job in ("etcd-etcd-setup-1", "etcd-etcd-setup-2", "etcd-etcd-teardown"):
+        labels = {"batch.kubernetes.io/job-name": job}
+        for address, port in destinations:
+            assert netpol.allowed([policy], "egress", "tenant-b", labels, netpol.Peer(address), port)
+        assert not netpol.allowed([policy], "egress", "tenant-b", labels, netpol.Peer("10.96.0.1"), 6443)
+        assert not netpol.allowed([policy], "egress", "tenant-b", labels, netpol.Peer("10.40.0.13"), 6443)
+    # Selects nothing else: other pods of the namespace keep exactly the isolation policy.
+    for labels in ({}, {"app.kubernetes.io/name": "kamaji-etcd"}, {"batch.kubernetes.io/job-name": "etcd-backup"}):
+        assert not netpol.selects(policy["spec"]["podSelector"], labels)
+
+
 # --------------------------------------------------------------------------- #
 # Data stores: the shared one Kamaji's chart deploys, or a tenant's own kamaji-etcd
 # --------------------------------------------------------------------------- #

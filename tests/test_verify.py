@@ -16,7 +16,7 @@ from components.images import PAUSE_IMAGE, worker_images
 from components.kube import ApiError, UnreachableError
 from components.management.image_cache import DEBUG_PORT, MIRRORED_REGISTRIES
 from components.plan import plan_summary
-from components.tenant.spec import isolation_network_policy
+from components.tenant.spec import etcd_setup_network_policy, isolation_network_policy
 from config import Versions, load_stack_config
 from ops import verify, verify_checks
 from ops.verify import (
@@ -313,6 +313,45 @@ def test_network_policies_are_checked_by_name_and_shape(platform, clock, breakag
     result = results["NetworkPolicies (management)"]
     assert message in result.detail
     assert "make up" in result.fix
+
+
+def _dedicated_store_policies(platform, setup_policy):
+    """tenant-a with a dedicated etcd, the management namespace holding its fence and `setup_policy` (or none)."""
+    platform.outputs["tenants"]["tenant-a"]["dataStore"] = "tenant-a-etcd"
+    if setup_policy is not None:
+        platform.management.network_policies["tenant-a"].append(setup_policy)
+    _, target = platform_from_outputs(copy.deepcopy(platform.outputs))
+    return verify_checks.check_network_policies(platform.management.session("kind-admin-token"),
+                                                target.tenants["tenant-a"])
+
+
+SETUP_POLICY = etcd_setup_network_policy("tenant-a", "etcd", [("10.96.0.1", 443), ("172.18.0.2", 6443)])
+
+
+def test_a_dedicated_data_store_needs_the_policy_that_lets_its_setup_jobs_reach_the_api(platform):
+    result = _dedicated_store_policies(platform, None)
+    assert not result.ok
+    assert result.detail == (
+        "NetworkPolicy tenant-a/etcd-setup-api not found → the dedicated etcd's setup Jobs cannot reach the "
+        "management API server unless it lies in a worker network: its Helm release hangs on install, upgrade and "
+        "removal")
+    assert "make up" in result.fix
+
+
+def test_the_setup_jobs_policy_must_select_the_jobs_and_let_them_out(platform):
+    wrong = copy.deepcopy(SETUP_POLICY)
+    wrong["spec"]["podSelector"] = {}
+    wrong["spec"]["egress"] = [{"ports": [{"port": 6443}]}]
+    result = _dedicated_store_policies(platform, wrong)
+    assert not result.ok
+    assert "its podSelector {} is not the setup Jobs'" in result.detail
+    assert "it admits no egress to an address" in result.detail
+
+
+def test_a_dedicated_data_store_with_its_setup_policy_passes(platform):
+    result = _dedicated_store_policies(platform, copy.deepcopy(SETUP_POLICY))
+    assert result.ok, result
+    assert result.detail.endswith("; tenant-a/etcd-setup-api lets its etcd's setup Jobs reach the management API")
 
 
 def test_network_policies_the_program_creates_pass(dev_run):

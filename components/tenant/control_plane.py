@@ -233,14 +233,31 @@ class TenantControlPlane(pulumi.ComponentResource):
         if not store.dedicated:
             return pulumi.Output.from_input(args.shared_datastore), []
         chart = tenant_spec.ETCD_CHART
+        # The chart's hook Jobs call the management API server, which the isolation policy does not admit unless
+        # it happens to lie in a worker network: read where in-cluster clients reach it, on every run.
+        read = pulumi.ResourceOptions(parent=self, provider=args.management_provider)
+        api_service = k8s.core.v1.Service.get(f"{name}-management-api-service", "default/kubernetes", opts=read)
+        api_endpoints = k8s.discovery.v1.EndpointSlice.get(f"{name}-management-api-endpoints", "default/kubernetes",
+                                                           opts=read)
+        setup_policy = pulumi.Output.all(api_service.spec, api_endpoints.endpoints, api_endpoints.ports).apply(
+            lambda parts: tenant_spec.etcd_setup_network_policy(
+                tenant.name, chart.release, tenant_spec.management_api_destinations(
+                    {"spec": parts[0]}, {"endpoints": parts[1], "ports": parts[2]})))
+        setup_access = k8s.networking.v1.NetworkPolicy(
+            f"{name}-etcd-setup",
+            metadata=setup_policy.apply(lambda p: p["metadata"]),
+            spec=setup_policy.apply(lambda p: p["spec"]),
+            opts=pulumi.ResourceOptions.merge(management, pulumi.ResourceOptions(depends_on=[namespace])),
+        )
         etcd = helm_release(
             f"{name}-etcd",
             type(chart)(chart.release, args.etcd_chart, "", tenant.name),
             version=None,
             values=tenant_spec.dedicated_etcd_values(store),
             timeout=ETCD_TIMEOUT_SECONDS,
+            # After the policy its hooks need; on removal the release (and its pre-delete hook) goes first.
             opts=pulumi.ResourceOptions.merge(management, pulumi.ResourceOptions(
-                depends_on=[namespace, *args.images_ready])),
+                depends_on=[namespace, setup_access, *args.images_ready])),
         )
         datastore_name = tenant_spec.dedicated_datastore_name(tenant.name)
         manifest = tenant_spec.datastore_manifest(

@@ -132,6 +132,86 @@ def isolation_network_policy(namespace: str, worker_networks: Sequence[str],
     }
 
 
+# A dedicated etcd's Helm hooks run kubectl against the management API server (clastix/kamaji-etcd
+# charts/kamaji-etcd/templates/etcd_job_preinstall_1.yaml `kubectl create secret`, etcd_job_preinstall_2.yaml
+# `kubectl rollout status`, etcd_job_postdelete.yaml `kubectl delete secret`; Jobs named `<release>-<suffix>`).
+# Their pod templates carry no labels of their own; the Job API adds batch.kubernetes.io/job-name
+# (kubernetes pkg/apis/batch/types.go JobNameLabel).
+ETCD_SETUP_POLICY_NAME = "etcd-setup-api"
+ETCD_SETUP_JOB_SUFFIXES = ("etcd-setup-1", "etcd-setup-2", "etcd-teardown")
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+
+
+def etcd_setup_job_names(release: str) -> list[str]:
+    return [f"{release}-{suffix}" for suffix in ETCD_SETUP_JOB_SUFFIXES]
+
+
+def etcd_setup_pod_selector(release: str) -> dict[str, Any]:
+    return {"matchExpressions": [{"key": JOB_NAME_LABEL, "operator": "In", "values": etcd_setup_job_names(release)}]}
+
+
+def _field(obj: Any, camel: str, snake: str) -> Any:
+    """A field of an object read back through the Pulumi SDK, which may hand nested fields over snake_cased."""
+    if not isinstance(obj, Mapping):
+        return None
+    return obj.get(camel, obj.get(snake))
+
+
+def management_api_destinations(service: Mapping[str, Any] | None,
+                                endpoint_slice: Mapping[str, Any] | None) -> list[tuple[str, int]]:
+    """(IPv4 address, TCP port) pairs an in-cluster client uses to reach the management API server: the `default/
+    kubernetes` Service's ClusterIP on its https port, and the endpoints behind it (the apiserver writes the
+    EndpointSlice `kubernetes`, kubernetes pkg/controlplane/reconcilers/endpointsadapter.go). Both, because whether
+    a NetworkPolicy sees the Service address or the endpoint is implementation-defined (kubernetes/website
+    content/en/docs/concepts/services-networking/network-policies.md, ipBlock)."""
+    destinations: list[tuple[str, int]] = []
+    spec = _field(service, "spec", "spec")
+    cluster_ip = _field(spec, "clusterIP", "cluster_ip")
+    for port in _field(spec, "ports", "ports") or []:
+        if cluster_ip and (_field(port, "protocol", "protocol") or "TCP") == "TCP":
+            destinations.append((str(cluster_ip), int(_field(port, "port", "port"))))
+    ports = [int(_field(p, "port", "port")) for p in _field(endpoint_slice, "ports", "ports") or []
+             if _field(p, "port", "port") and (_field(p, "protocol", "protocol") or "TCP") == "TCP"]
+    for endpoint in _field(endpoint_slice, "endpoints", "endpoints") or []:
+        for address in _field(endpoint, "addresses", "addresses") or []:
+            destinations += [(str(address), port) for port in ports]
+    usable = [(a, p) for a, p in destinations if ipaddress.ip_address(a).version == 4]
+    if not any(a != cluster_ip for a, _ in usable):
+        raise ValueError(
+            "the management cluster's EndpointSlice default/kubernetes lists no IPv4 API server address and port "
+            f"(read: {endpoint_slice!r}); a dedicated data store's setup Jobs could not reach the API server. "
+            "Check `kubectl -n default get endpointslice kubernetes -o yaml`, or use the shared data store"
+        )
+    return sorted(set(usable))
+
+
+def etcd_setup_network_policy(namespace: str, release: str,
+                              destinations: Sequence[tuple[str, int]]) -> dict[str, Any]:
+    """Egress from a dedicated etcd's hook Jobs to the management API server, on top of the isolation policy.
+
+    Only those pods: the control plane and etcd have no business with the management API. Policies add up, so
+    everything else about these pods stays as `isolation_network_policy` says."""
+    if not destinations:
+        raise ValueError("no management API server address: an egress rule without destinations admits all")
+    by_port: dict[int, list[str]] = {}
+    for address, port in destinations:
+        by_port.setdefault(port, []).append(address)
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": ETCD_SETUP_POLICY_NAME, "namespace": namespace, "labels": namespace_labels(namespace)},
+        "spec": {
+            "podSelector": etcd_setup_pod_selector(release),
+            "policyTypes": ["Egress"],
+            "egress": [
+                {"to": [{"ipBlock": {"cidr": f"{address}/32"}} for address in sorted(set(addresses))],
+                 "ports": [{"protocol": "TCP", "port": port}]}
+                for port, addresses in sorted(by_port.items())
+            ],
+        },
+    }
+
+
 # --------------------------------------------------------------------------- #
 # The TenantControlPlane custom resource (charts/kamaji/crds/kamaji.clastix.io_tenantcontrolplanes.yaml)
 # --------------------------------------------------------------------------- #

@@ -32,6 +32,8 @@ CLUSTER_ADMINS = "kubeadm:cluster-admins"
 NODES_GROUP = "system:nodes"
 
 KIND_SUBNET_V4 = "172.18.0.0/16"
+# The kind node's address on it (docker hands out .2 first).
+KIND_CONTROL_PLANE_IP = "172.18.0.2"
 KIND_SUBNET_V6 = "fc00:f853:ccd:e793::/64"
 # An adopted cluster's own load balancer hands out addresses from here.
 ADOPTED_LB_RANGE = "10.20.255.200-10.20.255.250"
@@ -68,7 +70,7 @@ class KubeApi:
         default_factory=lambda: {
             "Namespace", "Secret", "ConfigMap", "ServiceAccount", "Service", "Pod", "Node", "ResourceQuota",
             "NetworkPolicy", "Deployment", "DaemonSet", "StatefulSet", "Role", "RoleBinding", "ClusterRole",
-            "ClusterRoleBinding", "RuntimeClass", "Lease",
+            "ClusterRoleBinding", "RuntimeClass", "Lease", "EndpointSlice",
         }
     )
     # Admission: callables(identity, operation, obj, old) -> obj (mutated) or raise ApiError.
@@ -529,10 +531,15 @@ class World:
 
     # ---- management clusters --------------------------------------------- #
 
-    def _new_api(self, name: str, server: str) -> KubeApi:
+    def _new_api(self, name: str, server: str, endpoint: tuple[str, int] | None = None) -> KubeApi:
+        """An API server at `server`; in-cluster clients reach it at `endpoint` (default: the server's address)."""
         api = KubeApi(name=name, server=server, ca=pki.new_ca(name), world=self)
         for namespace in ("default", "kube-system", "kube-public", "kube-node-lease"):
             api.ensure_namespace(namespace)
+        if endpoint is None:
+            host, _, port = server.removeprefix("https://").rpartition(":")
+            endpoint = (host.strip("[]"), int(port))
+        set_api_endpoint(api, *endpoint)
         self.apis[server] = api
         return api
 
@@ -541,7 +548,8 @@ class World:
             # kind v0.31 pkg/cluster/internal/providers/docker/network.go: IPv6 ULA plus a docker-chosen IPv4.
             self.docker.networks["kind"] = [KIND_SUBNET_V6, KIND_SUBNET_V4]
         self._port += 1
-        api = self._new_api(f"kind-{name}", f"https://127.0.0.1:{self._port}")
+        # The host reaches the API server through a published port; pods reach the node's address on the network.
+        api = self._new_api(f"kind-{name}", f"https://127.0.0.1:{self._port}", (KIND_CONTROL_PLANE_IP, 6443))
         api.ensure_namespace("local-path-storage")
         node = config["nodes"][0]
         image = node.get("image", "kindest/node:v1.35.0")
@@ -651,6 +659,20 @@ class World:
 
 # The first line of every hosts.toml components/worker/scripts/node-mirrors.sh writes.
 MIRROR_MARKER = "# gpu-tenancy image mirror: written by node-mirrors.sh, removed with it"
+
+
+def set_api_endpoint(api: KubeApi, address: str, port: int) -> None:
+    """The `default/kubernetes` Service and the EndpointSlice the API server keeps for itself (kubernetes
+    pkg/controlplane/reconcilers/endpointsadapter.go: named like the Service, IPv4, port `https`)."""
+    api.put({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "kubernetes", "namespace": "default"},
+             "spec": {"type": "ClusterIP", "clusterIP": "10.96.0.1", "clusterIPs": ["10.96.0.1"],
+                      "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": port}]}})
+    api.put({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+             "metadata": {"name": "kubernetes", "namespace": "default",
+                          "labels": {"kubernetes.io/service-name": "kubernetes"}},
+             "addressType": "IPv4",
+             "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
+             "ports": [{"name": "https", "port": port, "protocol": "TCP"}]})
 
 
 def _kamaji_settles(api: KubeApi) -> None:
