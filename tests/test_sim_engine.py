@@ -10,7 +10,9 @@ import pulumi_command as command
 import pulumi_kubernetes as k8s
 import pytest
 
-from tests.support.sim import Lifecycle, World, paths
+from components.kube import ApiError
+from tests.support.lifecycle_support import running_kind_lab
+from tests.support.sim import Lifecycle, World, paths, systems
 from tests.support.sim.providers import structural_diff
 from tests.support.sim.state import UNKNOWN, plain
 
@@ -345,3 +347,60 @@ def test_an_unreachable_cluster_drops_objects_only_when_asked_and_never_helm_rel
     world.delete_kind_cluster("lab")
     plan = sim.destroy(env={"PULUMI_K8S_DELETE_UNREACHABLE": "true"}, expect_error=True)
     assert "can't delete Helm Release with unreachable cluster" in plan.error
+
+
+# --------------------------------------------------------------------------- #
+# Pod admission inside a tenant: kube-apiserver's ResourceQuota and HAMi's webhook quota
+# --------------------------------------------------------------------------- #
+
+
+def _gpu_pod(name, namespace, gpus=1, memory=3000, cores=30):
+    limits = {"nvidia.com/gpu": str(gpus), "nvidia.com/gpumem": str(memory), "nvidia.com/gpucores": str(cores)}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"containers": [{"name": "c", "image": "pause", "resources": {"limits": limits}}]}}
+
+
+@pytest.fixture
+def tenant_api():
+    """tenant-a of a running dev lab, with an empty namespace `team` (HAMi's webhook sees it)."""
+    sim = running_kind_lab()
+    api = sim.world.tenant_api("tenant-a")
+    api.ensure_namespace("team")
+    return sim.world, api
+
+
+def _quota(api, hard):
+    api.put({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "q", "namespace": "team"},
+             "spec": {"hard": hard}})
+
+
+def test_the_api_server_charges_an_extended_resource_only_under_requests(tenant_api):
+    # pkg/quota/v1/evaluator/core/pods.go: "only quota objects in format of requests.resourceName is allowed for
+    # extended resource"; a limits. key (not one of HAMi's own) is charged by nobody.
+    world, api = tenant_api
+    _quota(api, {"limits.nvidia.com/gpu": "0"})
+    assert api.create(None, _gpu_pod("free", "team"))["metadata"]["name"] == "free"
+    _quota(api, {"requests.nvidia.com/gpu": "1"})  # requests default to the limits: the pod above holds it
+    with pytest.raises(ApiError) as refused:
+        api.create(None, _gpu_pod("second", "team"))
+    assert refused.value.code == 403
+    assert refused.value.message == (
+        'pods "second" is forbidden: exceeded quota: q, requested: requests.nvidia.com/gpu=1, '
+        "used: requests.nvidia.com/gpu=1, limited: requests.nvidia.com/gpu=1")
+    # A finished pod is not charged (QuotaV1Pod).
+    api.find("Pod", "team", "free")["status"] = {"phase": "Succeeded"}
+    assert api.create(None, _gpu_pod("third", "team"))["metadata"]["name"] == "third"
+
+
+def test_hamis_webhook_refuses_card_memory_beyond_its_limits_quota(tenant_api):
+    # Project-HAMi/HAMi v2.10.0 pkg/scheduler/webhook.go fitResourceQuota against what its scheduler allocated.
+    world, api = tenant_api
+    _quota(api, {"limits.nvidia.com/gpumem": "4000"})
+    first = api.create(None, _gpu_pod("first", "team", memory=3000))
+    systems.schedule(world, api, api.find("Pod", "team", first["metadata"]["name"]))
+    assert api.find("Pod", "team", "first")["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"]
+    with pytest.raises(ApiError) as refused:
+        api.create(None, _gpu_pod("second", "team", memory=3000))
+    assert (refused.value.code, refused.value.message) == (
+        403, 'admission webhook "vgpu.hami.io" denied the request: exceeding resource quota')
+    assert api.create(None, _gpu_pod("small", "team", memory=1000))["metadata"]["name"] == "small"

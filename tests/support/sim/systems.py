@@ -710,6 +710,67 @@ def _requests(pod: dict[str, Any]) -> dict[str, int]:
     return total
 
 
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+def _charged(pod: dict[str, Any]) -> bool:
+    """Whether a pod counts against quotas: not in a terminal phase (kubernetes pkg/quota/v1/evaluator/core/pods.go
+    QuotaV1Pod; HAMi's scheduler drops finished pods from its quota cache the same way)."""
+    return (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES
+
+
+def _quota_usage(pod: dict[str, Any]) -> dict[str, int]:
+    """What kube-apiserver's ResourceQuota admission charges a pod for its extended resources: only
+    `requests.<resource>`, from the pod's requests, which default to its limits (kubernetes
+    pkg/quota/v1/evaluator/core/pods.go podComputeUsageHelper: "only quota objects in format of
+    requests.resourceName is allowed for extended resource"; pkg/apis/core/v1/defaults.go SetDefaults_Pod). A
+    `limits.nvidia.com/...` key is never charged by the API server: it is HAMi's (see `_hami_quota_denial`)."""
+    def requested(container: dict[str, Any]) -> dict[str, int]:
+        resources = container.get("resources") or {}
+        merged = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        return {key: int(str(value)) for key, value in merged.items() if key.startswith("nvidia.com/")}
+
+    spec = pod.get("spec") or {}
+    total: dict[str, int] = {}
+    for container in spec.get("containers") or []:
+        for key, value in requested(container).items():
+            total[key] = total.get(key, 0) + value
+    for container in spec.get("initContainers") or []:  # init containers run one at a time
+        for key, value in requested(container).items():
+            total[key] = max(total.get(key, 0), value)
+    return {f"requests.{key}": value for key, value in total.items()}
+
+
+def _hami_quota_denial(api: KubeApi, namespace: str, pod: dict[str, Any]) -> str | None:
+    """HAMi's webhook refuses a GPU pod whose card memory or cores would exceed the namespace's
+    `limits.nvidia.com/gpumem` / `limits.nvidia.com/gpucores` (Project-HAMi/HAMi v2.10.0 pkg/scheduler/webhook.go
+    fitResourceQuota: memory x cards summed over the containers; pkg/device/quota.go FitQuota against the usage of
+    the pods its scheduler allocated, AddQuota only for `limits.` keys of its own resources)."""
+    requested = {GPUMEM: 0, GPUCORES: 0}
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        limits = (container.get("resources") or {}).get("limits") or {}
+        cards = int(str(limits.get(GPU, 0)))
+        for key in requested:
+            requested[key] += int(str(limits.get(key, 0))) * cards
+    used = {GPUMEM: 0, GPUCORES: 0}
+    for other in api.list("Pod", namespace):
+        allocated = ((other.get("metadata") or {}).get("annotations") or {}).get(VGPU_DEVICES)
+        if not allocated or not _charged(other):
+            continue
+        for entry in allocated.replace(";", ":").split(":"):
+            fields = entry.split(",")
+            if len(fields) == 4:
+                used[GPUMEM] += int(fields[2])
+                used[GPUCORES] += int(fields[3])
+    for quota in api.list("ResourceQuota", namespace):
+        hard = (quota.get("spec") or {}).get("hard") or {}
+        for key in requested:
+            limit = hard.get(f"limits.{key}")
+            if limit is not None and requested[key] and used[key] + requested[key] > int(str(limit)):
+                return "exceeding resource quota"
+    return None
+
+
 def _tenant_admission(world: World, api: KubeApi, identity, operation: str, obj: dict, old: dict | None) -> dict:
     if obj.get("kind") != "Pod" or operation != "CREATE":
         return obj
@@ -729,20 +790,24 @@ def _tenant_admission(world: World, api: KubeApi, identity, operation: str, obj:
             if spec.get("nodeName"):
                 raise ApiError(400, 'admission webhook "vgpu.hami.io" denied the request: nodeName is set')
             spec["schedulerName"] = "hami-scheduler"
-    # Native ResourceQuota admission (requests.* / limits.* of extended resources).
+            denial = _hami_quota_denial(api, namespace, obj)
+            if denial:
+                # controller-runtime admission.Denied answers 403 Forbidden.
+                raise ApiError(403, f'admission webhook "vgpu.hami.io" denied the request: {denial}')
+    # kube-apiserver's ResourceQuota admission (plugin/pkg/admission/resourcequota), after the mutating webhooks.
+    charged = _quota_usage(obj)
     for quota in api.list("ResourceQuota", namespace):
         hard = (quota.get("spec") or {}).get("hard") or {}
         used: dict[str, int] = {}
         for pod in api.list("Pod", namespace):
-            for key, value in _requests(pod).items():
-                used[key] = used.get(key, 0) + value
+            if _charged(pod):
+                for key, value in _quota_usage(pod).items():
+                    used[key] = used.get(key, 0) + value
         for key, limit in hard.items():
-            prefix, _, resource = key.partition(".")
-            if prefix in ("requests", "limits") and resource in requests:
-                if used.get(resource, 0) + requests[resource] > int(limit):
-                    raise ApiError(403, f'pods "{obj["metadata"]["name"]}" is forbidden: exceeded quota: '
-                                        f'{quota["metadata"]["name"]}, requested: {key}={requests[resource]}, '
-                                        f'limited: {key}={limit}')
+            if key in charged and used.get(key, 0) + charged[key] > int(str(limit)):
+                raise ApiError(403, f'pods "{obj["metadata"]["name"]}" is forbidden: exceeded quota: '
+                                    f'{quota["metadata"]["name"]}, requested: {key}={charged[key]}, '
+                                    f'used: {key}={used.get(key, 0)}, limited: {key}={limit}')
     return obj
 
 
