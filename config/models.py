@@ -397,6 +397,11 @@ class Management(StrictModel):
         return self.image_mirror and not self.adopts_existing_cluster
 
 
+# The tenant namespace the smoke-test pod runs in: the program's own, never a workload namespace, so no user quota
+# is spent on the proof and no quota of the users' applies to it.
+SMOKE_TEST_NAMESPACE = "gpu-tenancy-smoke"
+
+
 class SmokeTest(StrictModel):
     """The fractional GPU request `pulumi up` uses to prove each tenant works."""
 

@@ -23,6 +23,7 @@ from .models import (
     KIND_NODE_IMAGES,
     MAX_SIMULATED_MEMORY_MIB_PER_WORKER,
     MAX_SOURCE_RANGES,
+    SMOKE_TEST_NAMESPACE,
     StackConfig,
     Tenant,
 )
@@ -272,6 +273,13 @@ def _tenant_issues(index: int, tenant: Tenant, config: StackConfig) -> list[Conf
                 "is a system namespace of the tenant; list namespaces the tenant's users work in (e.g. default, ml)",
                 namespace,
             ))
+        if namespace == SMOKE_TEST_NAMESPACE:
+            issues.append(ConfigIssue(
+                f"{prefix}.namespaces[{n_index}]",
+                "is the namespace of the GPU smoke test, which the program keeps outside the users' namespaces and "
+                "quotas; list the namespaces the tenant's users work in (e.g. default, ml)",
+                namespace,
+            ))
         if namespace in seen_namespaces:
             issues.append(ConfigIssue(f"{prefix}.namespaces[{n_index}]", "is listed twice", namespace))
         seen_namespaces.add(namespace)
@@ -288,8 +296,11 @@ SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease", 
 
 
 def _smoke_test_issues(config: StackConfig, tenants: Indexed, partial: Collection[int] = ()) -> list[ConfigIssue]:
-    """The smoke-test request against each tenant's workers and quota; `partial` names tenants that lost a refused
-    card, worker or key, whose workers are not judged (the fit would only echo the refusal)."""
+    """The smoke-test request against each tenant's workers; `partial` names tenants that lost a refused card,
+    worker or key, whose workers are not judged (the fit would only echo the refusal).
+
+    Not against `quota`: a quota applies to `namespaces` only, and the smoke pod runs in SMOKE_TEST_NAMESPACE,
+    which cannot be one of them, so any quota leaves the proof alone (and the proof leaves the quota whole)."""
     smoke = config.smoke_test
     if not smoke.enabled:
         return []
@@ -303,21 +314,6 @@ def _smoke_test_issues(config: StackConfig, tenants: Indexed, partial: Collectio
                 "least that memoryMiB and cores each. Lower smokeTest.memoryMiB/cores/gpus, add a card, or set "
                 "smokeTest.enabled: false",
             ))
-        quota = tenant.quota
-        if quota is None:
-            continue
-        for key, limit, needed in (
-            ("gpus", quota.gpus, smoke.gpus),
-            ("memoryMiB", quota.memory_mib, smoke.gpus * smoke.memory_mib),
-            ("cores", quota.cores, smoke.gpus * smoke.cores),
-        ):
-            if limit is not None and limit < needed:
-                issues.append(ConfigIssue(
-                    f"tenants[{index}].quota.{key}",
-                    f"is below the smoke-test request ({needed}), so the quota would reject the proof pod; raise the "
-                    "quota or lower smokeTest",
-                    limit,
-                ))
     return issues
 
 

@@ -166,7 +166,8 @@ INVALID = [
      _set("tenants[0].workers[0].gpus", [card("G1", memory=60000), card("G2", memory=40000)]),
      "tenants[0].workers[0].gpus", str(MAX_SIMULATED_MEMORY_MIB_PER_WORKER)),
     ("quota-negative", _set(f"{T0}.quota", {"gpus": -1}), f"{T0}.quota.gpus", "greater than or equal to 0"),
-    ("quota-below-smoke-test", _set(f"{T0}.quota", {"memoryMiB": 1000}), f"{T0}.quota.memoryMiB", "smoke-test"),
+    ("namespace-of-the-smoke-test", _set(f"{T0}.namespaces", ["default", "gpu-tenancy-smoke"]), f"{T0}.namespaces[1]",
+     "namespace of the GPU smoke test"),
     ("gpu-mode-unknown", _set("gpuMode", "amd"), "gpuMode", "'mock' or 'nvidia'"),
     ("smoke-test-does-not-fit", _set("smokeTest", {"memoryMiB": 9000}), "smokeTest", "tenants[0]"),
     ("smoke-test-needs-two-cards", _set("smokeTest", {"gpus": 2}), "smokeTest", "2 card(s) on one worker"),
@@ -244,7 +245,7 @@ def test_field_errors_and_checks_across_fields_are_reported_in_one_round():
     # ... and checks across fields, of what did validate.
     raw["tenants"][1]["workers"][0]["gpus"][0]["uuid"] = "GPU-MOCK-A0"
     raw["tenants"][1]["namespaces"] = ["ml", "ml"]
-    raw["tenants"][0]["quota"] = {"memoryMiB": 1000}
+    raw["tenants"][0]["namespaces"] = ["gpu-tenancy-smoke"]
     with pytest.raises(ConfigError) as caught:
         load_stack_config(raw)
     paths = [issue.path for issue in caught.value.issues]
@@ -255,7 +256,7 @@ def test_field_errors_and_checks_across_fields_are_reported_in_one_round():
         "gpuMode",
         "tenants[1].workers[0].gpus[0].uuid",
         "tenants[1].namespaces[1]",
-        "tenants[0].quota.memoryMiB",
+        "tenants[0].namespaces[0]",
     ])
     assert "(7 problems)" in str(caught.value)
 
@@ -370,12 +371,15 @@ def test_the_smoke_test_fit_is_still_judged_for_the_other_tenants():
     assert "fits on no worker of tenants[1] ('tenant-b')" in problems(raw)[1]
 
 
-def test_a_refused_smoke_test_key_is_not_judged_against_quotas():
+@pytest.mark.parametrize("quota", [{"gpus": 0}, {"memoryMiB": 1000}, {"cores": 10}, {"gpus": 1, "memoryMiB": 3000}])
+def test_a_quota_is_not_judged_against_the_smoke_test_whose_namespace_it_does_not_cover(quota):
+    # TP-7: a quota applies to the tenant's namespaces only, and the smoke pod runs in its own namespace, which
+    # cannot be one of them: a quota below (or equal to) the request neither blocks the proof nor is spent by it.
     raw = base()
-    raw["smokeTest"] = {"memoryMiB": "lots"}
-    raw["tenants"][0]["quota"] = {"memoryMiB": 1000}  # below the default request; the user's value is unknown
-    (only,) = problems(raw)
-    assert only.startswith("smokeTest.memoryMiB = 'lots'")
+    raw["tenants"][0]["quota"] = quota
+    config = load_stack_config(raw)
+    assert config.smoke_test.enabled and (config.smoke_test.memory_mib, config.smoke_test.cores) == (3000, 30)
+    assert config.tenants[0].quota.model_dump(by_alias=True, exclude_none=True) == quota
 
 
 def test_a_tenant_refused_whole_keeps_the_others_paths():

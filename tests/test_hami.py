@@ -17,8 +17,9 @@ from components.gpu.smoke import planned_evidence
 from components.gpu.values import WEBHOOK_EXEMPT_NAMESPACES
 from components.naming import node_name
 from config import GpuCard, SmokeTest, Tenant
+from config.models import SMOKE_TEST_NAMESPACE
 from tests.support import mockrun
-from tests.support.lifecycle_support import kind_lab
+from tests.support.lifecycle_support import kind_lab, running_kind_lab
 from tests.support.mockrun import ProgramRun, reference_stack, registration, run_program
 from tests.support.sim import paths, plain, systems
 from tests.test_config_infrastructure import prod_example_with_secrets
@@ -217,6 +218,40 @@ def test_every_namespace_hami_must_not_block_is_exempt_from_its_webhook(lab):
     assert not ({smoke, *lab.tenant.namespaces} & set(WEBHOOK_EXEMPT_NAMESPACES))
 
 
+def test_the_smoke_pod_has_a_namespace_of_its_own_outside_every_user_quota_and_credential(lab):
+    pod = lab.run.named(f"{TENANT}-gpu-smoke-test", "kubernetes:core/v1:Pod")
+    namespace = lab.run.named(f"{TENANT}-gpu-smoke-namespace", "kubernetes:core/v1:Namespace")
+    assert pod.inputs["metadata"]["namespace"] == namespace.inputs["metadata"]["name"] == SMOKE_TEST_NAMESPACE
+    assert SMOKE_TEST_NAMESPACE not in lab.tenant.namespaces
+    assert namespace.inputs["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert lab.run.depends_on(pod, namespace)
+    assert namespace.deleted_with == pod.deleted_with == lab.run.named(f"{TENANT}-tcp").urn
+    assert lab.api.list("ResourceQuota", SMOKE_TEST_NAMESPACE) == []
+    assert lab.api.list("RoleBinding", SMOKE_TEST_NAMESPACE) == []  # the tenant user cannot touch the proof
+
+
+def test_the_proof_leaves_a_quota_as_big_as_its_request_to_the_users():
+    # G5: the permanent smoke pod ran in `default`, a quota'd workload namespace, and held the quota there.
+    sim = running_kind_lab()
+    tenant = sim.config["tenants"][0]
+    smoke = SmokeTest.model_validate(sim.config.get("smokeTest") or {})
+    tenant["quota"] = {"gpus": smoke.gpus, "memoryMiB": smoke.gpus * smoke.memory_mib,
+                       "cores": smoke.gpus * smoke.cores}
+    sim.up()
+    api = sim.world.tenant_api(tenant["name"])
+    assert api.find("Pod", SMOKE_TEST_NAMESPACE, "gpu-smoke-test")["status"]["phase"] == "Running"
+    assert {q["metadata"]["namespace"] for q in api.list("ResourceQuota")} == set(tenant.get("namespaces",
+                                                                                             ["default"]))
+    limits = {"nvidia.com/gpu": str(smoke.gpus), "nvidia.com/gpumem": str(smoke.memory_mib),
+              "nvidia.com/gpucores": str(smoke.cores)}
+    created = api.create(None, {"apiVersion": "v1", "kind": "Pod",
+                                "metadata": {"name": "training", "namespace": "default"},
+                                "spec": {"containers": [{"name": "job", "image": "pause",
+                                                         "resources": {"limits": limits}}]}})
+    systems.schedule(sim.world, api, api.find("Pod", "default", created["metadata"]["name"]))
+    assert api.find("Pod", "default", "training")["status"]["phase"] == "Running"
+
+
 def test_smoke_pod_is_pinned_to_the_first_worker_the_request_fits_on(lab):
     pod = lab.run.named(f"{TENANT}-gpu-smoke-test", "kubernetes:core/v1:Pod")
     worker = lab.smoke.worker_in(lab.tenant)
@@ -251,7 +286,7 @@ def test_up_outputs_the_evidence_of_the_pinned_worker(lab):
     node = node_name(TENANT, "worker-0")
     allocatable = lab.api.find("Node", None, node)["status"]["allocatable"]
     assert lab.output["smokeTest"] == {
-        "pod": "default/gpu-smoke-test",
+        "pod": "gpu-tenancy-smoke/gpu-smoke-test",
         "node": node,
         "schedulerName": "hami-scheduler",
         "devicesAllocated": f"GPU-MOCK-A0,NVIDIA,{lab.smoke.memory_mib},{lab.smoke.cores}:;",
@@ -284,7 +319,7 @@ def test_a_mock_plugin_that_registers_nothing_fails_the_update(monkeypatch):
     sim = kind_lab(config)
     plan = sim.up(skip_preview=True, expect_error=True)
     assert not plan.ok
-    assert ("tenant tenant-a: GPU smoke test pod default/gpu-smoke-test was scheduled onto tenant-a-worker-0, but "
+    assert ("tenant tenant-a: GPU smoke test pod gpu-tenancy-smoke/gpu-smoke-test was scheduled onto tenant-a-worker-0, but "
             "that node advertises no nvidia.com/gpumem, nvidia.com/gpucores") in plan.error
     assert "kubectl -n kube-system logs -l app.kubernetes.io/component=hami-mock-device-plugin" in plan.error
     # The hint names the pod as it is in the state.

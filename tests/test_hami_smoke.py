@@ -15,11 +15,13 @@ from components.gpu.smoke import (
     hami_evidence,
     observed_pod,
     planned_evidence,
+    smoke_namespace_metadata,
     smoke_pod_manifest,
 )
 from components.images import PAUSE_IMAGE
 from config import SmokeTest
 from tests.support.chart_values import load_chart_values
+from tests.support.fake_platform import baseline_violations
 
 NODE = "tenant-a-worker-0"
 URN = ("urn:pulumi:dev::gpu-tenancy::gpu-tenancy:index:Tenant$gpu-tenancy:index:TenantGpus$kubernetes:core/v1:Pod::"
@@ -52,6 +54,24 @@ def test_smoke_pod_requests_a_fraction_of_a_gpu_like_a_user_would(vendor_dir):
     assert container["securityContext"]["privileged"] is False
 
 
+def test_smoke_pod_meets_pod_security_restricted_which_its_namespace_enforces():
+    # kubernetes.io/docs/concepts/security/pod-security-standards, Restricted: baseline plus non-root, seccomp
+    # RuntimeDefault/Localhost, no privilege escalation, every capability dropped, only restricted volume types.
+    metadata = smoke_namespace_metadata()
+    assert metadata["name"] == "gpu-tenancy-smoke"
+    assert metadata["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    pod = pod_document()
+    assert pod["metadata"]["namespace"] == metadata["name"]
+    assert baseline_violations(pod) == []
+    spec = pod["spec"]
+    (container,) = spec["containers"]
+    assert spec["securityContext"]["runAsNonRoot"] is True and spec["securityContext"]["runAsUser"] != 0
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert not spec.get("volumes") and spec["automountServiceAccountToken"] is False
+
+
 def test_smoke_pod_is_a_valid_pod_for_the_tenant_version():
     kubernetes_validate.validate(pod_document(), "1.35.0", strict=True)
     broken = pod_document()
@@ -63,7 +83,7 @@ def test_smoke_pod_is_a_valid_pod_for_the_tenant_version():
 
 def test_planned_evidence_says_what_the_update_will_prove():
     planned = planned_evidence(SmokeTest.model_validate({"gpus": 2, "memoryMiB": 1024, "cores": 10}))
-    assert planned["pod"] == "default/gpu-smoke-test"
+    assert planned["pod"] == "gpu-tenancy-smoke/gpu-smoke-test"
     assert "hami-scheduler" in planned["proves"]
     assert "2 GPU(s) with 1024 MiB and 10% cores" in planned["proves"]
 
@@ -78,7 +98,7 @@ def scheduled_pod() -> dict:
     return {
         "metadata": {
             "name": "gpu-smoke-test",
-            "namespace": "default",
+            "namespace": "gpu-tenancy-smoke",
             "annotations": {
                 "hami.io/vgpu-node": NODE,
                 "hami.io/vgpu-devices-allocated": "GPU-MOCK-A0,NVIDIA,3000,30:;",
@@ -96,14 +116,14 @@ def failure(pod: dict, node_status: dict | None = NODE_STATUS, mock: bool = True
         check_smoke_evidence(pod, "tenant-a", resource=URN, node_status=node_status, mock=mock)
     message = str(raised.value)
     # Every message names the tenant and the pod, and how to prove again once fixed.
-    assert message.startswith("tenant tenant-a: GPU smoke test pod default/gpu-smoke-test ")
+    assert message.startswith("tenant tenant-a: GPU smoke test pod gpu-tenancy-smoke/gpu-smoke-test ")
     assert message.endswith(f"Once fixed, re-create the pod: pulumi up --replace '{URN}'.")
     return message
 
 
 def test_evidence_of_a_pod_through_webhook_scheduler_and_plugin():
     assert check_smoke_evidence(scheduled_pod(), "tenant-a", resource=URN, node_status=NODE_STATUS) == {
-        "pod": "default/gpu-smoke-test",
+        "pod": "gpu-tenancy-smoke/gpu-smoke-test",
         "node": NODE,
         "schedulerName": "hami-scheduler",
         "devicesAllocated": "GPU-MOCK-A0,NVIDIA,3000,30:;",

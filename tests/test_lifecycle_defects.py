@@ -69,7 +69,8 @@ def test_turning_the_smoke_test_on_later_previews_cleanly():
     sim.up()
     sim.config["smokeTest"]["enabled"] = True
     plan = sim.up()
-    assert plan.names("create") == {"tenant-a-gpu-smoke-test", "tenant-b-gpu-smoke-test"}
+    assert plan.names("create") == {f"{tenant}-gpu-smoke-{what}" for tenant in ("tenant-a", "tenant-b")
+                                    for what in ("test", "namespace")}
     assert sim.output("tenants")["tenant-a"]["smokeTest"]["schedulerName"] == "hami-scheduler"
 
 

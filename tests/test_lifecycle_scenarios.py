@@ -143,11 +143,12 @@ def test_a_week_later_up_changes_nothing_and_no_join_token_is_left():
 def test_toggling_the_smoke_test():
     running = running_lab()
     running.config["smokeTest"]["enabled"] = False
+    proof = {f"{tenant}-gpu-smoke-{what}" for tenant in ("tenant-a", "tenant-b") for what in ("test", "namespace")}
     plan = running.up()
-    assert plan.changed() == {"delete": {"tenant-a-gpu-smoke-test", "tenant-b-gpu-smoke-test"}}, plan.render()
+    assert plan.changed() == {"delete": proof}, plan.render()
     running.config["smokeTest"]["enabled"] = True
     plan = running.up()
-    assert plan.changed() == {"create": {"tenant-a-gpu-smoke-test", "tenant-b-gpu-smoke-test"}}, plan.render()
+    assert plan.changed() == {"create": proof}, plan.render()
 
 
 def test_destroy_leaves_nothing():

@@ -57,10 +57,10 @@ def test_no_secret_is_read_or_printed(outputs, capsys):
 def test_disabled_and_not_yet_run_smoke_tests_say_so(outputs):
     tenants = json.loads(json.dumps(outputs["tenants"]))
     tenants["tenant-a"]["smokeTest"] = None
-    tenants["tenant-b"]["smokeTest"] = {"pod": "default/gpu-smoke-test", "proves": "checked after the pod runs"}
+    tenants["tenant-b"]["smokeTest"] = {"pod": "gpu-tenancy-smoke/gpu-smoke-test", "proves": "checked after the pod runs"}
     text = render({**outputs, "tenants": tenants})
     assert "smoke test: disabled" in text
-    assert "smoke test: not run yet (default/gpu-smoke-test)" in text
+    assert "smoke test: not run yet (gpu-tenancy-smoke/gpu-smoke-test)" in text
 
 
 def test_a_stack_without_outputs_exits_2_with_the_next_step(capsys):

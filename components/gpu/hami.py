@@ -22,7 +22,14 @@ import config
 from components import host_operations
 from components.gpu.cards import JOIN_ANNOTATION, NVIDIA_NODE_LABEL, REGISTER_ANNOTATION, gpu_capacity
 from components.gpu.cards import register_annotation as card_annotation
-from components.gpu.smoke import check_smoke_evidence, observed_pod, planned_evidence, sdk_field, smoke_pod_manifest
+from components.gpu.smoke import (
+    check_smoke_evidence,
+    observed_pod,
+    planned_evidence,
+    sdk_field,
+    smoke_namespace_metadata,
+    smoke_pod_manifest,
+)
 from components.gpu.values import HAMI_CHART, hami_values
 from components.helm import helm_release
 from components.images import PAUSE_IMAGE
@@ -169,12 +176,15 @@ class TenantGpus(pulumi.ComponentResource):
         node = next(node for node in args.nodes if node.worker is worker)
         manifest = smoke_pod_manifest(args.smoke_test, PAUSE_IMAGE, node.access.node_name)
         metadata = {**manifest["metadata"], "annotations": {JOIN_ANNOTATION: node.registered.id}}
+        # The proof's own namespace, outside every user quota (components/gpu/smoke.py).
+        namespace = k8s.core.v1.Namespace(f"{tenant}-gpu-smoke-namespace", metadata=smoke_namespace_metadata(),
+                                          opts=inside)
         pod = k8s.core.v1.Pod(
             f"{tenant}-gpu-smoke-test",
             metadata=metadata,
             spec=manifest["spec"],
             opts=pulumi.ResourceOptions.merge(inside, pulumi.ResourceOptions(
-                depends_on=depends_on,
+                depends_on=[*depends_on, namespace],
                 # The pod has a fixed name and an immutable spec: a changed request means delete, then create.
                 delete_before_replace=True,
                 # A rejoined worker dropped the pod with its old Node: prove again on the new one. Bracketed: the

@@ -17,9 +17,13 @@ from typing import Any
 from components.gpu.cards import REGISTER_ANNOTATION
 from components.gpu.values import HAMI_SCHEDULER_NAME
 from config import SmokeTest
+from config.models import SMOKE_TEST_NAMESPACE
 
 SMOKE_POD_NAME = "gpu-smoke-test"
-SMOKE_POD_NAMESPACE = "default"
+# Its own namespace, created by the program, with no ResourceQuota: the proof neither spends a user quota nor is
+# judged by one. Pod Security `restricted`: the pod needs nothing more (HAMi's webhook adds only env and the
+# RuntimeClass, Project-HAMi/HAMi v2.10.0 pkg/device/nvidia/device.go MutateAdmission).
+SMOKE_POD_NAMESPACE = SMOKE_TEST_NAMESPACE
 # Set on the pod by HAMi's scheduler when it allocates a device (HAMi v2.10.0 pkg/util/types.go
 # AssignedNodeAnnotations, pkg/device/nvidia/device.go SupportDevices["NVIDIA"]).
 VGPU_NODE_ANNOTATION = "hami.io/vgpu-node"
@@ -30,6 +34,19 @@ NON_ROOT_UID = 65535
 
 class SmokeTestError(RuntimeError):
     """The smoke-test pod exists but the evidence shows a broken link in the GPU path."""
+
+
+def smoke_namespace_metadata() -> dict[str, Any]:
+    """`metadata` of the smoke pod's namespace: not a workload namespace (no quota, no user binding), but HAMi's
+    webhook sees it like one (it is not among the exempt system namespaces)."""
+    return {
+        "name": SMOKE_POD_NAMESPACE,
+        "labels": {
+            "app.kubernetes.io/part-of": "gpu-tenancy",
+            "pod-security.kubernetes.io/enforce": "restricted",
+            "pod-security.kubernetes.io/enforce-version": "latest",
+        },
+    }
 
 
 def smoke_pod_manifest(smoke: SmokeTest, image: str, node_name: str) -> dict[str, Any]:
