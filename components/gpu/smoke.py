@@ -16,6 +16,7 @@ from typing import Any
 
 from components.gpu.cards import REGISTER_ANNOTATION
 from components.gpu.values import HAMI_SCHEDULER_NAME
+from components.sdk import sdk_field
 from config import SmokeTest
 from config.models import SMOKE_TEST_NAMESPACE
 
@@ -90,13 +91,6 @@ def smoke_pod_manifest(smoke: SmokeTest, image: str, node_name: str) -> dict[str
             ],
         },
     }
-
-
-def sdk_field(obj: Mapping[str, Any] | None, camel: str, snake: str) -> Any:
-    """A field of a pod read back through the Pulumi SDK, which may hand it over snake_cased."""
-    if not obj:
-        return None
-    return dict.get(obj, camel, dict.get(obj, snake))  # type: ignore[arg-type]
 
 
 def observed_pod(metadata: Mapping[str, Any] | None, spec: Mapping[str, Any] | None) -> dict[str, Any]:

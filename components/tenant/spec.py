@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from components import kube
 from components.helm import Chart
 from components.naming import KAMAJI_NAMESPACE
+from components.sdk import sdk_field
 from config import Quota, Tenant
 from config.cidrs import dns_service_ip
 from config.models import DNS1035_LABEL, MAX_SOURCE_RANGES, DataStore
@@ -150,13 +151,6 @@ def etcd_setup_pod_selector(release: str) -> dict[str, Any]:
     return {"matchExpressions": [{"key": JOB_NAME_LABEL, "operator": "In", "values": etcd_setup_job_names(release)}]}
 
 
-def _field(obj: Any, camel: str, snake: str) -> Any:
-    """A field of an object read back through the Pulumi SDK, which may hand nested fields over snake_cased."""
-    if not isinstance(obj, Mapping):
-        return None
-    return obj.get(camel, obj.get(snake))
-
-
 def management_api_destinations(service: Mapping[str, Any] | None,
                                 endpoint_slice: Mapping[str, Any] | None) -> list[tuple[str, int]]:
     """(IPv4 address, TCP port) pairs an in-cluster client uses to reach the management API server: the `default/
@@ -165,15 +159,15 @@ def management_api_destinations(service: Mapping[str, Any] | None,
     a NetworkPolicy sees the Service address or the endpoint is implementation-defined (kubernetes/website
     content/en/docs/concepts/services-networking/network-policies.md, ipBlock)."""
     destinations: list[tuple[str, int]] = []
-    spec = _field(service, "spec", "spec")
-    cluster_ip = _field(spec, "clusterIP", "cluster_ip")
-    for port in _field(spec, "ports", "ports") or []:
-        if cluster_ip and (_field(port, "protocol", "protocol") or "TCP") == "TCP":
-            destinations.append((str(cluster_ip), int(_field(port, "port", "port"))))
-    ports = [int(_field(p, "port", "port")) for p in _field(endpoint_slice, "ports", "ports") or []
-             if _field(p, "port", "port") and (_field(p, "protocol", "protocol") or "TCP") == "TCP"]
-    for endpoint in _field(endpoint_slice, "endpoints", "endpoints") or []:
-        for address in _field(endpoint, "addresses", "addresses") or []:
+    spec = sdk_field(service, "spec", "spec")
+    cluster_ip = sdk_field(spec, "clusterIP", "cluster_ip")
+    for port in sdk_field(spec, "ports", "ports") or []:
+        if cluster_ip and (sdk_field(port, "protocol", "protocol") or "TCP") == "TCP":
+            destinations.append((str(cluster_ip), int(sdk_field(port, "port", "port"))))
+    ports = [int(sdk_field(p, "port", "port")) for p in sdk_field(endpoint_slice, "ports", "ports") or []
+             if sdk_field(p, "port", "port") and (sdk_field(p, "protocol", "protocol") or "TCP") == "TCP"]
+    for endpoint in sdk_field(endpoint_slice, "endpoints", "endpoints") or []:
+        for address in sdk_field(endpoint, "addresses", "addresses") or []:
             destinations += [(str(address), port) for port in ports]
     usable = [(a, p) for a, p in destinations if ipaddress.ip_address(a).version == 4]
     if not any(a != cluster_ip for a, _ in usable):
