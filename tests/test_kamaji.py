@@ -412,7 +412,11 @@ def test_only_kamaji_and_the_tenant_control_planes_reach_etcd(dev):
     policy = {"spec": policy.inputs["spec"]}
     namespaces = {name: {} for name in ("default", "kube-system", "kube-public", "kube-node-lease",
                                          "local-path-storage", KAMAJI_NAMESPACE, "cert-manager")}
+    # The management cluster's namespaces only: the program also creates namespaces inside the tenants.
+    (management,) = {tcp.provider for tcp in dev.of_type(TCP)}
     for resource in dev.of_type(NAMESPACE):
+        if resource.provider != management:
+            continue
         metadata = resource.inputs["metadata"]
         namespaces[metadata["name"]] = dict(metadata.get("labels") or {})
     for name, labels in namespaces.items():
