@@ -244,6 +244,13 @@ def _answer(type_: str, name: str, inputs: dict[str, Any], read: bool) -> dict[s
                        smoke.DEVICES_ALLOCATED_ANNOTATION: "GPU-MOCK,NVIDIA,3000,30:;"}
         return {"metadata": {**metadata, "annotations": annotations},
                 "spec": {**pod_spec, "schedulerName": HAMI_SCHEDULER_NAME, "nodeName": node}}
+    if type_ == "kubernetes:core/v1:Service" and read and name.endswith("-management-api-service"):
+        # The management cluster's `default/kubernetes` Service (kubernetes pkg/controlplane/reconcilers).
+        return {"spec": {"clusterIP": "10.96.0.1", "ports": [{"name": "https", "port": 443, "protocol": "TCP"}]}}
+    if type_ == "kubernetes:discovery.k8s.io/v1:EndpointSlice" and read:
+        # The API server's own endpoints behind it (pkg/controlplane/reconcilers/endpointsadapter.go).
+        return {"endpoints": [{"addresses": ["192.0.2.250"]}], "ports": [{"name": "https", "port": 6443,
+                                                                          "protocol": "TCP"}]}
     if type_ == "kubernetes:core/v1:Node" and read:
         # What HAMi's mock device plugin registers with the kubelet (components/gpu/smoke.py PLUGIN_RESOURCES).
         return {"status": {"allocatable": {"nvidia.com/gpumem": "8192", "nvidia.com/gpucores": "100"}}}

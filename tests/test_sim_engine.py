@@ -383,7 +383,7 @@ def test_the_api_server_charges_an_extended_resource_only_under_requests(tenant_
     _quota(api, {"requests.nvidia.com/gpu": "1"})  # requests default to the limits: the pod above holds it
     with pytest.raises(ApiError) as refused:
         api.create(None, _gpu_pod("second", "team"))
-    assert refused.value.code == 403
+    assert refused.value.status == 403
     assert refused.value.message == (
         'pods "second" is forbidden: exceeded quota: q, requested: requests.nvidia.com/gpu=1, '
         "used: requests.nvidia.com/gpu=1, limited: requests.nvidia.com/gpu=1")
@@ -401,6 +401,6 @@ def test_hamis_webhook_refuses_card_memory_beyond_its_limits_quota(tenant_api):
     assert api.find("Pod", "team", "first")["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"]
     with pytest.raises(ApiError) as refused:
         api.create(None, _gpu_pod("second", "team", memory=3000))
-    assert (refused.value.code, refused.value.message) == (
+    assert (refused.value.status, refused.value.message) == (
         403, 'admission webhook "vgpu.hami.io" denied the request: exceeding resource quota')
     assert api.create(None, _gpu_pod("small", "team", memory=1000))["metadata"]["name"] == "small"
