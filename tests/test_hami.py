@@ -344,7 +344,9 @@ def test_nvidia_mode_labels_each_node_after_its_registration_and_uses_the_runtim
         node = node_name(tenant, worker["name"])
         label = run.named(f"{node}-gpu-label", "kubernetes:core/v1:NodePatch")
         # The label the chart's device-plugin DaemonSet selects (values devicePlugin.nvidiaNodeSelector).
-        assert label.inputs["metadata"] == {"name": node, "labels": {"gpu": "on"}}
+        # With the join id: a rejoined worker's fresh Node gets the label again (issue 21 #1).
+        assert label.inputs["metadata"] == {"name": node, "labels": {"gpu": "on"},
+                                            "annotations": {JOIN_ANNOTATION: run.named(f"{node}-registered").resource_id}}
         assert run.named(f"{node}-registered").urn in label.dependencies
     # The real plugin writes the cards and the capacity itself (HAMi pkg/device-plugin/nvidiadevice/nvinternal/plugin/
     # register.go).

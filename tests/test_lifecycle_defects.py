@@ -91,6 +91,28 @@ def test_a_replaced_worker_container_rejoins_and_the_proof_moves_with_it():
     assert sim.output("tenants")["tenant-a"]["smokeTest"]["node"] == "tenant-a-worker-0"
 
 
+def test_a_gpu_server_replaced_under_the_same_name_gets_its_label_back_in_nvidia_mode():
+    """issue 21 #1: the new Node of a rejoined worker has no `gpu=on`, which HAMi's device-plugin DaemonSet
+    selects; the label patch must follow the join (gpu-layer review G1)."""
+    sim = adopt_lab(lab_world(races=False))
+    sim.up()
+    tenant = sim.config["tenants"][0]
+    worker = tenant["workers"][0]
+    node = f"{tenant['name']}-{worker['name']}"
+    host = sim.world.add_ssh_host("10.20.1.21", worker["ssh"]["hostKey"])
+    host.machine.cards = list(worker["gpus"])
+    host.machine.gpus = len(host.machine.cards)
+    worker["ssh"]["host"] = "10.20.1.21"
+
+    plan = sim.up()
+    assert plan.ok, plan.render()
+    assert f"{node}-gpu-label" in plan.names("update"), plan.render()
+    api = sim.world.tenant_api(tenant["name"])
+    assert api.find("Node", None, node)["metadata"]["labels"]["gpu"] == "on"
+    assert sim.output("tenants")[tenant["name"]]["smokeTest"]["node"] == node
+    assert sim.up().changed() == {}
+
+
 def test_destroy_leaves_nothing_behind():
     """issue 13 #2: Helm's uninstall wait and the DataStore finalizer only Kamaji's controller removes."""
     sim = kind_lab(races=False, tuned_conntrack=True, kind_network=True)

@@ -144,9 +144,12 @@ class TenantGpus(pulumi.ComponentResource):
                     pulumi.ResourceOptions.merge(host_side, pulumi.ResourceOptions(depends_on=[node.registered])),
                 ))
             else:
+                # The join id as in mock mode: a rejoined worker is a fresh Node without the label, and without a
+                # changed input the patch would be `same` and never sent again (gpu-layer review G1).
                 node_resources.append(k8s.core.v1.NodePatch(
                     f"{node_name}-gpu-label",
-                    metadata={"name": node_name, "labels": dict(NVIDIA_NODE_LABEL)},
+                    metadata={"name": node_name, "labels": dict(NVIDIA_NODE_LABEL),
+                              "annotations": {JOIN_ANNOTATION: node.registered.id}},
                     opts=after_registration,
                 ))
 
