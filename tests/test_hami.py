@@ -19,7 +19,7 @@ from components.naming import node_name
 from config import GpuCard, SmokeTest, Tenant
 from config.models import SMOKE_TEST_NAMESPACE
 from tests.support import mockrun
-from tests.support.lifecycle_support import kind_lab, running_kind_lab
+from tests.support.lifecycle_support import adopt_lab, kind_lab, lab_world, running_kind_lab
 from tests.support.mockrun import ProgramRun, reference_stack, registration, run_program
 from tests.support.sim import paths, plain, systems
 from tests.test_config_infrastructure import prod_example_with_secrets
@@ -363,3 +363,33 @@ def test_nvidia_mode_proves_the_real_plugin_on_the_first_worker_it_fits_on():
     evidence = run.outputs["tenants"].value[tenant]["smokeTest"]
     assert evidence["schedulerName"] == "hami-scheduler"
     assert evidence["node"] == node_name(tenant, raw["tenants"][0]["workers"][0]["name"])
+
+
+# --------------------------------------------------------------------------- #
+# HAMi's Services stay inside the tenant (issue 22 #1)
+# --------------------------------------------------------------------------- #
+
+
+def node_ports(api) -> list[tuple[str, int]]:
+    """(Service, nodePort) of every port a tenant publishes on each of its nodes."""
+    return [(service["metadata"]["name"], port["nodePort"]) for service in api.list("Service")
+            for port in (service.get("spec") or {}).get("ports") or [] if "nodePort" in port]
+
+
+def test_mock_mode_publishes_no_hami_port_on_the_nodes_and_the_webhook_still_answers(lab):
+    assert lab.api.find("Service", "kube-system", "hami-scheduler")["spec"]["type"] == "ClusterIP"
+    assert node_ports(lab.api) == []
+    # The smoke pod went through the webhook (it set the scheduler) on the ClusterIP Service.
+    assert lab.output["smokeTest"]["schedulerName"] == "hami-scheduler"
+
+
+def test_nvidia_mode_publishes_no_hami_port_on_the_gpu_servers_and_the_webhook_still_answers():
+    sim = adopt_lab(lab_world(races=False))
+    sim.up()
+    for tenant in sim.config["tenants"]:
+        api = sim.world.tenant_api(tenant["name"])
+        assert {s["metadata"]["name"]: s["spec"]["type"] for s in api.list("Service", "kube-system")
+                if s["metadata"]["name"].startswith("hami-")} == {
+            "hami-scheduler": "ClusterIP", "hami-device-plugin-monitor": "ClusterIP"}
+        assert node_ports(api) == []
+        assert sim.output("tenants")[tenant["name"]]["smokeTest"]["schedulerName"] == "hami-scheduler"

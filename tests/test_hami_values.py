@@ -84,7 +84,7 @@ def test_device_config_keeps_the_charts_nvidia_names_and_defaults(chart):
 
 def test_nvidia_mode_runs_the_real_plugin_with_the_charts_device_config():
     values = hami_values("nvidia", "v1.35.0", VERSIONS)
-    assert values["devicePlugin"] == {"enabled": True}
+    assert values["devicePlugin"] == {"enabled": True, "service": {"type": "ClusterIP"}}
     assert values["mockDevicePlugin"] == {"enabled": False}
     assert "device-config" not in values
 
@@ -93,7 +93,8 @@ def test_a_runtime_class_is_created_and_used_in_nvidia_mode(chart):
     # templates/device-plugin/runtime-class.yaml creates it only with both keys; the chart sets neither.
     assert (chart["devicePlugin"]["runtimeClassName"], chart["devicePlugin"]["createRuntimeClass"]) == ("", False)
     plugin = hami_values("nvidia", "v1.35.0", VERSIONS, runtime_class_name="nvidia")["devicePlugin"]
-    assert plugin == {"enabled": True, "runtimeClassName": "nvidia", "createRuntimeClass": True}
+    assert plugin == {"enabled": True, "service": {"type": "ClusterIP"}, "runtimeClassName": "nvidia",
+                      "createRuntimeClass": True}
     # Mock mode never uses one: the mock plugin runs no GPU containers.
     assert "runtimeClassName" not in hami_values("mock", "v1.35.0", VERSIONS, "nvidia")["devicePlugin"]
 
@@ -133,3 +134,27 @@ def test_webhook_exempts_exactly_the_namespaces_the_program_treats_as_system():
     # (failurePolicy Fail) must not block them, and must see every other namespace.
     assert exempt == set(SYSTEM_NAMESPACES)
     assert "default" not in exempt
+
+
+# --------------------------------------------------------------------------- #
+# HAMi's Services stay inside the tenant (issue 22 #1, security review S-2)
+# --------------------------------------------------------------------------- #
+
+
+@pytest.mark.parametrize("mode", ["mock", "nvidia"])
+def test_the_extender_and_the_plugin_metrics_are_cluster_ip_services(chart, mode):
+    values = hami_values(mode, "v1.35.0", VERSIONS)
+    # The chart publishes both as NodePorts (31998/31993, and 31992 with the real plugin) on every node: the
+    # extender's /filter and /bind take no credential.
+    assert (chart["scheduler"]["service"]["type"], chart["devicePlugin"]["service"]["type"]) == ("NodePort",) * 2
+    assert values["scheduler"]["service"] == {"type": "ClusterIP"}
+    # The device-plugin Service is rendered only with the real plugin (templates/device-plugin/monitorservice.yaml).
+    assert values["devicePlugin"].get("service") == (None if mode == "mock" else {"type": "ClusterIP"})
+
+
+def test_the_webhook_still_calls_the_scheduler_service_on_its_port(chart, webhook_template):
+    # The API server reaches the webhook on the Service's port (a ClusterIP has it too), not on a nodePort.
+    assert "port: {{ .Values.scheduler.service.httpPort }}" in webhook_template
+    assert "nodePort" not in webhook_template
+    assert "httpPort" not in hami_values("mock", "v1.35.0", VERSIONS)["scheduler"]["service"]
+    assert chart["scheduler"]["service"]["httpPort"] == 443

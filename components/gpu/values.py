@@ -105,13 +105,19 @@ def hami_values(
                           "tag": kubernetes_image_tag("kube-scheduler", kubernetes_version)},
             },
             "extender": {"extraArgs": extender_args},
+            # The chart's NodePort publishes the extender (/filter, /bind, no authentication) and its metrics on
+            # every node (templates/scheduler/service.yaml; nodePort only for type NodePort). Nothing outside the
+            # tenant needs it: kube-scheduler calls the extender on 127.0.0.1 (templates/scheduler/configmap.yaml)
+            # and the API server the webhook through this Service's port (templates/scheduler/webhook.yaml).
+            "service": {"type": "ClusterIP"},
             "admissionWebhook": {
                 # The chart's Ignore (charts/hami/values.yaml) admits GPU pods unmutated when the tunnel is down.
                 "failurePolicy": "Fail",
                 "whitelistNamespaces": list(WEBHOOK_EXEMPT_NAMESPACES),
             },
         },
-        "devicePlugin": {"enabled": not mock},
+        # Its metrics Service, also a NodePort by default (templates/device-plugin/monitorservice.yaml).
+        "devicePlugin": {"enabled": not mock, **({} if mock else {"service": {"type": "ClusterIP"}})},
         "mockDevicePlugin": {"enabled": mock},
     }
     if mock:

@@ -262,9 +262,40 @@ def _hami(world: World, api: KubeApi, release: HelmRelease) -> None:
         "extraArgs": list(extender_args),
     }
     _workload(api, "Deployment", release.namespace, "hami-scheduler")
+    services = _hami_services(release.namespace, values, device_plugin)
+    for service in services:
+        api.put(service)
+    # templates/scheduler/webhook.yaml: clientConfig.service is hami-scheduler on scheduler.service.httpPort.
+    features.hami["webhookPort"] = int((values.get("scheduler") or {}).get("service", {}).get("httpPort", 443))
     release.manifest = [_manifest_entry("Deployment", release.namespace, "hami-scheduler"),
-                        _manifest_entry("MutatingWebhookConfiguration", "", "hami-webhook")]
+                        _manifest_entry("MutatingWebhookConfiguration", "", "hami-webhook"),
+                        *(_manifest_entry("Service", release.namespace, s["metadata"]["name"]) for s in services)]
     refresh_nodes(world, api)
+
+
+def _hami_services(namespace: str, values: dict[str, Any], device_plugin: bool) -> list[dict[str, Any]]:
+    """The chart's Services as HAMi v2.10.0 renders them (charts/hami/templates/scheduler/service.yaml and
+    templates/device-plugin/monitorservice.yaml, the latter only with devicePlugin.enabled): `type` defaults to
+    NodePort, and only a NodePort gets the fixed nodePorts (31998/31993; 31992)."""
+    def service(name: str, settings: dict[str, Any], ports: list[tuple[str, int, int, int]]) -> dict[str, Any]:
+        kind = settings.get("type") or "NodePort"
+        return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": namespace},
+                "spec": {"type": kind, "ports": [
+                    {"name": port_name, "port": port, "targetPort": target, "protocol": "TCP",
+                     **({"nodePort": node_port} if kind == "NodePort" else {})}
+                    for port_name, port, target, node_port in ports]}}
+
+    scheduler = {"type": "NodePort", "httpPort": 443, "schedulerPort": 31998, "monitorPort": 31993,
+                 "monitorTargetPort": 9395, "httpTargetPort": 443,
+                 **((values.get("scheduler") or {}).get("service") or {})}
+    out = [service("hami-scheduler", scheduler, [
+        ("http", scheduler["httpPort"], scheduler["httpTargetPort"], scheduler["schedulerPort"]),
+        ("monitor", scheduler["monitorPort"], scheduler["monitorTargetPort"], scheduler["monitorPort"])])]
+    if device_plugin:
+        plugin = {"type": "NodePort", "httpPort": 31992, **((values.get("devicePlugin") or {}).get("service") or {})}
+        out.append(service("hami-device-plugin-monitor", plugin,
+                           [("monitorport", plugin["httpPort"], 9394, plugin["httpPort"])]))
+    return out
 
 
 _CHARTS = {
@@ -781,10 +812,15 @@ def _tenant_admission(world: World, api: KubeApi, identity, operation: str, obj:
         # charts/hami templates/scheduler/webhook.yaml: every pod CREATE outside the exempt namespaces.
         tunnel = features.konnectivity and api.find("DaemonSet", "kube-system", "konnectivity-agent") is not None \
             and bool(_ready_nodes(api))
-        if not tunnel:
+        service = api.find("Service", "kube-system", "hami-scheduler")
+        # The API server dials the webhook's Service port, whatever the Service's type (through the agents).
+        served = any(p.get("port") == features.hami.get("webhookPort", 443)
+                     for p in ((service or {}).get("spec") or {}).get("ports") or [])
+        if not tunnel or not served:
             if features.hami["failurePolicy"] == "Fail":
+                reason = "no Konnectivity agent" if not tunnel else "Service kube-system/hami-scheduler has no such port"
                 raise ApiError(500, 'Internal error occurred: failed calling webhook "vgpu.hami.io": failed to call '
-                                    'webhook: the tenant API server cannot reach the webhook (no Konnectivity agent)')
+                                    f'webhook: the tenant API server cannot reach the webhook ({reason})')
         elif GPU in requests:
             spec = obj.setdefault("spec", {})
             if spec.get("nodeName"):
