@@ -17,6 +17,7 @@ from tests.support.lifecycle_support import (
     running_kind_lab,
     tenant_names,
 )
+from tests.support.sim import systems
 from tests.support.sim.state import plain, secret
 
 CARD_C = {"uuid": "GPU-MOCK-C0", "model": "NVIDIA-A100", "memoryMiB": 8192}
@@ -214,4 +215,36 @@ def test_an_upgrade_that_rewrites_the_node_commands_updates_them_in_place():
     for tenant in ("tenant-a", "tenant-b"):
         stdout = plain(running.resource(f"{tenant}-worker-0-join").outputs["stdout"])
         assert stdout == f"worker {tenant}-worker-0 already joined"
+    assert running.up().changed() == {}
+
+
+def node_ports(api) -> dict[str, list[int]]:
+    """{Service: its node ports} of every Service that opens a port on each node of that cluster."""
+    ports = {s["metadata"]["name"]: [p["nodePort"] for p in s["spec"].get("ports") or [] if p.get("nodePort")]
+             for s in api.list("Service")}
+    return {name: found for name, found in ports.items() if found}
+
+
+def test_an_upgrade_closes_the_control_planes_node_ports_in_place():
+    """issue 22 #2: a stack whose control plane Services got node ports (before allocateLoadBalancerNodePorts was
+    set) has them closed by the next `up`: the TenantControlPlanes are updated, not replaced, Kamaji clears the
+    ports and the endpoints stay."""
+    running = running_lab()
+    management = running.world.kind["gpu-tenancy"].api
+    assert node_ports(management) == {}
+    endpoints = {name: tenant["endpoint"] for name, tenant in running.output("tenants").items()}
+    for tenant in ("tenant-a", "tenant-b"):
+        # What the previous version stored and Kamaji made of it.
+        for spec in (running.resource(f"{tenant}-tcp").inputs["spec"],
+                     management.find("TenantControlPlane", tenant, tenant)["spec"]):
+            del spec["controlPlane"]["service"]["allocateLoadBalancerNodePorts"]
+        tcp = management.find("TenantControlPlane", tenant, tenant)
+        address = management.find("Service", tenant, tenant)["status"]["loadBalancer"]["ingress"][0]["ip"]
+        management.put(systems.control_plane_service(management, tcp, address))
+    assert set(node_ports(management)) == {"tenant-a", "tenant-b"}
+
+    plan = running.up()
+    assert plan.changed() == {"update": {"tenant-a-tcp", "tenant-b-tcp"}}, plan.render()
+    assert node_ports(management) == {}
+    assert {name: tenant["endpoint"] for name, tenant in running.output("tenants").items()} == endpoints
     assert running.up().changed() == {}

@@ -148,7 +148,8 @@ def test_tcp_spec_uses_kamajis_field_names_and_defaults_for_one_machine(tenants)
     assert manifest["metadata"]["labels"]["gpu-tenancy/tenant"] == "tenant-a"
     kubernetes = spec["kubernetes"]
     assert (kubernetes["version"], kubernetes["kubelet"]) == ("v1.35.0", {"cgroupfs": "systemd"})
-    assert spec["controlPlane"] == {"deployment": {"replicas": 1}, "service": {"serviceType": "LoadBalancer"}}
+    assert spec["controlPlane"] == {"deployment": {"replicas": 1},
+                                    "service": {"serviceType": "LoadBalancer", "allocateLoadBalancerNodePorts": False}}
     assert spec["dataStore"] == "default"
     network = spec["networkProfile"]
     assert network["port"] == 6443
@@ -180,6 +181,19 @@ def test_load_balancer_source_ranges_are_exactly_the_given_networks(tenants, tcp
     assert network["loadBalancerSourceRanges"] == sorted([OPERATOR_CIDR, KIND_SUBNET_V4])
     with pytest.raises(ValueError, match="no networks may reach its API server"):
         tenant_spec.tenant_control_plane_spec(tenants[0], "default", [])
+
+
+def test_the_control_plane_is_reachable_on_its_load_balancer_address_only(tenants, tcp_crd):
+    """issue 22 #2: kube-proxy applies loadBalancerSourceRanges to the LoadBalancer address, not to node ports."""
+    service = _manifest(tenants[0])["spec"]["controlPlane"]["service"]
+    assert service["allocateLoadBalancerNodePorts"] is False
+    field = _crd_property(tcp_crd, "controlPlane", "service")
+    assert field["properties"]["allocateLoadBalancerNodePorts"]["type"] == "boolean"
+    # The CRD's CEL rule (not checked by the schema test): the field needs serviceType LoadBalancer.
+    rules = [r["rule"] for r in vendored_crd_schema(tcp_crd)["properties"]["spec"]["x-kubernetes-validations"]]
+    assert ("!has(self.controlPlane.service.allocateLoadBalancerNodePorts) || "
+            "self.controlPlane.service.serviceType == 'LoadBalancer'") in rules
+    assert service["serviceType"] == "LoadBalancer"
 
 
 def test_dns_service_ip_lies_in_each_tenants_service_range(tenants):
@@ -248,6 +262,10 @@ def test_a_changed_range_replaces_and_other_changes_do_not(tenants):
     before = _manifest(tenant)
     for change in ({"pod_cidr": "10.250.0.0/16"}, {"service_cidr": "10.90.0.0/16"}):
         assert _replaces(before, _manifest(tenant.model_copy(update=change))), change
+    # A stack from before allocateLoadBalancerNodePorts: the new field is an update, not a replacement.
+    without_field = _manifest(tenant)
+    del without_field["spec"]["controlPlane"]["service"]["allocateLoadBalancerNodePorts"]
+    assert _diff_paths(without_field, before) and not _replaces(without_field, before)
     for other in (_manifest(tenant.model_copy(update={"kubernetes_version": "v1.35.5"})),
                   _manifest(tenant, source_ranges=[KIND_SUBNET_V4]),
                   _manifest(tenant, datastore="tenant-a-etcd")):

@@ -434,6 +434,7 @@ def _reconcile_tenant(world: World, api: KubeApi, tcp: dict[str, Any]) -> None:
     tenant.pod_cidrs = _effective(profile, "podCidrs", "podCidr")  # type: ignore[attr-defined]
     tenant.service_cidrs = _effective(profile, "serviceCidrs", "serviceCidr")  # type: ignore[attr-defined]
     _addons(world, tenant, spec.get("addons") or {}, spec)
+    api.put(control_plane_service(api, tcp, tenant.address))
     secret_names = {"admin": f"{name}-admin-kubeconfig", "ca": f"{name}-ca"}
     status.update(
         {
@@ -448,6 +449,42 @@ def _reconcile_tenant(world: World, api: KubeApi, tcp: dict[str, Any]) -> None:
             "observedGeneration": tcp["metadata"].get("generation", 1),
         }
     )
+
+
+FIRST_NODE_PORT = 30000  # the API server's default --service-node-port-range 30000-32767
+
+
+def control_plane_service(api: KubeApi, tcp: dict[str, Any], address: str) -> dict[str, Any]:
+    """The LoadBalancer Service Kamaji keeps for a TCP (clastix/kamaji 26.8.2-edge internal/resources/
+    k8s_service_resource.go, konnectivity/service_resource.go): named after it, ports kube-apiserver and
+    konnectivity-server, the source ranges, and `allocateLoadBalancerNodePorts` from the spec (default true).
+    The API server keeps a port's node port across updates; with the field false Kamaji writes 0, and the API
+    server releases it (kubernetes pkg/registry/core/service/storage/storage.go patchAllocatedValues, since
+    kubernetes#122320)."""
+    namespace, name = tcp["metadata"]["namespace"], tcp["metadata"]["name"]
+    spec = tcp.get("spec") or {}
+    allocate = ((spec.get("controlPlane") or {}).get("service") or {}).get("allocateLoadBalancerNodePorts", True)
+    profile = spec.get("networkProfile") or {}
+    ports = [("kube-apiserver", int(profile.get("port") or 6443))]
+    konnectivity = (spec.get("addons") or {}).get("konnectivity")
+    if konnectivity is not None:
+        ports.append(("konnectivity-server", int((konnectivity.get("server") or {}).get("port") or 8132)))
+    live = ((api.find("Service", namespace, name) or {}).get("spec") or {}).get("ports") or []
+    kept = {p["name"]: p["nodePort"] for p in live if p.get("nodePort")}
+    used = {p["nodePort"] for svc in api.list("Service") for p in (svc.get("spec") or {}).get("ports") or []
+            if p.get("nodePort")}
+    service_ports = []
+    for port_name, port in ports:
+        entry: dict[str, Any] = {"name": port_name, "protocol": "TCP", "port": port, "targetPort": port}
+        if allocate:
+            node_port = kept.get(port_name) or min(set(range(FIRST_NODE_PORT, FIRST_NODE_PORT + 2768)) - used)
+            used.add(node_port)
+            entry["nodePort"] = node_port
+        service_ports.append(entry)
+    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"type": "LoadBalancer", "allocateLoadBalancerNodePorts": allocate, "ports": service_ports,
+                     "loadBalancerSourceRanges": list(profile.get("loadBalancerSourceRanges") or [])},
+            "status": {"loadBalancer": {"ingress": [{"ip": address}]}}}
 
 
 def _kubeconfig_secret(tenant: Tenant, tcp_name: str, namespace: str) -> dict[str, Any]:
@@ -515,6 +552,7 @@ def _addons(world: World, tenant: Tenant, addons: dict[str, Any], spec: dict[str
 
 
 def _stop_tenant(world: World, host: KubeApi, namespace: str, name: str, tcp: dict[str, Any]) -> None:
+    host.remove("Service", namespace, name)  # owned by the TCP: garbage-collected with it
     for server, tenant in list(world.tenants.items()):
         if world.tenant_hosts.get(server) is host and (tenant.namespace, tenant.name) == (namespace, name):
             world.drop_tenant(server)
