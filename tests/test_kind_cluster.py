@@ -37,6 +37,7 @@ from tests.support.fixtures import KIND_SUBNET_V4, KIND_SUBNET_V6, kubeconfig_ya
 from tests.support.mockrun import PROJECT, registered, run_program
 from tests.support.sim import Lifecycle, engine
 from tests.support.sim.lab import lab_world
+from tests.support.sim.state import plain
 
 NAME = "gpu-tenancy"
 IMAGE = "kindest/node:v1.35.0"
@@ -454,16 +455,37 @@ def test_a_new_node_image_replaces_the_cluster_deleting_the_old_one_first():
     assert current_cluster(sim.output("kubeconfig")).server == sim.world.kind[NAME].api.server
 
 
-def test_a_change_of_the_script_text_reruns_create_without_replacing_the_cluster(monkeypatch):
+def test_a_change_of_the_script_text_changes_nothing_on_a_running_cluster(monkeypatch):
+    """An update of the kind Command would make its stdout unknown in preview and the Provider built from it
+    replaced (PE-2): the scripts stay as first stored."""
     sim = Lifecycle({}, world=lab_world(), program=_program())
     sim.up()
     server = sim.world.kind[NAME].api.server
     original = node_scripts.script_text
     monkeypatch.setattr(node_scripts, "script_text", lambda name: original(name) + "\n# reworded\n")
-    plan = sim.up()
-    assert plan.names("update") == {"management-kind"} and not plan.names("replace"), plan.render()
-    assert f"kind cluster {NAME} deleted" not in sim.world.events
+    for plan in (sim.preview(), sim.up()):
+        assert plan.changed() == {}, plan.render()
     assert sim.world.kind[NAME].api.server == server
+
+
+def test_a_renamed_cluster_is_created_under_the_new_name():
+    """The name and the marker are not among the ignored inputs: a replacement keeps the ignored ones from the
+    state (pulumi step_generator.go processIgnoreChanges), and an old KIND_CLUSTER_NAME would contradict the
+    new kind config."""
+    name = {"name": NAME}
+
+    def program():
+        cluster = ManagementCluster("management", ManagementClusterArgs(cluster_name=name["name"], node_image=IMAGE))
+        pulumi.export("kubeconfig", cluster.kubeconfig)
+
+    sim = Lifecycle({}, world=lab_world(), program=program)
+    sim.up()
+    name["name"] = "renamed"
+    plan = sim.up()
+    assert "management-kind" in plan.names("replace"), plan.render()
+    assert set(sim.world.kind) == {"renamed"}
+    environment = plain(sim.resource("management-kind").inputs["environment"])
+    assert environment[node_scripts.KIND_CLUSTER_NAME_ENV] == "renamed"
 
 
 def test_another_stacks_cluster_of_the_same_name_is_neither_reused_nor_deleted():

@@ -6,7 +6,9 @@ and what is left alone. A failing test prints the plan the way `pulumi preview` 
 
 from __future__ import annotations
 
-from components.shell import CONTAINER_ENV
+import copy
+
+from components.shell import CONTAINER_ENV, KIND_WAIT_SECONDS_ENV
 from components.worker.access import container_interpreter
 from tests.support.lifecycle_support import (
     MANAGEMENT,
@@ -248,3 +250,22 @@ def test_an_upgrade_closes_the_control_planes_node_ports_in_place():
     assert node_ports(management) == {}
     assert {name: tenant["endpoint"] for name, tenant in running.output("tenants").items()} == endpoints
     assert running.up().changed() == {}
+
+
+def test_a_script_edit_on_a_running_stack_previews_no_rebuild():
+    """An upgrade that edits kind-create.sh, kind-delete.sh or the kind wait (here: what the previous version
+    stored differs from the checkout) neither previews nor runs anything: the kind Command keeps what it stored,
+    so its stdout -- and the Provider and everything on the management cluster -- stays known (PE-2)."""
+    running = running_lab()
+    kind = running.resource("gpu-tenancy-kind")
+    before = {key: kind.inputs[key] for key in ("create", "delete")}
+    kind.inputs["create"] = before["create"] + "\n# a comment the previous version had\n"
+    kind.inputs["delete"] = before["delete"] + "\n# a comment the previous version had\n"
+    environment = plain(kind.inputs["environment"])
+    environment[KIND_WAIT_SECONDS_ENV] = "120"
+    kind.inputs["environment"] = environment
+    stored = copy.deepcopy(kind.inputs)
+
+    for plan in (running.preview(), running.up()):
+        assert plan.changed() == {}, plan.render()
+    assert running.resource("gpu-tenancy-kind").inputs == stored

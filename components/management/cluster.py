@@ -37,6 +37,10 @@ from components.naming import COMPONENT_PREFIX, KIND_NETWORK
 KIND_ENVIRONMENT = {"KIND_EXPERIMENTAL_PROVIDER": "docker"}
 # How long kind-create.sh waits for the control-plane node to become Ready.
 KIND_WAIT_SECONDS = 300
+# Inputs of the kind Command that a running stack keeps as first stored: a script edit or a new wait must not
+# re-run create (see _create_kind_cluster).
+IGNORED_KIND_INPUTS = ["create", "delete", f"environment.{node_scripts.KIND_WAIT_SECONDS_ENV}",
+                       *(f"environment.{key}" for key in KIND_ENVIRONMENT)]
 # The node label that says which stack created a kind cluster (checked before reusing or deleting one).
 STACK_LABEL = "gpu-tenancy.io/stack"
 
@@ -244,7 +248,7 @@ class ManagementCluster(pulumi.ComponentResource):
             stdin=config,
             environment=environment,
             interpreter=["/bin/bash", "-c"],
-            # Only a config change replaces the cluster; edits to the script text re-run the idempotent create.
+            # Only a config change replaces the cluster.
             triggers=[config],
             # stdout holds the admin kubeconfig: never logged, and not handed back to the delete command as
             # PULUMI_COMMAND_STDOUT. kind's progress goes to stderr, which carries no credential.
@@ -255,6 +259,12 @@ class ManagementCluster(pulumi.ComponentResource):
                 additional_secret_outputs=["stdout"],
                 # Same name before and after: the old cluster must be gone before the new one is created.
                 delete_before_replace=True,
+                # Any other input change is an update whose stdout is unknown in preview (pulumi-go-provider
+                # infer/resource.go ensureDefaultComputed), so the Provider built from it would be shown replaced
+                # with everything on it (pulumi-kubernetes provider.go DiffConfig). The scripts and the wait are
+                # kept as first stored, also for a replacement (pulumi step_generator.go processIgnoreChanges);
+                # the name and marker stay live: they change only with `triggers`.
+                ignore_changes=IGNORED_KIND_INPUTS,
             ),
         )
         created = self.cluster.stdout.apply(parse_create_output)
