@@ -294,13 +294,26 @@ def test_up_outputs_the_evidence_of_the_pinned_worker(lab):
     }
 
 
-def test_preview_plans_the_evidence_without_reading_the_node(lab):
-    for preview in (lab.first_preview, lab.preview):
-        assert preview.kind == "preview"
-        assert f"{TENANT}-gpu-smoke-node" not in preview.names("read"), preview.render()
-    # A preview of the running stack shows what the next update will prove, not the last update's evidence.
-    assert plain(lab.preview.outputs["tenants"])[TENANT]["smokeTest"] == planned_evidence(lab.smoke)
+def test_a_first_preview_plans_the_evidence_and_a_running_stacks_preview_shows_the_last(lab):
+    # A first preview has no scheduled pod: the Node read has an unknown id (the engine skips it, asking the
+    # tenant API nothing), and the preview still succeeds.
+    assert lab.first_preview.ok and f"{TENANT}-gpu-smoke-node" in lab.first_preview.names("read")
+    # A running stack's unchanged pod has its node: the preview reads it again (no `discard`) and judges what the
+    # update judges, so the output does not change (G6).
+    assert f"{TENANT}-gpu-smoke-node" in lab.preview.names("read"), lab.preview.render()
+    assert not lab.preview.names("discard"), lab.preview.render()
+    assert plain(lab.preview.outputs["tenants"])[TENANT]["smokeTest"] == lab.output["smokeTest"]
     assert lab.preview.changed() == {}, lab.preview.render()
+
+
+def test_a_preview_that_replaces_the_smoke_pod_plans_the_evidence():
+    """The replaced pod has no node yet in a preview: the output says what the update will prove."""
+    running = running_kind_lab()
+    running.config["smokeTest"]["memoryMiB"] = running.config["smokeTest"].get("memoryMiB", 3000) - 1000
+    preview = running.preview()
+    assert f"{TENANT}-gpu-smoke-test" in preview.names("replace"), preview.render()
+    smoke = SmokeTest.model_validate(running.config["smokeTest"])
+    assert plain(preview.outputs["tenants"])[TENANT]["smokeTest"] == planned_evidence(smoke)
 
 
 def test_a_mock_plugin_that_registers_nothing_fails_the_update(monkeypatch):

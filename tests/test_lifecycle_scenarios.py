@@ -63,6 +63,16 @@ def test_second_up_with_no_change_does_nothing():
     assert plan.changed() == {}, plan.render()
 
 
+def test_a_preview_of_a_running_stack_shows_no_change_at_all():
+    """Not even the lines that do not count as changes: no `discard` of a read the update makes, and the stack
+    outputs as the last update left them (PE-6, G6)."""
+    running = running_lab()
+    plan = running.preview()
+    assert plan.changed() == {} and plan.component_changes() == {}, plan.render()
+    assert plan.names("discard") == set(), plan.render()
+    assert plain(plan.outputs) == plain(running.outputs)
+
+
 def test_adding_a_tenant_touches_no_existing_resource():
     running = running_lab()
     running.config["tenants"].append({"name": "tenant-c", "workers": [{"name": "w0", "gpus": [CARD_C]}]})

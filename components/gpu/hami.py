@@ -44,6 +44,25 @@ SMOKE_POD_TIMEOUT = "5m"
 SMOKE_REPLACE_ON_CHANGES = [f'metadata.annotations["{JOIN_ANNOTATION}"]']
 
 
+async def _resolved(value):
+    return value
+
+
+def _unknown_in_preview() -> pulumi.Output[str] | None:
+    """In a preview, a value that is not known (serialized as the engine's unknown sentinel); None in an update."""
+    if not pulumi.runtime.is_dry_run():
+        return None
+    return pulumi.Output(set(), _resolved(None), _resolved(False))
+
+
+def _known_or(output: pulumi.Output[dict], fallback: dict) -> pulumi.Output[dict]:
+    """`output` where its value is known, else `fallback` (a preview's plain-words stand-in)."""
+    async def value():
+        return await output.future() if await output.is_known() else fallback
+
+    return pulumi.Output(output.resources(), value(), _resolved(True))
+
+
 @dataclass
 class GpuNode:
     worker: config.Worker  # configured cards
@@ -196,18 +215,21 @@ class TenantGpus(pulumi.ComponentResource):
                 custom_timeouts=pulumi.CustomTimeouts(create=SMOKE_POD_TIMEOUT),
             )),
         )
-        if pulumi.runtime.is_dry_run():
-            # A preview never has a scheduled pod to judge (the provider answers with the inputs or a dry run):
-            # say what the update will prove instead.
-            return pulumi.Output.from_input(planned_evidence(args.smoke_test))
-        # The Node the pod ran on: the mock device plugin's resources are in its allocatable.
+        # The Node the pod ran on: the mock device plugin's resources are in its allocatable. Read in a preview too
+        # (a read not registered again shows as `discard`, pulumi step.go DeleteStep.Op): on a running stack the
+        # unchanged pod's nodeName is known and the preview judges what the update will judge. A pod still to be
+        # created has none: the id is unknown and the engine skips the read (step.go ReadStep.Apply).
         node = k8s.core.v1.Node.get(
             f"{tenant}-gpu-smoke-node",
-            pod.spec.apply(lambda spec: sdk_field(spec, "nodeName", "node_name")),
+            pod.spec.apply(lambda spec: sdk_field(spec, "nodeName", "node_name") or _unknown_in_preview()),
             opts=pulumi.ResourceOptions(parent=self, provider=args.tenant_provider),
         )
-        return pulumi.Output.all(pod.metadata, pod.spec, node.status, pod.urn).apply(
+        evidence = pulumi.Output.all(pod.metadata, pod.spec, node.status, pod.urn).apply(
             lambda parts: check_smoke_evidence(observed_pod(parts[0], parts[1]), tenant, resource=parts[3],
                                                node_status=parts[2], mock=args.gpu_mode == "mock")
         )
+        if not pulumi.runtime.is_dry_run():
+            return evidence
+        # A preview without a scheduled pod to judge says what the update will prove instead.
+        return _known_or(evidence, planned_evidence(args.smoke_test))
 

@@ -84,7 +84,9 @@ PROJECT_ROOT = Path(__file__).resolve().parents[3]
 MAIN = PROJECT_ROOT / "__main__.py"
 
 # delete-replaced: deleted ahead of a delete-before-replace replacement, created again later in the run.
-OPS = ("create", "update", "replace", "delete", "same", "read", "delete-replaced")
+# discard: a read (`.get`) in the state that the program did not register again (pulumi step.go DeleteStep.Op:
+# OpReadDiscard for an external resource); not a change (pkg/engine/update.go HasChanges), but the preview lists it.
+OPS = ("create", "update", "replace", "delete", "same", "read", "delete-replaced", "discard")
 
 
 @dataclass
@@ -140,7 +142,7 @@ class Plan:
         """The plan as `pulumi preview` summarises it."""
         title = {"preview": "Previewing update", "update": "Updating", "destroy": "Destroying"}[self.kind]
         marks = {"create": "+ ", "update": "~ ", "replace": "+-", "delete": "- ", "same": "  ", "read": "> ",
-                 "delete-replaced": "--"}
+                 "delete-replaced": "--", "discard": "< "}
         lines = [f"{title} (simulated):", f"     {'Type':<50} {'Name':<42} Plan"]
         for step in self.steps:
             if step.op == "same":
@@ -613,6 +615,8 @@ class _Operation:
                     if not resource.custom:
                         self.plan.steps.append(Step("delete", resource.urn, resource.type, resource.name,
                                                     component=True))
+                    else:
+                        self.plan.steps.append(Step("discard", resource.urn, resource.type, resource.name))
                     self.new_state.pop(resource.urn, None)
                     continue
                 step = Step("delete", resource.urn, resource.type, resource.name)
