@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 
+from components.gpu.cards import REGISTER_ANNOTATION
 from components.shell import CONTAINER_ENV, KIND_WAIT_SECONDS_ENV
 from components.worker.access import container_interpreter
 from tests.support.lifecycle_support import (
@@ -279,3 +280,16 @@ def test_a_script_edit_on_a_running_stack_previews_no_rebuild():
     for plan in (running.preview(), running.up()):
         assert plan.changed() == {}, plan.render()
     assert running.resource("gpu-tenancy-kind").inputs == stored
+
+
+def test_a_targeted_replace_of_a_membership_keeps_the_rejoined_node():
+    """`pulumi up --replace <worker>-membership`: a targeted replace carries no delete-before-replace from the
+    provider's diff (pulumi step_generator.go), so without the option the old membership's delete (Node by
+    name) ran last and removed the Node the new join had just registered, with its GPU annotation."""
+    running = running_lab()
+    plan = running.up(replace=["tenant-a-worker-0-membership"])
+    assert "tenant-a-worker-0-membership" in plan.names("replace"), plan.render()
+    nodes = {node["metadata"]["name"]: node for node in running.world.tenant_api("tenant-a").list("Node")}
+    assert "tenant-a-worker-0" in nodes, plan.render()
+    assert REGISTER_ANNOTATION in (nodes["tenant-a-worker-0"]["metadata"].get("annotations") or {})
+    assert running.output("tenants")["tenant-a"]["smokeTest"]["schedulerName"] == "hami-scheduler"

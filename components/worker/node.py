@@ -172,7 +172,13 @@ class WorkerNode(pulumi.ComponentResource):
                 "endpoint": tenant.endpoint,
                 "ca_cert_hash": tenant.discovery_hash,
             },
-            pulumi.ResourceOptions.merge(host_side, pulumi.ResourceOptions(depends_on=depends_on)),
+            pulumi.ResourceOptions.merge(host_side, pulumi.ResourceOptions(
+                depends_on=depends_on,
+                # Its delete removes the Node by name: it must run before the new join registers the Node again.
+                # The provider's diff asks for this, but a targeted `up --replace` has no diff and takes it from
+                # this option only (pulumi step_generator.go, the DeleteBeforeReplace of a targeted replace).
+                delete_before_replace=True,
+            )),
             outputs=("token", "token_id", "expiration"),
             secret_outputs=("token",),
         )
