@@ -3,7 +3,8 @@
 Everything that talks to a tenant's API (or Kamaji's) for the program runs here, on the host that already
 holds the credentials, never on a worker: minting a worker's one-time join token and removing its Node
 when it leaves, waiting for the Node to register, the simulated GPU capacity on the Node status, waiting
-for the Konnectivity agents, and waiting for Kamaji's admission webhook to answer.
+for the Konnectivity agents, for the admission webhooks of Kamaji, MetalLB and HAMi to answer, and for the
+mock device plugin's resources on a Node.
 
 The calls go through `components.kube` (credentials stay in memory). Module import has no side effects:
 Pulumi's dynamic-provider host imports this module by name (dill pickles the provider classes by
@@ -366,22 +367,9 @@ class KamajiWebhookReadyProvider(HostOperationProvider):
 
     def _wait(self, props: dict[str, Any]) -> None:
         probe = probe_control_plane(props["namespace"], props["datastore"], props["version"])
-        with self._api(props["kubeconfig"]) as management:
-            def answers() -> str | None:
-                try:
-                    management.create(probe, dry_run=True)
-                except UnreachableError:
-                    raise
-                except ApiError as error:
-                    if "failed calling webhook" in error.message or (error.status or 0) >= 500:
-                        return error.message
-                return None
-
-            try:
-                poll(answers, self.clock, timeout=KAMAJI_WEBHOOK_TIMEOUT)
-            except TimeoutError as error:
-                raise RuntimeError(f"Kamaji's admission webhook does not answer: {error}. Check kubectl -n "
-                                   "kamaji-system get pods,endpoints kamaji-webhook-service") from None
+        _wait_for_webhook(self, props["kubeconfig"], probe, KAMAJI_WEBHOOK_TIMEOUT,
+                          "Kamaji's admission webhook does not answer",
+                          "Check kubectl -n kamaji-system get pods,endpoints kamaji-webhook-service")
 
     def create(self, props: dict[str, Any]) -> CreateResult:
         self._wait(props)
@@ -393,6 +381,175 @@ class KamajiWebhookReadyProvider(HostOperationProvider):
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
         self._wait(news)
         return UpdateResult(outs=dict(news))
+
+
+def _wait_for_webhook(provider: HostOperationProvider, kubeconfig: str, probe: dict[str, Any], timeout: float,
+                      failure: str, check: str, answered: Callable[[dict[str, Any]], str | None] | None = None
+                      ) -> None:
+    """Send `probe` as a server-side dry run until a webhook answers: any admission answer counts (a denial too),
+    a failed call to the webhook (failurePolicy Fail) or a 5xx is waited out, and `answered` may judge a success
+    (None: done, else what is still missing). Past `timeout` raise `failure`, the last answer and `check`."""
+    with provider._api(kubeconfig) as cluster:
+        def answers() -> str | None:
+            try:
+                created = cluster.create(probe, dry_run=True)
+            except UnreachableError:
+                raise
+            except ApiError as error:
+                if "failed calling webhook" in error.message or (error.status or 0) >= 500:
+                    return error.message
+                return None
+            return answered(created) if answered is not None else None
+
+        try:
+            poll(answers, provider.clock, timeout=timeout)
+        except TimeoutError as error:
+            raise RuntimeError(f"{failure}: {error}. {check}") from None
+
+
+class _WaitProvider(HostOperationProvider):
+    """A wait with nothing to delete: it runs on create and whenever an input changes (`__provider` aside)."""
+
+    ID = ""
+
+    def _wait(self, props: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def create(self, props: dict[str, Any]) -> CreateResult:
+        self._wait(props)
+        return CreateResult(id_=self.ID, outs=dict(props))
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
+        return DiffResult(changes=_inputs_changed(olds, news))
+
+    def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
+        self._wait(news)
+        return UpdateResult(outs=dict(news))
+
+
+METALLB_WEBHOOK_TIMEOUT = 120.0
+
+
+def probe_address_pool(namespace: str, addresses: list[str]) -> dict[str, Any]:
+    """An IPAddressPool only ever sent as a server-side dry run, to see MetalLB's webhook answer (an overlap with
+    the stack's own pool is a denial, which counts as an answer)."""
+    return {
+        "apiVersion": "metallb.io/v1beta1",
+        "kind": "IPAddressPool",
+        "metadata": {"name": "gpu-tenancy-webhook-probe", "namespace": namespace},
+        "spec": {"addresses": list(addresses), "autoAssign": False},
+    }
+
+
+class MetalLBWebhookReadyProvider(_WaitProvider):
+    """Waits until MetalLB's validating webhooks (failurePolicy fail) answer a dry run of an IPAddressPool.
+
+    The controller's readiness covers its webhook server (metallb/metallb internal/k8s/k8s.go, v0.15.3), not the
+    `metallb-webhook-service` endpoints, which follow it; a failed webhook call is not retried by
+    pulumi-kubernetes (provider/pkg/await/await.go retries only NotFound and NoMatch)."""
+
+    ID = "metallb-webhook"
+
+    def _wait(self, props: dict[str, Any]) -> None:
+        _wait_for_webhook(self, props["kubeconfig"], probe_address_pool(props["namespace"], [props["addresses"]]),
+                          METALLB_WEBHOOK_TIMEOUT, "MetalLB's admission webhook does not answer",
+                          "Check kubectl -n metallb-system get pods,endpoints metallb-webhook-service")
+
+
+HAMI_WEBHOOK_TIMEOUT = 120.0
+HAMI_SCHEDULER_NAME = "hami-scheduler"  # components.gpu.values.HAMI_SCHEDULER_NAME (not imported: no pulumi here)
+
+
+def probe_gpu_pod(namespace: str, image: str) -> dict[str, Any]:
+    """A pod asking for one GPU, only ever sent as a server-side dry run (HAMi's webhook is sideEffects None, so
+    dry runs reach it), to see HAMi's webhook mutate it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "gpu-tenancy-webhook-probe", "namespace": namespace},
+        "spec": {
+            "automountServiceAccountToken": False,
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 65535, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "probe", "image": image,
+                "resources": {"limits": {GPU_RESOURCE: "1"}},
+                "securityContext": {"privileged": False, "allowPrivilegeEscalation": False,
+                                    "capabilities": {"drop": ["ALL"]}},
+            }],
+        },
+    }
+
+
+class HamiWebhookReadyProvider(_WaitProvider):
+    """Waits until HAMi's webhook (failurePolicy Fail) mutates a dry run of a GPU pod: nothing it must admit (the
+    smoke pod, a user's first pod) is created before.
+
+    HAMi's webhook Service selects only the scheduler pod labelled `hami.io/scheduler-role: leader`
+    (Project-HAMi/HAMi v2.10.0 charts/hami/templates/scheduler/service.yaml), a label the scheduler patches onto
+    itself on its 15 s register tick (pkg/scheduler/scheduler.go L420-453), while its readiness probe answers 200
+    from the start (routes/route.go ReadyzRoute): a finished Helm release does not prove the webhook serves.
+    Done when the answer carries HAMi's schedulerName; its inputs carry the release's revision and the nodes'
+    registrations, so it runs again after every HAMi upgrade and rejoin."""
+
+    ID = "hami-webhook"
+
+    def _wait(self, props: dict[str, Any]) -> None:
+        def mutated(pod: dict[str, Any]) -> str | None:
+            scheduler = (pod.get("spec") or {}).get("schedulerName")
+            return None if scheduler == HAMI_SCHEDULER_NAME else \
+                f"HAMi's webhook did not mutate a GPU pod (schedulerName {scheduler!r})"
+
+        _wait_for_webhook(self, props["kubeconfig"], probe_gpu_pod(props["namespace"], props["image"]),
+                          HAMI_WEBHOOK_TIMEOUT, "HAMi's admission webhook does not answer",
+                          "Its Service routes only to the scheduler pod labelled hami.io/scheduler-role=leader: "
+                          "kubectl -n kube-system get pods -l app.kubernetes.io/component=hami-scheduler "
+                          "--show-labels, kubectl -n kube-system get endpoints hami-scheduler (in the tenant)",
+                          answered=mutated)
+
+
+# The mock device plugin waits 30 s between reads of its Node (Project-HAMi/mock-device-plugin v1.0.1
+# internal/pkg/api/device/device.go L115-125), the kubelet publishes at its next status update, and on a rejoined
+# node the plugin's image is pulled first.
+GPU_PLUGIN_TIMEOUT = 180.0
+
+
+def positive_quantity(value: Any) -> bool:
+    """A Kubernetes quantity above zero (`"0"`, `""`, None and nonsense are not): the kubelet reports a device
+    plugin's resources as 0 until the plugin registers again after a restart."""
+    text = str(value if value is not None else "").strip()
+    digits = text.rstrip("kKMGTPEimun")
+    try:
+        return float(digits) > 0
+    except ValueError:
+        return False
+
+
+class GpuPluginReadyProvider(_WaitProvider):
+    """Waits (bounded) until a Node's allocatable shows each of `resources` above zero: the mock device plugin
+    registered there. Its inputs carry the Node's registration and HAMi's release revision, so it runs again
+    after a rejoin and an upgrade."""
+
+    ID = "gpu-plugin"
+
+    def _wait(self, props: dict[str, Any]) -> None:
+        node, resources = props["node_name"], list(props["resources"])
+        with self._api(props["kubeconfig"]) as tenant:
+            def advertised() -> str | None:
+                found = tenant.find("Node", node)
+                if found is None:
+                    return f"Node {node} does not exist"
+                allocatable = (found.get("status") or {}).get("allocatable") or {}
+                missing = [f"{key}={allocatable.get(key)!r}" for key in resources
+                           if not positive_quantity(allocatable.get(key))]
+                return f"Node {node} allocatable has {', '.join(missing)}" if missing else None
+
+            try:
+                poll(advertised, self.clock, timeout=GPU_PLUGIN_TIMEOUT)
+            except TimeoutError as error:
+                raise RuntimeError(
+                    f"HAMi's mock device plugin registered nothing: {error}. Check kubectl -n kube-system logs -l "
+                    "app.kubernetes.io/component=hami-mock-device-plugin (in the tenant); it needs the node's "
+                    "nvidia.com/gpu capacity and its hami.io/node-nvidia-register annotation") from None
 
 
 # --------------------------------------------------------------------------- #
@@ -431,12 +588,27 @@ class KamajiWebhookReady(_HostOperation, module="gpu-tenancy", name="KamajiWebho
     pass
 
 
+class MetalLBWebhookReady(_HostOperation, module="gpu-tenancy", name="MetalLBWebhookReady"):
+    pass
+
+
+class HamiWebhookReady(_HostOperation, module="gpu-tenancy", name="HamiWebhookReady"):
+    pass
+
+
+class GpuPluginReady(_HostOperation, module="gpu-tenancy", name="GpuPluginReady"):
+    pass
+
+
 _RESOURCES: dict[type, type] = {
     NodeMembershipProvider: NodeMembership,
     NodeRegistrationProvider: NodeRegistration,
     GpuCapacityProvider: GpuCapacity,
     KonnectivityReadyProvider: KonnectivityReady,
     KamajiWebhookReadyProvider: KamajiWebhookReady,
+    MetalLBWebhookReadyProvider: MetalLBWebhookReady,
+    HamiWebhookReadyProvider: HamiWebhookReady,
+    GpuPluginReadyProvider: GpuPluginReady,
 }
 
 

@@ -46,7 +46,7 @@ REQUEST_RETRIES = 1
 
 # kind -> (API path prefix, resource plural, namespaced), as the API server's discovery documents them: the core
 # group under /api/v1, the others under /apis/<group>/<version>; Kamaji's CRDs are kamaji.clastix.io/v1alpha1
-# (TenantControlPlane namespaced, DataStore cluster-scoped).
+# (TenantControlPlane namespaced, DataStore cluster-scoped); MetalLB's metallb.io/v1beta1.
 RESOURCES: dict[str, tuple[str, str, bool]] = {
     "Node": ("/api/v1", "nodes", False),
     "Pod": ("/api/v1", "pods", True),
@@ -58,6 +58,7 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
                                      False),
     "TenantControlPlane": ("/apis/kamaji.clastix.io/v1alpha1", "tenantcontrolplanes", True),
     "DataStore": ("/apis/kamaji.clastix.io/v1alpha1", "datastores", False),
+    "IPAddressPool": ("/apis/metallb.io/v1beta1", "ipaddresspools", True),
 }
 
 

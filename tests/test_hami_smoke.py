@@ -173,6 +173,16 @@ def test_a_node_without_the_mock_plugins_resources_blames_the_plugin(absent):
     assert "kubectl -n kube-system logs -l app.kubernetes.io/component=hami-mock-device-plugin" in message
 
 
+@pytest.mark.parametrize("zero", ["0", "", "0Mi", "none"])
+def test_a_node_advertising_zero_blames_the_plugin(zero):
+    """gpu-layer G3: after a kubelet restart the device manager reports a plugin's resources as 0 until it
+    registers again; the string "0" is truthy, so only a number above zero is evidence."""
+    status = copy.deepcopy(NODE_STATUS)
+    status["allocatable"]["nvidia.com/gpumem"] = zero
+    message = failure(scheduled_pod(), node_status=status)
+    assert f"scheduled onto {NODE}, but that node advertises no nvidia.com/gpumem" in message
+
+
 def test_a_node_that_was_not_read_fails_in_mock_mode_only():
     failure(scheduled_pod(), node_status=None)
     # gpuMode nvidia: the real plugin's resources are not what the mock registers; the pod evidence suffices.

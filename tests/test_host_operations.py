@@ -550,12 +550,167 @@ def test_kamaji_webhook_probe_is_a_valid_tenant_control_plane(vendor_dir):
 
 
 # --------------------------------------------------------------------------- #
+# HamiWebhookReadyProvider, GpuPluginReadyProvider, MetalLBWebhookReadyProvider
+# --------------------------------------------------------------------------- #
+
+POD_COLLECTION = "/api/v1/namespaces/default/pods"
+HAMI_DOWN = ('Internal error occurred: failed calling webhook "vgpu.hami.io": failed to call webhook: Post '
+             '"https://hami-scheduler.kube-system.svc:443/webhook?timeout=10s": no endpoints available for service '
+             '"hami-scheduler"')
+
+
+def hami_props(api: ApiServer) -> dict[str, Any]:
+    return {"kubeconfig": api.kubeconfig(), "namespace": "default", "image": "registry.k8s.io/pause:3.10",
+            "revision": 1.0, "registrations": ["a/1"]}
+
+
+class AnswersInTurn:
+    """A KubeClient whose `create` gives these answers in turn (an ApiError is raised), recording the dry runs."""
+
+    def __init__(self, *answers: Any) -> None:
+        self.answers = list(answers)
+        self.sent: list[tuple[dict[str, Any], bool]] = []
+
+    def create(self, obj: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
+        self.sent.append((obj, dry_run))
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def close(self) -> None:
+        return None
+
+
+def test_hami_webhook_wait_is_done_once_a_dry_run_comes_back_mutated(api, clock):
+    """gpu-layer G2: the Service has no endpoint (a failed call), then the webhook may not mutate yet."""
+    unmutated = {"spec": {"schedulerName": "default-scheduler"}}
+    client = AnswersInTurn(kube.ApiError(500, HAMI_DOWN), unmutated, {"spec": {"schedulerName": "hami-scheduler"}})
+    provider = timed(host_operations.HamiWebhookReadyProvider(), clock)
+    provider.connect = lambda kubeconfig: client
+    result = provider.create(hami_props(api))
+    assert result.id == "hami-webhook" and result.outs == hami_props(api) | {"kubeconfig": result.outs["kubeconfig"]}
+    assert clock.sleeps == [2.0, 2.0]
+    assert all(dry_run for _, dry_run in client.sent)
+    probe = client.sent[0][0]
+    assert probe["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    assert "nodeName" not in probe["spec"] and "schedulerName" not in probe["spec"]
+
+
+def test_hami_webhook_wait_sends_dry_runs_and_gives_up_naming_the_leader_label(api, clock):
+    """Through the real client: every probe is a dry run that the (unmutating) server never stores."""
+    api.fail("POST", POD_COLLECTION, 500, HAMI_DOWN)
+    with pytest.raises(RuntimeError, match=r"HAMi's admission webhook does not answer: gave up after 120s: HAMi's "
+                                           r"webhook did not mutate a GPU pod \(schedulerName None\)\. .*"
+                                           r"hami\.io/scheduler-role=leader"):
+        timed(host_operations.HamiWebhookReadyProvider(), clock).create(hami_props(api))
+    posts = api.called("POST")
+    assert posts and all(seen.path == POD_COLLECTION and seen.query == {"dryRun": ["All"]} for seen in posts)
+    assert api.objects == {}
+
+
+def test_hami_webhook_denial_counts_as_an_answer(api, clock):
+    api.fail("POST", POD_COLLECTION, 403, 'admission webhook "vgpu.hami.io" denied the request: exceeding quota')
+    timed(host_operations.HamiWebhookReadyProvider(), clock).create(hami_props(api))
+    assert clock.sleeps == []
+
+
+def test_the_probe_expects_the_scheduler_name_hamis_values_set():
+    from components.gpu.values import HAMI_SCHEDULER_NAME
+
+    assert host_operations.HAMI_SCHEDULER_NAME == HAMI_SCHEDULER_NAME
+
+
+def plugin_props(api: ApiServer) -> dict[str, Any]:
+    return {"kubeconfig": api.kubeconfig(), "node_name": "alpha-worker-0",
+            "resources": ["nvidia.com/gpumem", "nvidia.com/gpucores"], "registration": "alpha-worker-0/u1",
+            "revision": 1.0}
+
+
+def test_plugin_wait_takes_zero_for_not_yet_and_waits_for_numbers_above_it(api, clock):
+    """gpu-layer G3: the mock polls every 30 s; a kubelet that restarted reports "0" until it registers again."""
+    worker = api.put(node("alpha-worker-0", allocatable={"nvidia.com/gpu": "10", "nvidia.com/gpumem": "0"}))
+    clock.at(30, lambda: worker["status"]["allocatable"].update({"nvidia.com/gpumem": "8192"}))
+    clock.at(40, lambda: worker["status"]["allocatable"].update({"nvidia.com/gpucores": "100"}))
+    result = timed(host_operations.GpuPluginReadyProvider(), clock).create(plugin_props(api))
+    assert result.id == "gpu-plugin" and clock.elapsed == 40
+    assert {seen.path for seen in api.requests} == {"/api/v1/nodes/alpha-worker-0"}
+
+
+def test_plugin_wait_gives_up_naming_what_the_node_shows(api, clock):
+    api.put(node("alpha-worker-0", allocatable={"nvidia.com/gpumem": "0"}))
+    with pytest.raises(RuntimeError, match=re.escape(
+            "HAMi's mock device plugin registered nothing: gave up after 180s: Node alpha-worker-0 allocatable has "
+            "nvidia.com/gpumem='0', nvidia.com/gpucores=None. Check kubectl -n kube-system logs -l "
+            "app.kubernetes.io/component=hami-mock-device-plugin")):
+        timed(host_operations.GpuPluginReadyProvider(), clock).update("id", {}, plugin_props(api))
+    assert host_operations.GPU_PLUGIN_TIMEOUT <= clock.elapsed < host_operations.GPU_PLUGIN_TIMEOUT + 2
+
+
+@pytest.mark.parametrize(("value", "positive"), [
+    ("8192", True), ("1", True), ("100", True), ("1k", True), ("0.5", True), (8192.0, True),
+    ("0", False), ("0Mi", False), ("", False), (None, False), ("-1", False), ("none", False),
+])
+def test_positive_quantity(value, positive):
+    assert host_operations.positive_quantity(value) is positive
+
+
+POOL_COLLECTION = "/apis/metallb.io/v1beta1/namespaces/metallb-system/ipaddresspools"
+METALLB_DOWN = ('Internal error occurred: failed calling webhook "ipaddresspoolvalidationwebhook.metallb.io": '
+                'failed to call webhook: Post "https://metallb-webhook-service.metallb-system.svc:443/validate-'
+                'metallb-io-v1beta1-ipaddresspool?timeout=10s": no endpoints available for service '
+                '"metallb-webhook-service"')
+
+
+def metallb_props(api: ApiServer) -> dict[str, Any]:
+    return {"kubeconfig": api.kubeconfig(), "namespace": "metallb-system",
+            "addresses": "172.18.255.200-172.18.255.250", "revision": 1.0}
+
+
+def test_metallb_webhook_wait_retries_failed_calls_with_dry_runs_of_a_pool(api, clock):
+    """management-mirror MM-7: the endpoints follow the controller's readiness."""
+    api.fail("POST", POOL_COLLECTION, 500, METALLB_DOWN)
+    result = timed(host_operations.MetalLBWebhookReadyProvider(), clock).create(metallb_props(api))
+    assert result.id == "metallb-webhook" and clock.sleeps == [2.0]
+    posts = api.called("POST")
+    assert len(posts) == 2 and all(seen.query == {"dryRun": ["All"]} for seen in posts)
+    assert posts[0].body["spec"]["addresses"] == ["172.18.255.200-172.18.255.250"]
+    assert api.objects == {}
+
+
+def test_metallb_webhook_wait_gives_up_naming_the_service(api, clock):
+    for _ in range(int(host_operations.METALLB_WEBHOOK_TIMEOUT / 2) + 2):
+        api.fail("POST", POOL_COLLECTION, 500, METALLB_DOWN)
+    with pytest.raises(RuntimeError, match=r"MetalLB's admission webhook does not answer: gave up after 120s: .*"
+                                           r"metallb-webhook-service"):
+        timed(host_operations.MetalLBWebhookReadyProvider(), clock).create(metallb_props(api))
+
+
+def test_metallb_probe_is_a_valid_address_pool(vendor_dir):
+    schema = crd_json_schema(vendor_dir / "metallb" / "metallb.io_ipaddresspools.yaml", "v1beta1")
+    probe = host_operations.probe_address_pool("metallb-system", ["172.18.255.200-172.18.255.250"])
+    assert schema_errors(probe, schema) == []
+
+
+WAITS = [host_operations.HamiWebhookReadyProvider, host_operations.GpuPluginReadyProvider,
+         host_operations.MetalLBWebhookReadyProvider, host_operations.KamajiWebhookReadyProvider]
+
+
+@pytest.mark.parametrize("provider_class", WAITS, ids=lambda cls: cls.__name__)
+def test_a_wait_runs_again_for_a_new_revision_but_not_for_a_moved_pickle(provider_class):
+    """PE-5: the revision is what changes on an upgrade; `__provider` changes when the class moves."""
+    olds = {"kubeconfig": "k", "revision": 1.0, "__provider": "old-path"}
+    assert not provider_class().diff("id", olds, {**olds, "__provider": "new-path"}).changes
+    assert provider_class().diff("id", olds, {**olds, "revision": 2.0}).changes
+
+
+# --------------------------------------------------------------------------- #
 # The seam and the pickles
 # --------------------------------------------------------------------------- #
 
 PROVIDERS = [host_operations.NodeMembershipProvider, host_operations.NodeRegistrationProvider,
              host_operations.GpuCapacityProvider, host_operations.KonnectivityReadyProvider,
-             host_operations.KamajiWebhookReadyProvider]
+             host_operations.KamajiWebhookReadyProvider, *WAITS[:3]]
 
 
 @pytest.mark.parametrize("provider_class", PROVIDERS, ids=lambda cls: cls.__name__)

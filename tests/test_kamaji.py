@@ -49,6 +49,7 @@ TCP = "kubernetes:kamaji.clastix.io/v1alpha1:TenantControlPlane"
 NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
 NAMESPACE = "kubernetes:core/v1:Namespace"
 WEBHOOK_READY = "pulumi-python:dynamic/gpu-tenancy:KamajiWebhookReady"
+METALLB_WEBHOOK_READY = "pulumi-python:dynamic/gpu-tenancy:MetalLBWebhookReady"
 NODE_IMAGE = "kindest/node:v1.35.0"
 
 # Keys of the kamaji-etcd subchart that the vendored kamaji values.yaml does not show, with their upstream defaults
@@ -485,7 +486,7 @@ def test_every_child_is_on_the_management_cluster_and_goes_with_it(run):
         assert child.custom
         # Tear-down deletes the cluster, not each object in it (and works when it was deleted by hand).
         assert child.deleted_with == cluster.urn, child
-        if child.type != WEBHOOK_READY:  # a dynamic resource: it talks to the cluster with the kubeconfig
+        if child.type not in (WEBHOOK_READY, METALLB_WEBHOOK_READY):  # dynamic: it talks with the kubeconfig
             assert child.provider.rsplit("::", 1)[0] == provider.urn, child
 
 

@@ -5,7 +5,9 @@ reaches HAMi's webhook only through the agents (clastix/kamaji
 internal/resources/konnectivity/egress_selector_configuration_resource.go), which are ordinary pods that need the
 CNI (internal/resources/konnectivity/agent.go: hostNetwork off by default). Per node, after it has registered: in
 mock mode the card annotation and the `nvidia.com/gpu` status capacity; in nvidia mode only the `gpu=on` label the
-real device plugin selects. Last, a fractional GPU pod whose state,
+real device plugin selects. Then two bounded waits: HAMi's webhook mutates a dry run of a GPU pod (its Service has
+no endpoint until the scheduler labels itself leader), and in mock mode every GPU node advertises the plugin's
+resources above zero. Last, a fractional GPU pod whose state,
 read back after `pulumi up` created it, must show HAMi's webhook, its scheduler and the device plugin at work,
 or `pulumi up` fails naming the broken link. Everything here lives in the tenant cluster and goes with its
 TenantControlPlane (`deleted_with`).
@@ -23,6 +25,8 @@ from components import host_operations
 from components.gpu.cards import JOIN_ANNOTATION, NVIDIA_NODE_LABEL, REGISTER_ANNOTATION, gpu_capacity
 from components.gpu.cards import register_annotation as card_annotation
 from components.gpu.smoke import (
+    PLUGIN_RESOURCES,
+    SMOKE_POD_NAMESPACE,
     check_smoke_evidence,
     observed_pod,
     planned_evidence,
@@ -180,9 +184,34 @@ class TenantGpus(pulumi.ComponentResource):
             capacities = {node.access.node_name: gpu_capacity(node.worker.gpus) for node in args.nodes}
             self.gpu_capacity = self.node_names.apply(lambda _: dict(capacities))
 
+        # Nothing a webhook must admit is created before it answers; it runs again after an upgrade (a new
+        # revision) or a rejoin (a new registration).
+        revision = self.release.status.apply(lambda status: dict.get(status or {}, "revision"))
+        registration_ids = [node.registered.id for node in args.nodes]
+        webhook = host_operations.resource(
+            host_operations.HamiWebhookReadyProvider(),
+            f"{tenant}-hami-webhook-ready",
+            {"kubeconfig": args.operator_kubeconfig, "namespace": SMOKE_POD_NAMESPACE, "image": PAUSE_IMAGE,
+             "revision": revision, "registrations": registration_ids},
+            pulumi.ResourceOptions.merge(host_side, pulumi.ResourceOptions(depends_on=[self.release])),
+        )
+        waits: list[pulumi.Resource] = [webhook]
+        if mock:
+            for node in args.nodes:
+                if not node.worker.gpus:
+                    continue
+                waits.append(host_operations.resource(
+                    host_operations.GpuPluginReadyProvider(),
+                    f"{node.access.node_name}-gpu-plugin-ready",
+                    {"kubeconfig": args.operator_kubeconfig, "node_name": node.access.node_name,
+                     "resources": list(PLUGIN_RESOURCES), "registration": node.registered.id, "revision": revision},
+                    pulumi.ResourceOptions.merge(host_side, pulumi.ResourceOptions(
+                        depends_on=[self.release, *node_resources])),
+                ))
+
         self.smoke_test = None
         if args.smoke_test.enabled:
-            self.smoke_test = self._smoke_test(tenant, args, inside, [self.release, *node_resources])
+            self.smoke_test = self._smoke_test(tenant, args, inside, [self.release, *node_resources, *waits])
 
         self.register_outputs({
             "release": self.release.name,

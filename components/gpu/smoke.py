@@ -16,6 +16,7 @@ from typing import Any
 
 from components.gpu.cards import REGISTER_ANNOTATION
 from components.gpu.values import HAMI_SCHEDULER_NAME
+from components.host_operations import positive_quantity
 from components.sdk import sdk_field
 from config import SmokeTest
 from config.models import SMOKE_TEST_NAMESPACE
@@ -190,7 +191,8 @@ def hami_evidence(pod: Mapping[str, Any], node: Mapping[str, Any] | None = None,
                             **seen)
     if bound_to != allocated_on:
         return HamiEvidence(BINDING, f"bound to node {bound_to} but HAMi allocated its GPU on {allocated_on}", **seen)
-    absent = tuple(key for key in PLUGIN_RESOURCES if not allocatable.get(key))
+    # A number above zero: the kubelet reports "0" for a plugin's resources until it registers again after a restart.
+    absent = tuple(key for key in PLUGIN_RESOURCES if not positive_quantity(allocatable.get(key)))
     if plugin and absent:
         return HamiEvidence(PLUGIN, f"{allocated_on} advertises no {', '.join(absent)}", missing=absent, **seen)
     return HamiEvidence(None, f"bound to {bound_to}, devices {devices}", **seen)

@@ -3,7 +3,7 @@
 Order, all on the management Provider:
 
     cert-manager ─► Kamaji (+ kamaji-etcd) ─► DataStore `default` ─► webhook answers ─► TenantControlPlanes
-    Namespace metallb-system ─► MetalLB ─► IPAddressPool + L2Advertisement   (only with a pool)
+    Namespace metallb-system ─► MetalLB ─► webhook answers ─► IPAddressPool + L2Advertisement (with a pool)
 
 Kamaji's chart is `charts/kamaji` at the tag of the pinned image, with kamaji-etcd at the version its
 Chart.lock locks, fetched and verified by `make charts` (ops/upstream.py): the published chart is a
@@ -29,14 +29,17 @@ is what makes the edges above real readiness conditions:
 - cert-manager's post-install `startupapicheck` Job only succeeds once its
   webhook answers, so Kamaji's Issuer/Certificate are admitted.
 - MetalLB's controller serves its webhook and its readiness endpoint together
-  (metallb/metallb internal/k8s/k8s.go, v0.15.3), so a Ready controller means
-  `metallb-webhook-service` answers the pool's validation.
+  (metallb/metallb internal/k8s/k8s.go, v0.15.3), but `metallb-webhook-service`
+  gets its endpoint only after that: the pool and L2Advertisement wait for a
+  dry run of an IPAddressPool to get an answer
+  (components.host_operations.MetalLBWebhookReadyProvider).
 - kamaji-etcd's post-install Job waits for the etcd StatefulSet rollout
   (clastix/kamaji-etcd charts/kamaji-etcd/templates/etcd_job_preinstall_2.yaml,
   v0.15.0), so a finished Kamaji release means etcd answers.
 - Kamaji's readiness probe does not cover its webhook server, so a dynamic resource
   waits until a server-side dry run of a TenantControlPlane gets an answer
-  (components.host_operations.KamajiWebhookReadyProvider).
+  (components.host_operations.KamajiWebhookReadyProvider), again after every
+  upgrade of the release.
 """
 
 from __future__ import annotations
@@ -85,6 +88,11 @@ LB_POOL_MAX_PREFIX = 24
 PRIVILEGED_NAMESPACE_LABELS = {
     f"pod-security.kubernetes.io/{mode}": "privileged" for mode in ("enforce", "audit", "warn")
 }
+
+
+def release_revision(release: k8s.helm.v3.Release) -> pulumi.Output[Any]:
+    """The release's Helm revision (one more on every upgrade), for waits that must run again after one."""
+    return release.status.apply(lambda status: dict.get(status or {}, "revision"))
 
 
 def lb_pool_range(subnet: str) -> str:
@@ -265,6 +273,7 @@ class Kamaji(pulumi.ComponentResource):
         self.provider = args.provider
         self._deleted_with = args.deleted_with
         self._after = list(args.depends_on)
+        self._kubeconfig = args.kubeconfig
         versions = args.versions
         adopted = args.kind_subnet is None
 
@@ -297,7 +306,9 @@ class Kamaji(pulumi.ComponentResource):
         self.webhook = host_operations.resource(
             host_operations.KamajiWebhookReadyProvider(), f"{name}-webhook-ready",
             {"kubeconfig": args.kubeconfig, "namespace": KAMAJI_NAMESPACE, "datastore": DEFAULT_DATASTORE,
-             "version": args.probe_version, "release": self.release.id},
+             "version": args.probe_version, "release": self.release.id,
+             # Changes on every upgrade (the id never does): an upgrade restarts the webhook, so probe again.
+             "revision": release_revision(self.release)},
             pulumi.ResourceOptions(parent=self, depends_on=[datastore], deleted_with=args.deleted_with),
         )
         # TenantControlPlanes need Kamaji's webhook and DataStore, and (with MetalLB) an address from the pool.
@@ -366,14 +377,20 @@ class Kamaji(pulumi.ComponentResource):
             timeout=CHART_TIMEOUT,
             opts=self._child([namespace]),
         )
-        # Custom resources wait for the MetalLB release: its webhook must answer first.
+        # Custom resources wait for MetalLB's webhook to answer (its endpoints follow the controller's readiness).
+        webhook = host_operations.resource(
+            host_operations.MetalLBWebhookReadyProvider(), f"{name}-metallb-webhook-ready",
+            {"kubeconfig": self._kubeconfig, "namespace": METALLB_NAMESPACE, "addresses": pool_range,
+             "revision": release_revision(metallb)},
+            pulumi.ResourceOptions(parent=self, depends_on=[metallb], deleted_with=self._deleted_with),
+        )
         pool = k8s.apiextensions.CustomResource(
             f"{name}-ip-pool",
             api_version="metallb.io/v1beta1",
             kind="IPAddressPool",
             metadata=k8s.meta.v1.ObjectMetaArgs(name=pool_name, namespace=METALLB_NAMESPACE),
             spec=pool_range.apply(ip_address_pool_spec),
-            opts=self._child([metallb]),
+            opts=self._child([metallb, webhook]),
         )
         l2_advertisement = k8s.apiextensions.CustomResource(
             f"{name}-l2-advertisement",
@@ -381,7 +398,7 @@ class Kamaji(pulumi.ComponentResource):
             kind="L2Advertisement",
             metadata=k8s.meta.v1.ObjectMetaArgs(name=pool_name, namespace=METALLB_NAMESPACE),
             spec=l2_advertisement_spec(pool_name),
-            opts=self._child([metallb]),
+            opts=self._child([metallb, webhook]),
         )
         self.ready += [pool, l2_advertisement]
         return pulumi.Output.all(pool.id, pool_range).apply(lambda values: values[1])

@@ -30,7 +30,8 @@ from cryptography import x509
 from tests.support.sim import pki
 
 # REST resources by kind: (apiVersion, plural, namespaced), as the API server's discovery documents them
-# (`kubectl api-resources`; Kamaji's CRDs: kamaji.clastix.io/v1alpha1, TenantControlPlane namespaced, DataStore not).
+# (`kubectl api-resources`; Kamaji's CRDs: kamaji.clastix.io/v1alpha1, TenantControlPlane namespaced, DataStore not;
+# MetalLB's metallb.io/v1beta1 IPAddressPool, namespaced).
 RESOURCES = {
     "Node": ("v1", "nodes", False),
     "Pod": ("v1", "pods", True),
@@ -41,6 +42,7 @@ RESOURCES = {
     "MutatingWebhookConfiguration": ("admissionregistration.k8s.io/v1", "mutatingwebhookconfigurations", False),
     "TenantControlPlane": ("kamaji.clastix.io/v1alpha1", "tenantcontrolplanes", True),
     "DataStore": ("kamaji.clastix.io/v1alpha1", "datastores", False),
+    "IPAddressPool": ("metallb.io/v1beta1", "ipaddresspools", True),
 }
 _PLURALS = {(api_version, plural): kind for kind, (api_version, plural, _) in RESOURCES.items()}
 _CORE = re.compile(r"^/api/(?P<version>v1)(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?"

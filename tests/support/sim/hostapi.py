@@ -97,6 +97,9 @@ class SimClock:
             state = getattr(host, "kamaji", None)
             if state is not None:
                 state.webhook_ready = state.running
+        from tests.support.sim import systems
+
+        systems.time_passed(self.world)
 
 
 def attach(provider: Provider, world: World) -> Provider:

@@ -14,7 +14,8 @@ FIRST_TENANT_ADDRESS = "172.18.255.200"
 def lab_world(*, races: bool = True, tuned_conntrack: bool = False, kind_network: bool = False) -> World:
     """A Linux Docker host like most: 4 CPUs, the kernel's default conntrack table, no `kind` network yet.
 
-    `races=False` lets the real system win its races (Kamaji's webhook and RBAC come up at once), to look at one
+    `races=False` lets the real system win its races (Kamaji's, HAMi's and MetalLB's webhooks, the RBAC and the mock
+    device plugin come up at once), to look at one
     defect at a time; `tuned_conntrack=True` sets nf_conntrack_max to what kube-proxy with kubeadm defaults
     wants on 4 CPUs (131072, hash size 32768).
     """
@@ -22,6 +23,9 @@ def lab_world(*, races: bool = True, tuned_conntrack: bool = False, kind_network
     if not races:
         world.kamaji_webhook_lag = False
         world.soot_rbac_lag = False
+        world.hami_webhook_lag = False
+        world.metallb_webhook_lag = False
+        world.device_plugin_lag = False
     if tuned_conntrack:
         world.docker.nf_conntrack_max = 131072
         world.docker.conntrack_hashsize = 32768

@@ -458,7 +458,8 @@ class HelmReleaseModel:
             raise ProviderError("can't create Helm Release with unreachable cluster") from None
         if plain(resource.inputs).get("createNamespace"):
             api.ensure_namespace(release.namespace)
-        outputs = {**resource.inputs, "status": {"status": "deployed", "name": release.name}}
+        outputs = {**resource.inputs,
+                   "status": {"status": "deployed", "name": release.name, "revision": release.revision}}
         try:
             systems.helm_install(ctx.world, api, release)
         except (WaitTimeoutError, ApiError) as error:
@@ -480,7 +481,7 @@ class HelmReleaseModel:
             systems.helm_upgrade(ctx.world, api, release)
         except (WaitTimeoutError, ApiError) as error:
             raise ProviderError(f"Helm release {release.namespace}/{release.name} upgrade failed: {error}") from None
-        return {**resource.inputs, "status": {"status": "deployed", "name": release.name}}
+        return {**resource.inputs, "status": {"status": "deployed", "name": release.name, "revision": release.revision}}
 
     def delete(self, ctx: Context, old: Resource) -> None:
         config = k8s_config(ctx, old)

@@ -68,6 +68,23 @@ class TenantFeatures:
     hami: dict[str, Any] | None = None
     kube_proxy_max_per_core: int | None = None  # None: no kube-proxy at all
     konnectivity: bool = False
+    # Node uid -> when the mock device plugin could first register there (capacity, annotation and plugin all in
+    # place): its resources reach the Node PLUGIN_DELAY later.
+    plugin_since: dict[str, datetime.datetime] = field(default_factory=dict)
+
+
+# Project-HAMi/HAMi v2.10.0 pkg/scheduler/scheduler.go L420-453: the leader label `hami.io/scheduler-role: leader`,
+# which the webhook Service selects (charts/hami/templates/scheduler/service.yaml), is patched on the first 15 s
+# tick of RegisterFromNodeAnnotations, while the readiness probe answers 200 from the start (routes/route.go
+# ReadyzRoute): a finished install or upgrade leaves the webhook without an endpoint that long.
+HAMI_LEADER_TICK = datetime.timedelta(seconds=15)
+# Project-HAMi/mock-device-plugin v1.0.1 internal/pkg/api/device/device.go L115-125: Register reads the Node, then
+# sleeps 30 s; the kubelet publishes the plugin's resources at its next status update (nodeStatusUpdateFrequency,
+# 10 s by default).
+PLUGIN_DELAY = datetime.timedelta(seconds=40)
+# metallb/metallb v0.15.3: the controller's readiness covers its webhook server, not the propagation of the
+# metallb-webhook-service EndpointSlice (kube-controller-manager's endpointslice controller, batched ~1 s).
+METALLB_ENDPOINTS = datetime.timedelta(seconds=1)
 
 
 
@@ -108,7 +125,14 @@ def helm_upgrade(world: World, api: KubeApi, release: HelmRelease) -> None:
     old = api.helm.get((release.namespace, release.name))
     if old is None:
         raise ApiError(404, f'"{release.name}" has no deployed releases')
-    _CHARTS[release.chart.rsplit("/", 1)[-1]](world, api, release)
+    chart = release.chart.rsplit("/", 1)[-1]
+    release.revision = old.revision + 1  # helm pkg/action/upgrade.go: every upgrade is a new revision
+    _CHARTS[chart](world, api, release)
+    state = getattr(api, "kamaji", None)
+    if chart == "kamaji" and state is not None and old.values != release.values and world.kamaji_webhook_lag:
+        # Changed values roll Kamaji's Deployment; the new pod is Ready on a ping before its webhook server serves
+        # (clastix/kamaji cmd/manager/cmd.go `AddReadyzCheck("readyz", healthz.Ping)`).
+        state.webhook_ready = False
     api.helm[(release.namespace, release.name)] = release
 
 
@@ -164,6 +188,30 @@ def _metallb(world: World, api: KubeApi, release: HelmRelease) -> None:
     _workload(api, "DaemonSet", release.namespace, "metallb-speaker")
     release.manifest = [_manifest_entry("Deployment", release.namespace, "metallb-controller"),
                         _manifest_entry("DaemonSet", release.namespace, "metallb-speaker")]
+    # Every install or upgrade rolls out a controller whose webhook endpoint follows its readiness.
+    lag = METALLB_ENDPOINTS if world.metallb_webhook_lag else datetime.timedelta()
+    api.metallb_webhook_at = world.now + lag  # type: ignore[attr-defined]
+    if not getattr(api, "metallb_admission", False):
+        api.metallb_admission = True  # type: ignore[attr-defined]
+        api.admission.append(Hook(_metallb_admission, (world, api)))
+
+
+def _metallb_admission(world: World, api: KubeApi, identity, operation: str, obj: dict, old: dict | None) -> dict:
+    # metallb internal/k8s/webhooks/webhookv1beta1: ipaddresspoolvalidationwebhook.metallb.io and
+    # l2advertisementvalidationwebhook.metallb.io, failurePolicy=fail, served behind metallb-webhook-service.
+    kind = obj.get("kind")
+    if kind not in ("IPAddressPool", "L2Advertisement"):
+        return obj
+    if api.find("Deployment", "metallb-system", "metallb-controller") is None:
+        return obj  # uninstalled: the ValidatingWebhookConfiguration went with the release
+    ready_at = getattr(api, "metallb_webhook_at", None)
+    if ready_at is not None and world.now < ready_at:
+        webhook = "ipaddresspoolvalidationwebhook" if kind == "IPAddressPool" else "l2advertisementvalidationwebhook"
+        raise ApiError(500, f'Internal error occurred: failed calling webhook "{webhook}.metallb.io": failed to call '
+                            'webhook: Post "https://metallb-webhook-service.metallb-system.svc:443/validate-metallb-io-'
+                            f'v1beta1-{kind.lower()}?timeout=10s": no endpoints available for service '
+                            '"metallb-webhook-service"')
+    return obj
 
 
 def _kamaji(world: World, api: KubeApi, release: HelmRelease) -> None:
@@ -260,6 +308,8 @@ def _hami(world: World, api: KubeApi, release: HelmRelease) -> None:
         "exempt": set(webhook.get("whitelistNamespaces") or []),
         "mock": bool((values.get("mockDevicePlugin") or {}).get("enabled", False)),
         "extraArgs": list(extender_args),
+        # No webhook endpoint before this (HAMI_LEADER_TICK); every install or upgrade rolls the scheduler.
+        "endpoints_at": world.now + (HAMI_LEADER_TICK if world.hami_webhook_lag else datetime.timedelta()),
     }
     _workload(api, "Deployment", release.namespace, "hami-scheduler")
     services = _hami_services(release.namespace, values, device_plugin)
@@ -628,7 +678,27 @@ def _machine_of(world: World, node: dict[str, Any]) -> Machine:
     return machine if machine is not None else Machine(name=name)
 
 
-def refresh_nodes(world: World, api: KubeApi) -> None:
+def time_passed(world: World, *, settled: bool = False) -> None:
+    """Simulated time went on (a provider slept, or, with `settled`, one operation ended and the next has not
+    begun): what waits for time catches up."""
+    for api in list(world.apis.values()):
+        if settled and getattr(api, "metallb_webhook_at", None) is not None:
+            api.metallb_webhook_at = None  # type: ignore[attr-defined]
+        features = getattr(api, "features", None)
+        if features is None:
+            continue
+        if settled and features.hami is not None:
+            features.hami["endpoints_at"] = None
+        refresh_nodes(world, api, settled=settled)
+
+
+def hami_webhook_serves(world: World, features: TenantFeatures) -> bool:
+    """HAMi's webhook Service has its leader endpoint (HAMI_LEADER_TICK)."""
+    at = (features.hami or {}).get("endpoints_at")
+    return at is None or world.now >= at
+
+
+def refresh_nodes(world: World, api: KubeApi, *, settled: bool = False) -> None:
     """Node conditions and what the mock device plugin registered, from the tenant's current state."""
     features = _features(api)
     for node in api.list("Node"):
@@ -645,11 +715,16 @@ def refresh_nodes(world: World, api: KubeApi) -> None:
                 and machine.cards:
             _real_plugin_registers(node, machine)
         devices = _devices(node)
+        uid = node["metadata"].get("uid") or node["metadata"]["name"]
         if mock and int(capacity.get(GPU, 0) or 0) > 0 and devices:
-            for resource, total in ((GPUMEM, sum(d["devmem"] for d in devices)),
-                                    (GPUCORES, sum(d["devcore"] for d in devices))):
-                capacity[resource] = allocatable[resource] = str(total)
+            since = features.plugin_since.setdefault(uid, world.now)
+            polled = settled or not world.device_plugin_lag or world.now >= since + PLUGIN_DELAY
+            if polled or allocatable.get(GPUMEM):
+                for resource, total in ((GPUMEM, sum(d["devmem"] for d in devices)),
+                                        (GPUCORES, sum(d["devcore"] for d in devices))):
+                    capacity[resource] = allocatable[resource] = str(total)
         else:
+            features.plugin_since.pop(uid, None)
             for resource in (GPUMEM, GPUCORES):
                 capacity.pop(resource, None)
                 allocatable.pop(resource, None)
@@ -859,6 +934,11 @@ def _tenant_admission(world: World, api: KubeApi, identity, operation: str, obj:
                 reason = "no Konnectivity agent" if not tunnel else "Service kube-system/hami-scheduler has no such port"
                 raise ApiError(500, 'Internal error occurred: failed calling webhook "vgpu.hami.io": failed to call '
                                     f'webhook: the tenant API server cannot reach the webhook ({reason})')
+        elif not hami_webhook_serves(world, features):
+            if features.hami["failurePolicy"] == "Fail":
+                raise ApiError(500, 'Internal error occurred: failed calling webhook "vgpu.hami.io": failed to call '
+                                    'webhook: Post "https://hami-scheduler.kube-system.svc:443/webhook?timeout=10s": '
+                                    'no endpoints available for service "hami-scheduler"')
         elif GPU in requests:
             spec = obj.setdefault("spec", {})
             if spec.get("nodeName"):

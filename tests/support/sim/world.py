@@ -245,6 +245,7 @@ class HelmRelease:
     values: dict[str, Any]
     # Objects the release rendered, in install order; (kind, namespace, name, annotations).
     manifest: list[tuple[str, str, str, dict[str, str]]] = field(default_factory=list)
+    revision: int = 1  # Helm's release revision: 1 on install, one more on each upgrade
 
 
 # helm/helm v3.20.2 pkg/releaseutil/kind_sorter.go UninstallOrder; kinds not listed sort last
@@ -481,6 +482,12 @@ class World:
         # examine one race may switch the other off.
         self.kamaji_webhook_lag = True
         self.soot_rbac_lag = True
+        # HAMi's webhook Service has no endpoint until the scheduler labels itself leader (first 15 s tick), MetalLB's
+        # until the endpoints controller lists the Ready controller, and the mock device plugin's resources reach the
+        # Node only after its poll (tests/support/sim/systems.py HAMI_LEADER_TICK, PLUGIN_DELAY, METALLB_ENDPOINTS).
+        self.hami_webhook_lag = True
+        self.metallb_webhook_lag = True
+        self.device_plugin_lag = True
         # Swap on the Docker host (visible to every kindest/node container, which cannot turn it off).
         self.host_swap = False
         self._uid = 0
@@ -522,6 +529,9 @@ class World:
             _kamaji_settles(cluster.api)
         if self.adopted is not None:
             _kamaji_settles(self.adopted)
+        from tests.support.sim import systems
+
+        systems.time_passed(self, settled=True)
 
     def wait_for_tenant(self, server: str) -> None:
         """Something in the program waited (retried) on this tenant: the soot controller caught up."""
