@@ -251,6 +251,9 @@ def _answer(type_: str, name: str, inputs: dict[str, Any], read: bool) -> dict[s
         # The API server's own endpoints behind it (pkg/controlplane/reconcilers/endpointsadapter.go).
         return {"endpoints": [{"addresses": ["192.0.2.250"]}], "ports": [{"name": "https", "port": 6443,
                                                                           "protocol": "TCP"}]}
+    if type_ == "kubernetes:helm.sh/v3:Release":
+        # Helm's first install is revision 1 (pulumi-kubernetes helm_release.go sets status.revision).
+        return {"status": {"revision": 1}}
     if type_ == "kubernetes:core/v1:Node" and read:
         # What HAMi's mock device plugin registers with the kubelet (components/gpu/smoke.py PLUGIN_RESOURCES).
         return {"status": {"allocatable": {"nvidia.com/gpumem": "8192", "nvidia.com/gpucores": "100"}}}

@@ -264,10 +264,21 @@ def stack(request):
     return request.param, sim, old
 
 
+# What later fixes changed in what the program makes, apart from the restructure (by URN name): the lab's ghcr.io
+# cache is gone (issue 20 #5, nothing pulls from it), each tenant's smoke pod has its own namespace and a dedicated
+# etcd's setup Jobs their own policy, built from reads of the management API server (issue 21 #5, #7).
+REMOVED_SINCE = {"image-mirror-ghcr-io"}
+ADDED_SINCE_SUFFIX = ("-gpu-smoke-namespace", "-etcd-setup", "-management-api-service", "-management-api-endpoints")
+
+
 def test_the_rebuilt_old_state_is_what_the_old_program_left(stack):
     name, _, old = stack
-    recorded = sorted(RECORDED["stacks"][name]["resources"], key=lambda e: e["urn"])
-    assert summary(old.engine.state) == recorded
+    recorded = {e["urn"]: e for e in RECORDED["stacks"][name]["resources"]}
+    rebuilt = {e["urn"]: e for e in summary(old.engine.state)}
+    assert {urn.rsplit("::", 1)[1] for urn in set(recorded) - set(rebuilt)} <= REMOVED_SINCE
+    assert all(urn.endswith(ADDED_SINCE_SUFFIX) for urn in set(rebuilt) - set(recorded)), set(rebuilt) - set(recorded)
+    assert [rebuilt[urn] for urn in sorted(set(rebuilt) & set(recorded))] == \
+        [recorded[urn] for urn in sorted(set(rebuilt) & set(recorded))]
 
 
 def test_the_program_previews_no_change_on_the_old_state(stack):
