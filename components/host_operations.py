@@ -26,6 +26,7 @@ from pulumi.dynamic import CreateResult, DiffResult, Resource, ResourceProvider,
 
 from components import kube
 from components.kube import ApiError, UnreachableError
+from components.naming import HAMI_SCHEDULER_NAME
 
 # --------------------------------------------------------------------------- #
 # The seam: how a provider reaches an API server, and what time it is
@@ -457,7 +458,6 @@ class MetalLBWebhookReadyProvider(_WaitProvider):
 
 
 HAMI_WEBHOOK_TIMEOUT = 120.0
-HAMI_SCHEDULER_NAME = "hami-scheduler"  # components.gpu.values.HAMI_SCHEDULER_NAME (not imported: no pulumi here)
 
 
 def probe_gpu_pod(namespace: str, image: str) -> dict[str, Any]:

@@ -28,3 +28,7 @@ LABEL_ROLE = f"{DOCKER_LABEL_PREFIX}.role"
 def node_name(tenant: str, worker: str) -> str:
     """Worker container name, hostname and Kubernetes Node name."""
     return f"{tenant}-{worker}"
+
+# The scheduler name HAMi's webhook writes into every pod it admits (Project-HAMi/HAMi v2.10.0 charts/hami
+# values.yaml schedulerName); the chart values, the smoke evidence and the webhook probe read it from here.
+HAMI_SCHEDULER_NAME = "hami-scheduler"

@@ -212,7 +212,7 @@ def _answer(type_: str, name: str, inputs: dict[str, Any], read: bool) -> dict[s
     """What the provider (or a controller) adds to the inputs, for the outputs the program reads back."""
     from components import shell
     from components.gpu import smoke
-    from components.gpu.values import HAMI_SCHEDULER_NAME
+    from components.naming import HAMI_SCHEDULER_NAME
     from components.tenant import spec
 
     metadata = plain(inputs.get("metadata")) or {}

@@ -615,12 +615,6 @@ def test_hami_webhook_denial_counts_as_an_answer(api, clock):
     assert clock.sleeps == []
 
 
-def test_the_probe_expects_the_scheduler_name_hamis_values_set():
-    from components.gpu.values import HAMI_SCHEDULER_NAME
-
-    assert host_operations.HAMI_SCHEDULER_NAME == HAMI_SCHEDULER_NAME
-
-
 def plugin_props(api: ApiServer) -> dict[str, Any]:
     return {"kubeconfig": api.kubeconfig(), "node_name": "alpha-worker-0",
             "resources": ["nvidia.com/gpumem", "nvidia.com/gpucores"], "registration": "alpha-worker-0/u1",

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from components.gpu.cards import REGISTER_ANNOTATION
-from components.gpu.values import HAMI_SCHEDULER_NAME
 from components.host_operations import positive_quantity
+from components.naming import HAMI_SCHEDULER_NAME
 from components.sdk import sdk_field
 from config import SmokeTest
 from config.models import SMOKE_TEST_NAMESPACE

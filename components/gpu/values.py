@@ -22,7 +22,6 @@ HAMI_CHART_REPO = "https://project-hami.github.io/HAMi/"
 HAMI_RELEASE = "hami"
 HAMI_NAMESPACE = "kube-system"
 HAMI_CHART = Chart(HAMI_RELEASE, "hami", HAMI_CHART_REPO, HAMI_NAMESPACE)
-HAMI_SCHEDULER_NAME = "hami-scheduler"
 
 GpuMode = Literal["mock", "nvidia"]
 
