@@ -8,9 +8,23 @@ from __future__ import annotations
 
 import copy
 
-from tests.support.lifecycle_support import adopt_lab, kept_after_destroy, kind_lab, lab_world, tenant_names
+from tests.support.lifecycle_support import (
+    adopt_lab,
+    kept_after_destroy,
+    kind_lab,
+    lab_world,
+    running_kind_lab,
+    tenant_names,
+)
 
 CARD_C = {"uuid": "GPU-MOCK-C0", "model": "NVIDIA-A100", "memoryMiB": 8192}
+# A host where every race of the real system is won, with the conntrack table kube-proxy wants and a kind network.
+CALM = {"races": False, "tuned_conntrack": True, "kind_network": True}
+
+
+def running_calm_lab():
+    """The dev lab after its first `up` on the calm host (a copy of one shared first `up`)."""
+    return running_kind_lab(**CALM)
 
 
 def test_fresh_preview_on_a_host_without_a_kind_network():
@@ -23,7 +37,7 @@ def test_fresh_preview_on_a_host_without_a_kind_network():
 
 def test_first_up_survives_kamajis_rbac_window():
     """issue 11 #1: admin.conf has no rights until Kamaji's soot controller binds kubeadm:cluster-admins."""
-    world = lab_world(races=False, tuned_conntrack=True, kind_network=True)
+    world = lab_world(**CALM)
     world.soot_rbac_lag = True
     sim = kind_lab(world=world)
     sim.up()
@@ -31,7 +45,7 @@ def test_first_up_survives_kamajis_rbac_window():
 
 def test_first_up_survives_kamajis_webhook_coming_up():
     """issue 13 #6: Kamaji's readiness does not include its webhook server (failurePolicy Fail)."""
-    world = lab_world(races=False, tuned_conntrack=True, kind_network=True)
+    world = lab_world(**CALM)
     world.kamaji_webhook_lag = True
     sim = kind_lab(world=world)
     sim.up()
@@ -46,8 +60,7 @@ def test_first_up_on_a_host_with_the_default_conntrack_table():
 
 def test_adding_a_tenant_to_a_running_stack_previews_and_creates_only_that_tenant():
     """issue 11 #2: the Secret reads of a new tenant must not run before its control plane exists."""
-    sim = kind_lab(races=False, tuned_conntrack=True, kind_network=True)
-    sim.up()
+    sim = running_calm_lab()
     sim.config["tenants"].append({"name": "tenant-c", "workers": [{"name": "w0", "gpus": [CARD_C]}]})
     plan = sim.up()
     created = plan.names("create")
@@ -65,7 +78,7 @@ def test_turning_the_smoke_test_on_later_previews_cleanly():
     """issue 12 #1: in preview the provider returns the pod's inputs, never a scheduled pod."""
     config = kind_lab().config
     config["smokeTest"]["enabled"] = False
-    sim = kind_lab(config, races=False, tuned_conntrack=True, kind_network=True)
+    sim = kind_lab(config, **CALM)
     sim.up()
     sim.config["smokeTest"]["enabled"] = True
     plan = sim.up()
@@ -76,16 +89,14 @@ def test_turning_the_smoke_test_on_later_previews_cleanly():
 
 def test_the_smoke_tests_own_replace_hint_works():
     """issue 12 #1: `pulumi up --replace <pod>` is what the evidence error tells users to run."""
-    sim = kind_lab(races=False, tuned_conntrack=True, kind_network=True)
-    sim.up()
+    sim = running_calm_lab()
     plan = sim.up(replace=["tenant-a-gpu-smoke-test"])
     assert plan.names("replace") == {"tenant-a-gpu-smoke-test"}
 
 
 def test_a_replaced_worker_container_rejoins_and_the_proof_moves_with_it():
     """issue 12 #2: the smoke pod's replace_on_changes path must match the engine's diff path."""
-    sim = kind_lab(races=False, tuned_conntrack=True, kind_network=True)
-    sim.up()
+    sim = running_calm_lab()
     plan = sim.up(replace=["tenant-a-worker-0-container"])
     assert "tenant-a-gpu-smoke-test" in plan.names("replace"), plan.render()
     assert sim.output("tenants")["tenant-a"]["smokeTest"]["node"] == "tenant-a-worker-0"
@@ -115,8 +126,7 @@ def test_a_gpu_server_replaced_under_the_same_name_gets_its_label_back_in_nvidia
 
 def test_destroy_leaves_nothing_behind():
     """issue 13 #2: Helm's uninstall wait and the DataStore finalizer only Kamaji's controller removes."""
-    sim = kind_lab(races=False, tuned_conntrack=True, kind_network=True)
-    sim.up()
+    sim = running_calm_lab()
     sim.destroy()
     assert sim.world.leftovers() == kept_after_destroy(sim)
     assert sim.resources() == []
@@ -124,8 +134,7 @@ def test_destroy_leaves_nothing_behind():
 
 def test_destroy_after_the_kind_cluster_was_deleted_by_hand():
     """issue 13 #3: pulumi-kubernetes refuses to delete a Helm release on an unreachable cluster."""
-    sim = kind_lab(races=False, tuned_conntrack=True, kind_network=True)
-    sim.up()
+    sim = running_calm_lab()
     sim.world.delete_kind_cluster("gpu-tenancy")
     sim.destroy(env={"PULUMI_K8S_DELETE_UNREACHABLE": "true"})
     assert sim.world.leftovers() == kept_after_destroy(sim)

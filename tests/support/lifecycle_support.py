@@ -22,17 +22,19 @@ def kind_lab(config: dict[str, Any] | None = None, world: World | None = None, *
                      world=world or lab_world(**world_options))
 
 
-_RUNNING: list[Lifecycle] = []
+_RUNNING: dict[tuple[tuple[str, Any], ...], Lifecycle] = {}
 
 
-def running_kind_lab() -> Lifecycle:
-    """The dev lab after its first `up` on a typical host. The `up` runs once per test session; every caller
-    gets its own copy of the stack and the machine (Lifecycle.fork)."""
-    if not _RUNNING:
-        sim = kind_lab()
+def running_kind_lab(**world_options: Any) -> Lifecycle:
+    """The dev lab after its first `up` on a typical host (or on the host `world_options` describe, see
+    `lab_world`). Each first `up` runs once per test process (per pytest-xdist worker); every caller gets its own
+    copy of the stack and the machine (Lifecycle.fork), so scenarios never see each other's changes."""
+    key = tuple(sorted(world_options.items()))
+    if key not in _RUNNING:
+        sim = kind_lab(**world_options)
         sim.up()
-        _RUNNING.append(sim)
-    return _RUNNING[0].fork()
+        _RUNNING[key] = sim
+    return _RUNNING[key].fork()
 
 
 def adopt_lab(world: World | None = None) -> Lifecycle:
