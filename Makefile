@@ -63,8 +63,12 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/shellcheck -x components/*/scripts/*.sh
 
+# pytest-xdist workers: one per CPU (`auto`; the CI runner has 2). Each test file runs whole on one worker
+# (--dist loadfile), so a module's shared first `up` runs once. TEST_JOBS=0 runs in one process (for --pdb, -x).
+TEST_JOBS ?= auto
+
 test: lint
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_JOBS) --dist loadfile
 
 preflight: venv
 	$(PY) -m ops.preflight --stack $(STACK) --charts

@@ -105,3 +105,14 @@ def test_only_make_docs_writes_the_docs_and_always_from_the_reference_stack():
     assert graph.endswith("-m ops.graph --stack-file tests/fixtures/reference-stack.yaml "
                           "--mermaid docs/dependency-graph.md")
     assert readme.endswith("-m tests.support.readme")
+
+
+def test_make_test_runs_whole_files_on_parallel_workers_with_a_pinned_xdist():
+    (line,) = [line for line in dry_run("test") if " -m pytest" in line]
+    # One worker per CPU; a file never splits across workers, so its module-scoped first `up` runs once.
+    assert line.endswith("-m pytest -n auto --dist loadfile")
+    pins = (ROOT / "requirements-dev.txt").read_text().splitlines()
+    assert [pin for pin in pins if pin.startswith("pytest-xdist==")], "pytest -n needs pytest-xdist installed"
+    (zero,) = [line for line in subprocess.run(["make", "-n", "test", "TEST_JOBS=0"], cwd=ROOT, capture_output=True,
+                                               text=True, check=True).stdout.splitlines() if " -m pytest" in line]
+    assert zero.endswith("-m pytest -n 0 --dist loadfile")
