@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 
 import kubernetes_validate
 import pytest
@@ -14,7 +15,9 @@ from components.tenant.spec import PART_OF, PART_OF_LABEL
 
 ENDPOINT = "172.18.255.200:6443"
 POD_CIDR = "10.244.0.0/16"
-VERSIONS = ("v1.35.0", "v1.36.2")  # config/models.py accepts >= v1.35.0, < v1.37.0
+VERSIONS = ("v1.35.0", "v1.36.2")
+XTABLES_LOCK = "/run/xtables.lock"
+LIB_MODULES = "/lib/modules"  # config/models.py accepts >= v1.35.0, < v1.37.0
 
 # kubernetes/kube-proxy (the published k8s.io/kube-proxy) tag v0.35.0 = Kubernetes v1.35.0,
 # commit 1f06271b043795505c2620ed11cc8f9452721058, config/v1alpha1/types.go: the json names of
@@ -159,53 +162,142 @@ def test_object_names_and_order_equal_kubeadms():
     assert [(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in objects] == KUBEADM_OBJECTS
 
 
-def test_rbac_equals_kubeadms():
-    objects = _by_kind(_objects())
-    crb = objects["ClusterRoleBinding"]
-    assert crb["roleRef"] == {
-        "apiGroup": "rbac.authorization.k8s.io",
-        "kind": "ClusterRole",
-        "name": "system:node-proxier",
-    }
-    assert crb["subjects"] == [{"kind": "ServiceAccount", "name": "kube-proxy", "namespace": "kube-system"}]
-    assert objects["Role"]["rules"] == [
-        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["kube-proxy"], "verbs": ["get"]}
-    ]
-    rb = objects["RoleBinding"]
-    assert rb["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "kube-proxy"}
-    assert [(s["kind"], s["name"]) for s in rb["subjects"]] == [
-        ("Group", "system:bootstrappers:kubeadm:default-node-token")
-    ]
+# What an API server does with these objects, written out from its rules rather than from kubeadm's text:
+# RBAC (kubernetes/kubernetes pkg/apis/rbac/v1/evaluation_helpers.go: VerbMatches, ResourceMatches,
+# ResourceNameMatches; a RoleBinding grants its Role in the binding's namespace, a ClusterRoleBinding everywhere),
+# taints and tolerations (pkg/apis/core/v1/helper: an Exists toleration with no key tolerates every taint) and
+# label selectors (matchLabels: every pair present). The object shapes are the schema's (test above).
+BOOTSTRAP_GROUP = "system:bootstrappers:kubeadm:default-node-token"  # kubeadm constants NodeBootstrapTokenAuthGroup
+# The ClusterRole the API server creates for kube-proxy (plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go
+# "system:node-proxier"), and the PriorityClass it creates for node agents (scheduling/types.go
+# SystemNodeCritical): both exist in every cluster, the objects only refer to them.
+NODE_PROXIER = "system:node-proxier"
+SYSTEM_NODE_CRITICAL = "system-node-critical"
+# Taints a worker can carry while kube-proxy must run on it (the node lifecycle controller's not-ready and
+# unreachable taints, kubeadm's control-plane taint, and one of the cluster owner's).
+TAINTS = [
+    {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"},
+    {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"},
+    {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"},
+    {"key": "gpu", "value": "a100", "effect": "NoSchedule"},
+]
 
 
-def test_daemon_set_equals_kubeadms_template():
+def _subject_matches(subject, user_kind, name, namespace=None):
+    if subject["kind"] != user_kind or subject["name"] != name:
+        return False
+    return user_kind != "ServiceAccount" or subject.get("namespace") == namespace
+
+
+def _allowed(objects, verb, resource, name, namespace, *, group=None, service_account=None):
+    """Whether the Roles and RoleBindings among `objects` let a member of `group` (or the service account
+    `(namespace, name)`) `verb` the core-group `resource` named `name` in `namespace`."""
+    roles = {(o["metadata"].get("namespace"), o["metadata"]["name"]): o for o in objects if o["kind"] == "Role"}
+    for binding in (o for o in objects if o["kind"] == "RoleBinding"):
+        if binding["metadata"].get("namespace") != namespace or binding["roleRef"]["kind"] != "Role":
+            continue
+        subjects = binding["subjects"]
+        if not any(_subject_matches(s, "Group", group) if group else
+                   _subject_matches(s, "ServiceAccount", service_account[1], service_account[0]) for s in subjects):
+            continue
+        role = roles.get((namespace, binding["roleRef"]["name"]))
+        for rule in (role or {}).get("rules", []):
+            if ("" in rule["apiGroups"] and resource in rule["resources"] and verb in rule["verbs"]
+                    and (not rule.get("resourceNames") or name in rule["resourceNames"])):
+                return True
+    return False
+
+
+def test_joining_nodes_may_read_the_kube_proxy_config_map_and_nothing_else():
+    objects = _objects()
+    config_map = _by_kind(objects)["ConfigMap"]["metadata"]
+    kube_system = config_map["namespace"]
+    # kubeadm join fetches kube-system/kube-proxy with its bootstrap token (see kube_proxy.py).
+    assert _allowed(objects, "get", "configmaps", config_map["name"], kube_system, group=BOOTSTRAP_GROUP)
+    for verb, resource, name in (("list", "configmaps", config_map["name"]), ("update", "configmaps", config_map["name"]),
+                                 ("get", "configmaps", "kubeadm-config"), ("get", "secrets", config_map["name"])):
+        assert not _allowed(objects, verb, resource, name, kube_system, group=BOOTSTRAP_GROUP), (verb, resource, name)
+    assert not _allowed(objects, "get", "configmaps", config_map["name"], kube_system, group="system:authenticated")
+    # The check has teeth: a rule without resourceNames would open every ConfigMap.
+    opened = copy.deepcopy(objects)
+    del _by_kind(opened)["Role"]["rules"][0]["resourceNames"]
+    assert _allowed(opened, "get", "configmaps", "kubeadm-config", kube_system, group=BOOTSTRAP_GROUP)
+
+
+def test_the_pods_service_account_has_the_clusters_node_proxier_role_and_only_that():
     objects = _by_kind(_objects())
-    daemon_set = objects["DaemonSet"]
-    pod = daemon_set["spec"]["template"]["spec"]
+    pod = objects["DaemonSet"]["spec"]["template"]["spec"]
+    account = objects["ServiceAccount"]["metadata"]
+    assert pod["serviceAccountName"] == account["name"]
+    assert account["namespace"] == objects["DaemonSet"]["metadata"]["namespace"]
+    binding = objects["ClusterRoleBinding"]
+    assert (binding["roleRef"]["kind"], binding["roleRef"]["name"]) == ("ClusterRole", NODE_PROXIER)
+    assert [s for s in binding["subjects"] if _subject_matches(s, "ServiceAccount", account["name"],
+                                                               account["namespace"])] == binding["subjects"]
+    assert len(binding["subjects"]) == 1
+    # The namespaced Role is for joining nodes, not for the pods.
+    assert not _allowed(list(objects.values()), "get", "configmaps", "kube-proxy", account["namespace"],
+                        service_account=(account["namespace"], account["name"]))
+
+
+def _tolerates(tolerations, taint):
+    for toleration in tolerations:
+        if toleration.get("effect") not in (None, "", taint["effect"]):
+            continue
+        if toleration.get("operator") == "Exists" and not toleration.get("key"):
+            return True
+        if toleration.get("key") == taint["key"] and (toleration.get("operator") == "Exists"
+                                                      or toleration.get("value") == taint.get("value")):
+            return True
+    return False
+
+
+def test_kube_proxy_runs_on_every_linux_node_whatever_its_taints_and_before_other_pods():
+    daemon_set = _by_kind(_objects())["DaemonSet"]
+    template = daemon_set["spec"]["template"]
+    pod = template["spec"]
+    assert all(_tolerates(pod["tolerations"], taint) for taint in TAINTS)
+    assert not _tolerates([{"key": "gpu", "operator": "Exists"}], TAINTS[0]), "the check has teeth"
+    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}  # the kubelet's own well-known label
+    assert pod["priorityClassName"] == SYSTEM_NODE_CRITICAL
+    # The DaemonSet owns the pods of its template (an apps/v1 selector must match the template's labels).
+    selector = daemon_set["spec"]["selector"]["matchLabels"]
+    assert selector and selector.items() <= template["metadata"]["labels"].items()
+
+
+def test_kube_proxy_programs_the_nodes_own_netfilter_under_its_node_name():
+    pod = _by_kind(_objects())["DaemonSet"]["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    assert daemon_set["spec"]["selector"] == {"matchLabels": {"k8s-app": "kube-proxy"}}
-    assert daemon_set["spec"]["template"]["metadata"]["labels"] == {"k8s-app": "kube-proxy"}
-    assert daemon_set["spec"]["updateStrategy"] == {"type": "RollingUpdate"}
-    assert pod["priorityClassName"] == "system-node-critical"
-    assert pod["hostNetwork"] is True
-    assert pod["serviceAccountName"] == objects["ServiceAccount"]["metadata"]["name"]
-    assert pod["tolerations"] == [{"operator": "Exists"}]
-    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
-    assert container["securityContext"] == {"privileged": True}
-    assert container["command"] == [
-        "/usr/local/bin/kube-proxy",
-        "--config=/var/lib/kube-proxy/config.conf",
-        "--hostname-override=$(NODE_NAME)",
-    ]
-    assert container["env"] == [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
+    # iptables rules and conntrack of the node, not of a pod network namespace.
+    assert pod["hostNetwork"] is True and container["securityContext"]["privileged"] is True
+    # --hostname-override names the Node it serves: the variable it expands is the pod's node.
+    (override,) = [arg for arg in container["command"] if arg.startswith("--hostname-override=")]
+    variable = re.fullmatch(r"--hostname-override=\$\((\w+)\)", override).group(1)
+    (env,) = [e for e in container["env"] if e["name"] == variable]
+    assert env["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+
+
+def _mounts(pod):
+    (container,) = pod["containers"]
     volumes = {v["name"]: v for v in pod["volumes"]}
-    mounts = {m["name"]: m for m in container["volumeMounts"]}
-    assert volumes["kube-proxy"]["configMap"] == {"name": objects["ConfigMap"]["metadata"]["name"]}
-    assert volumes["xtables-lock"]["hostPath"] == {"path": "/run/xtables.lock", "type": "FileOrCreate"}
-    assert volumes["lib-modules"]["hostPath"] == {"path": "/lib/modules"}
-    assert mounts["kube-proxy"]["mountPath"] == "/var/lib/kube-proxy"
-    assert mounts["xtables-lock"] == {"mountPath": "/run/xtables.lock", "name": "xtables-lock", "readOnly": False}
-    assert mounts["lib-modules"] == {"mountPath": "/lib/modules", "name": "lib-modules", "readOnly": True}
+    return {m["mountPath"]: (volumes[m["name"]], m.get("readOnly", False)) for m in container["volumeMounts"]}
+
+
+def test_every_volume_is_mounted_and_the_hosts_files_appear_where_the_host_has_them():
+    pod = _by_kind(_objects())["DaemonSet"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert {m["name"] for m in container["volumeMounts"]} == {v["name"] for v in pod["volumes"]}
+    host_paths = {path: (volume["hostPath"], read_only) for path, (volume, read_only) in _mounts(pod).items()
+                  if "hostPath" in volume}
+    # iptables serialises every writer of the node's tables with a lock file (iptables XT_LOCK_NAME,
+    # /run/xtables.lock): kube-proxy must take the host's lock, so the file is the host's, writable, created if
+    # the host has none yet.
+    lock, read_only = host_paths[XTABLES_LOCK]
+    assert lock["path"] == XTABLES_LOCK and lock.get("type") == "FileOrCreate" and not read_only
+    # Kernel modules kube-proxy may load or probe: the host's, read-only.
+    modules, read_only = host_paths[LIB_MODULES]
+    assert modules["path"] == LIB_MODULES and read_only
+    assert set(host_paths) == {XTABLES_LOCK, LIB_MODULES}, "no other host path reaches the pod"
 
 
 def test_the_files_kube_proxy_reads_are_the_config_map_keys():
