@@ -52,25 +52,12 @@ WEBHOOK_READY = "pulumi-python:dynamic/gpu-tenancy:KamajiWebhookReady"
 METALLB_WEBHOOK_READY = "pulumi-python:dynamic/gpu-tenancy:MetalLBWebhookReady"
 NODE_IMAGE = "kindest/node:v1.35.0"
 
-# Keys of the kamaji-etcd subchart that the vendored kamaji values.yaml does not show, with their upstream defaults
-# from clastix/kamaji-etcd charts/kamaji-etcd/values.yaml at v0.15.0 (the version Kamaji's Chart.lock locks).
-KAMAJI_ETCD_UPSTREAM_KEYS = {
-    "replicas": 3,
-    "quotaBackendBytes": "8589934592",
-    "persistentVolumeClaim": {
-        "size": "8Gi",
-        "storageClassName": "",
-        "accessModes": ["ReadWriteOnce"],
-        "customAnnotations": {},
-        "retentionPolicyWhenDeleted": "Retain",
-    },
-}
-# clastix/kamaji-etcd v0.15.0 (charts/kamaji-etcd): values.yaml `clientPort: 2379`, `peerApiPort: 2380`;
-# templates/_helpers.tpl: pods carry `etcd.selectorLabels` = app.kubernetes.io/name (`etcd.name`: nameOverride,
-# else the chart name) and app.kubernetes.io/instance (the release name); cert-manager mode names the CA secret
-# `<fullname>-ca` and the client certificate `<fullname>-client-certs` (keys tls.crt / tls.key).
-ETCD_CLIENT_PORT = 2379
-ETCD_PEER_PORT = 2380
+# kamaji-etcd's own values.yaml is not vendored: `make charts` fetches the subchart into the chart directory, pinned
+# by its git blob id in ops/upstream_manifest.json. Tests that compare with its defaults read that file and skip
+# without it; templates/_helpers.tpl (at the same pin) labels the pods with `etcd.selectorLabels` =
+# app.kubernetes.io/name (nameOverride, else the chart name) and app.kubernetes.io/instance (the release), and in
+# cert-manager mode names the CA secret `<fullname>-ca` and the client certificate `<fullname>-client-certs`.
+ETCD_VALUES_PATH = "charts/kamaji-etcd/values.yaml"
 # The API server labels every namespace with its own name (Kubernetes >= 1.22, NamespaceDefaultLabelName).
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
@@ -208,19 +195,33 @@ def kamaji_chart(vendor_dir) -> dict[str, Any]:
     return load_chart_values(vendor_dir / "kamaji" / "values.yaml")
 
 
-def _with_upstream_subchart_keys(chart: dict[str, Any]) -> dict[str, Any]:
-    merged = copy.deepcopy(chart)
-    merged["kamaji-etcd"] = {**merged["kamaji-etcd"], **KAMAJI_ETCD_UPSTREAM_KEYS}
-    return merged
+@pytest.fixture(scope="module")
+def etcd_chart() -> dict[str, Any]:
+    """kamaji-etcd's values.yaml as `make charts` fetched it, checked against its pin; skip when not fetched."""
+    (entry,) = [e for e in upstream.select(upstream.load_manifest(), "chart")
+                if e["repo"] == "clastix/kamaji-etcd" and e["path"] == ETCD_VALUES_PATH]
+    path = upstream.target_path(entry)
+    if not path.is_file():
+        pytest.skip(f"kamaji-etcd's values.yaml is fetched by `make charts` (not there: {path})")
+    data = path.read_bytes()
+    problem = upstream.hash_problem(entry, data)
+    assert problem is None, f"{path}: {problem}: run `make charts`"
+    return yaml.safe_load(data)
 
 
-def test_every_kamaji_value_key_exists_in_the_chart_and_only_allowlisted_ones_in_the_subchart(kamaji_chart):
+def test_every_kamaji_value_key_outside_the_subchart_exists_in_kamajis_chart(kamaji_chart):
     values = kamaji_values(Versions())
-    assert unknown_value_keys(values, _with_upstream_subchart_keys(kamaji_chart)) == []
-    assert sorted(unknown_value_keys(values, kamaji_chart)) == sorted(
-        f"kamaji-etcd.{key}" for key in KAMAJI_ETCD_UPSTREAM_KEYS)
-    # The allowlist is no blanket: a misspelt subchart key still shows.
-    assert unknown_value_keys({"kamaji-etcd": {"replica": 1}}, _with_upstream_subchart_keys(kamaji_chart))
+    unknown = unknown_value_keys(values, kamaji_chart)
+    # Kamaji's values.yaml shows only some of kamaji-etcd's keys; the others are checked against the subchart below.
+    assert [key for key in unknown if not key.startswith("kamaji-etcd.")] == []
+    assert unknown_value_keys({"imag": {"tag": "x"}}, kamaji_chart), "a misspelt key shows"
+
+
+def test_every_kamaji_etcd_value_key_exists_in_the_subchart(kamaji_chart, etcd_chart):
+    ours = kamaji_values(Versions())["kamaji-etcd"]
+    # What Helm hands the subchart: its defaults, Kamaji's values for it, then ours.
+    assert unknown_value_keys(ours, _helm_merge(etcd_chart, kamaji_chart["kamaji-etcd"])) == []
+    assert unknown_value_keys({"replica": 1}, etcd_chart), "a misspelt subchart key shows"
 
 
 def test_kamaji_values_pin_the_image_and_size_etcd_for_a_laptop():
@@ -346,9 +347,8 @@ def _matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
 
 @pytest.fixture(scope="module")
 def etcd_values(kamaji_chart) -> dict[str, Any]:
-    """The shared kamaji-etcd's values as Helm renders them: upstream defaults, Kamaji's chart values, then ours."""
-    merged = _helm_merge(_with_upstream_subchart_keys(kamaji_chart), kamaji_values(Versions()))
-    return merged["kamaji-etcd"]
+    """The shared kamaji-etcd's values that Kamaji's chart and ours set (the subchart's defaults lie below them)."""
+    return _helm_merge(kamaji_chart, kamaji_values(Versions()))["kamaji-etcd"]
 
 
 def _etcd_pod_labels(etcd_values: dict[str, Any], vendor_dir: Path) -> dict[str, str]:
@@ -370,8 +370,11 @@ def test_the_datastore_is_what_kamaji_etcd_would_render_and_valid_for_the_crd(ru
     spec = manifest["spec"]
     assert spec["driver"] == "etcd"
     # templates/_helpers.tpl etcd.endpointsYAML: one headless-service name per StatefulSet pod.
-    assert spec["endpoints"] == [
-        f"{fullname}-{i}.{fullname}.{KAMAJI_NAMESPACE}.svc.{domain}:{ETCD_CLIENT_PORT}" for i in range(replicas)]
+    hosts = [endpoint.rsplit(":", 1)[0] for endpoint in spec["endpoints"]]
+    assert hosts == [f"{fullname}-{i}.{fullname}.{KAMAJI_NAMESPACE}.svc.{domain}" for i in range(replicas)]
+    # One client port for every member: the one the etcd NetworkPolicy opens to tenants, kamaji-etcd's clientPort
+    # (both in the tests below).
+    assert len({_endpoint_port(endpoint) for endpoint in spec["endpoints"]}) == 1
     # Kamaji's values put kamaji-etcd in cert-manager mode: these are the secrets cert-manager writes.
     assert etcd["certManager"]["enabled"] is True and etcd["selfSignedCertificates"]["enabled"] is False
     tls = spec["tlsConfig"]
@@ -406,11 +409,12 @@ def _reach(policy: dict[str, Any], namespace_labels: dict[str, str], port: int) 
     return False
 
 
-def test_only_kamaji_and_the_tenant_control_planes_reach_etcd(dev):
-    """Every namespace on the management cluster of the dev lab: only kamaji-system (Kamaji, etcd peers, the chart's
-    setup jobs) and the tenants' control-plane namespaces reach the etcd port; peers talk only inside kamaji-system."""
-    (policy,) = [r for r in dev.of_type(NETWORK_POLICY) if r.inputs["metadata"]["namespace"] == KAMAJI_NAMESPACE]
-    policy = {"spec": policy.inputs["spec"]}
+def _endpoint_port(endpoint: str) -> int:
+    return int(endpoint.rsplit(":", 1)[1])
+
+
+def _management_namespaces(dev) -> dict[str, dict[str, str]]:
+    """Every namespace on the management cluster of the dev lab, with the labels the API server gives it."""
     namespaces = {name: {} for name in ("default", "kube-system", "kube-public", "kube-node-lease",
                                          "local-path-storage", KAMAJI_NAMESPACE, "cert-manager")}
     # The management cluster's namespaces only: the program also creates namespaces inside the tenants.
@@ -422,14 +426,37 @@ def test_only_kamaji_and_the_tenant_control_planes_reach_etcd(dev):
         namespaces[metadata["name"]] = dict(metadata.get("labels") or {})
     for name, labels in namespaces.items():
         labels[NAMESPACE_NAME_LABEL] = name
+    return namespaces
+
+
+def _etcd_policy_and_port(dev) -> tuple[dict[str, Any], int]:
+    """The etcd NetworkPolicy of the dev lab, and the port the shared DataStore tells API servers to dial."""
+    (policy,) = [r for r in dev.of_type(NETWORK_POLICY) if r.inputs["metadata"]["namespace"] == KAMAJI_NAMESPACE]
+    (datastore,) = [d for d in dev.of_type(DATASTORE) if d.inputs["metadata"]["name"] == DEFAULT_DATASTORE]
+    return {"spec": policy.inputs["spec"]}, _endpoint_port(datastore.inputs["spec"]["endpoints"][0])
+
+
+def test_only_kamaji_and_the_tenant_control_planes_reach_etcd(dev):
+    """Only kamaji-system (Kamaji, etcd peers, the chart's setup jobs) and the tenants' control-plane namespaces reach
+    the port the DataStore names; every other port of the etcd pods only from inside kamaji-system."""
+    policy, port = _etcd_policy_and_port(dev)
+    namespaces = _management_namespaces(dev)
     tenants = {tcp.inputs["metadata"]["namespace"] for tcp in dev.of_type(TCP)}
     assert tenants and tenants < set(namespaces)
-    # The port tenants' API servers dial is the one in the DataStore.
-    (datastore,) = [d for d in dev.of_type(DATASTORE) if d.inputs["metadata"]["name"] == DEFAULT_DATASTORE]
-    port = int(datastore.inputs["spec"]["endpoints"][0].rsplit(":", 1)[1])
-    assert port == ETCD_CLIENT_PORT
-    assert {n for n, labels in namespaces.items() if _reach(policy, labels, port)} == {KAMAJI_NAMESPACE, *tenants}
-    assert {n for n, labels in namespaces.items() if _reach(policy, labels, ETCD_PEER_PORT)} == {KAMAJI_NAMESPACE}
+    reaching = {p: {n for n, labels in namespaces.items() if _reach(policy, labels, p)}
+                for p in {port, port + 1} | {entry["port"] for rule in policy["spec"]["ingress"]
+                                             for entry in rule.get("ports") or []}}
+    assert reaching.pop(port) == {KAMAJI_NAMESPACE, *tenants}
+    assert reaching and all(found == {KAMAJI_NAMESPACE} for found in reaching.values()), reaching
+
+
+def test_the_datastore_and_the_etcd_policy_use_kamaji_etcds_ports(dev, etcd_chart):
+    policy, port = _etcd_policy_and_port(dev)
+    assert port == etcd_chart["clientPort"]
+    namespaces = _management_namespaces(dev)
+    # Members of a three-replica etcd talk to each other on the peer port (a one-member etcd does not need it).
+    assert {n for n, labels in namespaces.items() if _reach(policy, labels, etcd_chart["peerApiPort"])} == {
+        KAMAJI_NAMESPACE}
 
 
 # --------------------------------------------------------------------------- #
