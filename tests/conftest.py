@@ -11,6 +11,7 @@ if str(ROOT) not in sys.path:
 
 from ops import upstream  # noqa: E402
 from tests.support.mockrun import reference_stack  # noqa: E402
+from tests.support.no_prose import Guard  # noqa: E402
 
 SHARED = ROOT.parent / "shared"
 # The user's lab, theirs to edit: no test may depend on what is in it.
@@ -34,6 +35,18 @@ def refuse_the_users_stack(event: str, args: tuple) -> None:
 
 
 sys.addaudithook(refuse_the_users_stack)
+
+# Started before any test module is imported, so reads while collecting count too.
+SHARED_DOCS = Guard(SHARED / "docs").start()
+
+
+@pytest.fixture(autouse=True)
+def _no_test_reads_the_shared_docs():
+    """Upstream facts come from ../shared/vendor; the prose under ../shared/docs changes between rounds."""
+    yield
+    reads = SHARED_DOCS.drain()
+    assert not reads, (f"read under {SHARED / 'docs'} (tests read data from {SHARED / 'vendor'} only, "
+                       f"never the prose next to it): {reads}")
 
 
 @pytest.fixture
