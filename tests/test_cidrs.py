@@ -110,3 +110,29 @@ def test_allocate_ranges_keeps_explicit_ranges():
 def test_dns_service_ip_is_the_tenth_address():
     assert dns_service_ip("10.96.0.0/16") == "10.96.0.10"
     assert dns_service_ip("10.96.16.0/20") == "10.96.16.10"
+
+
+# Fixed expectations for known names. A tenant without pinned ranges keeps these for life: a change to the pools,
+# the block sizes, the exclusions or the hash would move every automatic range, and a moved range replaces that
+# tenant's control plane (components/tenant/spec.py CIDR_REPLACE_ON_CHANGES). Change this table only together with
+# a migration note telling running stacks to pin their current ranges first.
+KNOWN_ALLOCATIONS = {
+    # name: (serviceCidr, podCidr)
+    "tenant-a": ("10.120.144.0/20", "10.170.0.0/18"),
+    "tenant-b": ("10.111.48.0/20", "10.215.128.0/18"),
+    "team-0": ("10.126.96.0/20", "10.226.64.0/18"),
+    "team-vision": ("10.110.128.0/20", "10.247.0.0/18"),
+    "lab": ("10.115.32.0/20", "10.198.128.0/18"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(KNOWN_ALLOCATIONS))
+def test_a_known_name_gets_the_same_automatic_ranges_as_ever(name):
+    assert (automatic_block(name, "serviceCidr"), automatic_block(name, "podCidr")) == KNOWN_ALLOCATIONS[name]
+
+
+def test_the_validated_config_carries_the_known_allocations():
+    raw = tenants(len(KNOWN_ALLOCATIONS))
+    for tenant, name in zip(raw["tenants"], KNOWN_ALLOCATIONS, strict=True):
+        tenant["name"] = name
+    assert ranges(raw) == KNOWN_ALLOCATIONS
