@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import datetime
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 import yaml
@@ -150,6 +150,9 @@ class ParsedKubeconfig:
     client_certificate: x509.Certificate | None
 
 
+# Every call to a simulated API server authenticates its kubeconfig: the same few texts, parsed again each time
+# (YAML and X.509), were about a tenth of an operation's CPU. The result is immutable, so it is kept.
+@lru_cache(maxsize=512)
 def parse_kubeconfig(text: str) -> ParsedKubeconfig | None:
     """Server, CA and client certificate of the current context, or None for anything unusable."""
     try:

@@ -70,7 +70,11 @@ def structural_diff(old: Any, new: Any, path: tuple = ()) -> list[Change]:
     """What changed between two input trees, the way pulumi-kubernetes' patchConverter walks a JSON merge
     patch (provider.go L3191-3360): maps and arrays recurse, an unknown new value is one entry at its own
     path ("computed values are rendered as null in the patch"), anything else differing is an update."""
-    old, new = comparable(old), comparable(new)
+    return _structural_diff(comparable(old), comparable(new), path)
+
+
+def _structural_diff(old: Any, new: Any, path: tuple) -> list[Change]:
+    """structural_diff of two trees that are already `comparable` (converted once, not at every level)."""
     if new == UNKNOWN:
         return [] if old == UNKNOWN else [Change(path, "computed")]
     if isinstance(old, dict) and isinstance(new, dict):
@@ -81,10 +85,10 @@ def structural_diff(old: Any, new: Any, path: tuple = ()) -> list[Change]:
             elif key not in old:
                 changes.append(Change((*path, key), "add"))
             else:
-                changes += structural_diff(old[key], new[key], (*path, key))
+                changes += _structural_diff(old[key], new[key], (*path, key))
         return changes
     if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
-        return [c for i, (a, b) in enumerate(zip(old, new, strict=True)) for c in structural_diff(a, b, (*path, i))]
+        return [c for i, (a, b) in enumerate(zip(old, new, strict=True)) for c in _structural_diff(a, b, (*path, i))]
     return [] if old == new else [Change(path, "update")]
 
 

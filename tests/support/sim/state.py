@@ -29,7 +29,10 @@ def comparable(value: Any) -> Any:
     """`plain(value)` with assets replaced by their content (the engine compares assets by hash)."""
     from pulumi.asset import FileAsset, StringAsset
 
-    value = plain(value)
+    # One pass: secret markers come off node by node as the walk reaches them (plain() of the whole tree at every
+    # level made a diff quadratic in the depth of the inputs).
+    while rpc.is_rpc_secret(value):
+        value = rpc.unwrap_rpc_secret(value)
     if isinstance(value, StringAsset):
         return ("asset", value.text)
     if isinstance(value, FileAsset):
