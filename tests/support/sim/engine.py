@@ -53,7 +53,8 @@ from typing import Any
 import pulumi
 from google.protobuf import empty_pb2
 from pulumi.runtime import mocks, rpc, settings
-from pulumi.runtime.proto import resource_pb2
+from pulumi.runtime import resource as resource_runtime
+from pulumi.runtime.proto import resource_pb2, source_pb2
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
@@ -882,6 +883,10 @@ def run_operation(
     return operation.plan
 
 
+def _no_stack_trace() -> source_pb2.StackTrace:
+    return source_pb2.StackTrace()
+
+
 def _quiet_unretrieved(loop, context: dict[str, Any]) -> None:
     if "exception was never retrieved" not in context.get("message", ""):
         loop.default_exception_handler(context)
@@ -902,6 +907,12 @@ def _run_program(operation: _Operation, config: dict[str, Any], stack: str, secr
     body = program or (lambda: runpy.run_path(str(MAIN), run_name="__main__"))
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)
+    # The SDK walks and formats the whole Python stack for every resource (pulumi/runtime/resource.py
+    # _get_stack_trace, sent as the request's stackTrace/sourcePosition, which the engine only shows in
+    # diagnostics and SimMonitor never reads). Under pytest's deep stacks that was a sixth of an operation's CPU.
+    stack_trace = getattr(resource_runtime, "_get_stack_trace", None)
+    if stack_trace is not None:
+        resource_runtime._get_stack_trace = _no_stack_trace
     try:
         _sync_await(run_pulumi_func(body))
     except Exception as error:  # noqa: BLE001 -- a program error is the operation's failure
@@ -909,6 +920,8 @@ def _run_program(operation: _Operation, config: dict[str, Any], stack: str, secr
             operation.plan.error = f"program failed: {type(error).__name__}: {error}"
         operation.failed = True
     finally:
+        if stack_trace is not None:
+            resource_runtime._get_stack_trace = stack_trace
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
