@@ -38,8 +38,12 @@ OUTSIDE_NOTES = re.compile("|".join([r"facts\s+" + "\u00a7", "platform" + r"[- ]
                            re.IGNORECASE)
 
 
+# The guard that keeps the tests off the prose beside the checkout has to name that folder.
+NAMES_THE_FOLDER = {Path("tests/conftest.py"), Path("tests/support/no_prose.py"), Path("tests/test_no_prose.py")}
+
+
 def test_nothing_points_at_notes_outside_the_repository():
-    files = source_files()
+    files = [path for path in source_files() if path.relative_to(ROOT) not in NAMES_THE_FOLDER]
     assert len(files) > 50 and ROOT / "Makefile" in files
     hits = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
             for path in files

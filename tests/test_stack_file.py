@@ -52,10 +52,9 @@ def test_make_preflight_shows_the_position_and_one_fix(tmp_path, capsys):
 
 def test_make_graph_shows_the_position_not_a_traceback(tmp_path, capsys, monkeypatch):
     from ops import graph
-    from tests.support import mockrun
 
     (tmp_path / "Pulumi.broken.yaml").write_text(BROKEN)
-    monkeypatch.setattr(mockrun, "PROJECT_ROOT", tmp_path)
+    monkeypatch.setattr(graph, "ROOT", tmp_path)
     assert graph.main(["--stack", "broken"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("make graph: Pulumi.broken.yaml is not valid YAML:") and MARK in err
