@@ -7,6 +7,9 @@ from typing import Any
 
 from pulumi.runtime import rpc
 
+# Secret markers as the SDK puts them on the wire: one reader for the plain mocks and the simulator.
+from ops.registrations import contains_secret, plain  # noqa: F401 -- re-exported
+
 UNKNOWN = rpc.UNKNOWN
 
 
@@ -50,27 +53,6 @@ def is_secret(value: Any) -> bool:
 
 def secret(value: Any) -> dict[str, Any]:
     return rpc.wrap_rpc_secret(value)
-
-
-def plain(value: Any) -> Any:
-    """`value` with every secret marker removed (recursively)."""
-    if rpc.is_rpc_secret(value):
-        return plain(rpc.unwrap_rpc_secret(value))
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [plain(v) for v in value]
-    return value
-
-
-def contains_secret(value: Any) -> bool:
-    if rpc.is_rpc_secret(value):
-        return True
-    if isinstance(value, dict):
-        return any(contains_secret(v) for v in value.values())
-    if isinstance(value, list):
-        return any(contains_secret(v) for v in value)
-    return False
 
 
 def contains_unknown(value: Any) -> bool:
