@@ -746,7 +746,9 @@ def scripts_container(name: str, inputs: dict[str, Any], networks: list[str], la
     from tests.support.sim.world import Container
 
     return Container(name=name, image=str(inputs.get("image")), network=(networks or ["bridge"])[0], labels=labels,
-                     privileged=bool(inputs.get("privileged")))
+                     privileged=bool(inputs.get("privileged")),
+                     # resource_docker_container.go: `restart` defaults to "no"; max_retry_count applies to on-failure.
+                     restart=str(inputs.get("restart") or "no"))
 
 
 class DockerImageModel:

@@ -214,8 +214,10 @@ def _join(world: World, machine: Machine, env: dict[str, str]) -> str:
         systems.join(world, machine, endpoint=endpoint, token=env["JOIN_TOKEN"], ca_hash=env["CA_CERT_HASH"],
                      node_name=node, over_ssh=not container,
                      # node-join.sh gives container nodes kind's kubelet settings through a kubeadm patch.
-                     kubelet_patches={"failSwapOn": False} if container else None)
-    except ApiError as error:
+                     kubelet_patches={"failSwapOn": False} if container else None,
+                     # Its JoinConfiguration sets no kubeletExtraArgs: the kubelet picks its own address.
+                     node_ip=None)
+    except (UnreachableError, ApiError) as error:
         # The script resets the node after its last failed attempt.
         systems.reset(world, machine)
         raise CommandFailedError(f"gpu-tenancy: worker {node}: kubeadm join to {endpoint} failed 12 times; "

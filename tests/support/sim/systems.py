@@ -703,7 +703,10 @@ def refresh_nodes(world: World, api: KubeApi, *, settled: bool = False) -> None:
     features = _features(api)
     for node in api.list("Node"):
         status = node.setdefault("status", {})
-        ready = features.cni
+        # A node whose container is stopped has no kubelet posting its status (the node lifecycle controller then
+        # sets Ready to Unknown; not ready either way).
+        container = world.docker.containers.get(node["metadata"]["name"])
+        ready = features.cni and (container is None or container.running)
         status["conditions"] = [{"type": "Ready", "status": "True" if ready else "False"}]
         allocatable = status.setdefault("allocatable", {})
         capacity = status.setdefault("capacity", {})
@@ -760,7 +763,7 @@ def _devices(node: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def join(world: World, machine: Machine, *, endpoint: str, token: str, ca_hash: str, node_name: str,
-         kubelet_patches: dict[str, Any] | None = None, over_ssh: bool = False) -> str:
+         kubelet_patches: dict[str, Any] | None = None, over_ssh: bool = False, node_ip: str | None = None) -> str:
     """`kubeadm join` of `machine` (with the script's retries): the Node's name, or an error message."""
     server = f"https://{endpoint}"
     tenant = world.tenants.get(server)
@@ -791,7 +794,31 @@ def join(world: World, machine: Machine, *, endpoint: str, token: str, ca_hash: 
     machine.kubelet_ca_hash = ca_hash
     world.machines[node_name] = machine
     _register_node(world, tenant, node_name)
+    address = kubelet_node_address(machine, node_name, node_ip)
+    if address is not None:
+        node = tenant.api.find("Node", None, node_name)
+        node["status"]["addresses"] = [{"type": "InternalIP", "address": address},
+                                       {"type": "Hostname", "address": node_name}]
     return node_name
+
+
+def kubelet_node_address(machine: Machine, node_name: str, node_ip: str | None = None) -> str | None:
+    """The InternalIP a kubelet without a cloud provider reports (kubernetes pkg/kubelet/nodestatus/setters.go
+    NodeAddress): its --node-ip when set; else an IP given as its hostname override (kubeadm passes the node name
+    there when it differs from the host name: cmd/kubeadm/app/phases/kubelet/flags.go); else the first IPv4
+    address the node name resolves to (/etc/hosts, then DNS); else the address of the interface the default route
+    leaves by (k8s.io/apimachinery pkg/util/net ChooseHostInterface). None for a machine with no interfaces."""
+    if node_ip is not None:
+        return node_ip
+    if not machine.interfaces:
+        return None
+    try:
+        return str(ipaddress.IPv4Address(node_name))
+    except ValueError:
+        pass
+    if node_name in machine.hosts:
+        return machine.hosts[node_name]
+    return machine.interfaces.get(machine.default_interface or "")
 
 
 def _register_node(world: World, tenant: Tenant, node_name: str) -> None:

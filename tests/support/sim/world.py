@@ -308,6 +308,11 @@ class Machine:
     gpus: int = 0
     # The real cards of a GPU server (config card objects: uuid, model, memoryMiB), what NVML would report.
     cards: list[dict[str, Any]] = field(default_factory=list)
+    # Its network interfaces (name -> IPv4 address), the one the default route leaves by, and /etc/hosts
+    # (name -> address). Unset for the machines of scenarios that do not look at addresses.
+    interfaces: dict[str, str] = field(default_factory=dict)
+    default_interface: str | None = None
+    hosts: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -569,11 +574,44 @@ class World:
         self.docker.containers[f"{name}-control-plane"] = Container(
             name=f"{name}-control-plane", image=image, network="kind",
             labels={"io.x-k8s.kind.cluster": name, "io.x-k8s.kind.role": "control-plane"}, privileged=True,
+            # kind pkg/cluster/internal/providers/docker/provision.go commonArgs: "--restart=on-failure:1", "to
+            # restart on host / dockerd reboot" and for no other reason.
+            restart="on-failure",
         )
         cluster = KindCluster(name=name, api=api, node_image=image, config=config)
         self.kind[name] = cluster
         self.log(f"kind cluster {name} created")
         return cluster
+
+    def restart_docker(self, *, reboot: bool = False) -> None:
+        """The Docker daemon restarts, or the whole host reboots (`reboot=True`).
+
+        Which containers run again: moby restartmanager/restartmanager.go ShouldRestart, asked by the daemon's
+        restore for every container that was running (daemon/daemon.go restore): `always` and `unless-stopped`
+        restart; `on-failure[:N]` restarts because the daemon stopped the container with a non-zero status and
+        its retry count starts again at daemon start (the reason kind gives for its nodes' `on-failure:1`,
+        provision.go); `no` stays stopped. A kind node that runs again brings its cluster back (kind's entrypoint
+        fixes its own address in the manifests, images/base/files/usr/local/bin/entrypoint
+        enable_network_magic), and with it the control planes Kamaji runs there. Container file systems and
+        volumes persist; on a reboot, a node's tmpfs mounts (/run and /tmp, kind's `--tmpfs`) come back empty.
+        """
+        from tests.support.sim import systems
+
+        for container in self.docker.containers.values():
+            container.running = container.running and _restarts_with_the_daemon(container.restart)
+            machine = self.machines.get(container.name)
+            if reboot and machine is not None:
+                machine.files = {path: text for path, text in machine.files.items()
+                                 if not path.startswith(("/run/", "/tmp/"))}
+        for name, cluster in self.kind.items():
+            node = self.docker.containers.get(f"{name}-control-plane")
+            cluster.api.reachable = node is not None and node.running
+            for server, host in self.tenant_hosts.items():
+                if host is cluster.api and server in self.tenants:
+                    self.tenants[server].api.reachable = cluster.api.reachable
+        for tenant in self.tenants.values():
+            systems.refresh_nodes(self, tenant.api)
+        self.log("docker daemon restarted" + (" (host reboot)" if reboot else ""))
 
     def delete_kind_cluster(self, name: str) -> None:
         cluster = self.kind.pop(name, None)
@@ -683,6 +721,11 @@ def set_api_endpoint(api: KubeApi, address: str, port: int) -> None:
              "addressType": "IPv4",
              "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
              "ports": [{"name": "https", "port": port, "protocol": "TCP"}]})
+
+
+def _restarts_with_the_daemon(policy: str) -> bool:
+    """moby restartmanager.go ShouldRestart for a container the daemon itself stopped (see World.restart_docker)."""
+    return policy.split(":", 1)[0] in ("always", "unless-stopped", "on-failure")
 
 
 def _kamaji_settles(api: KubeApi) -> None:
