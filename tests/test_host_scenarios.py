@@ -112,17 +112,17 @@ def test_a_second_stack_with_the_same_cluster_name_is_refused_and_the_first_one_
     first = running_kind_lab()
     containers = copy.deepcopy(first.world.docker.containers)
     second = _second_stack(first.world, cluster=None)
-    plan = second.up(expect_error=True)
+    plan = second.up(skip_preview=True, expect_error=True)
     assert not plan.ok and "a kind cluster named gpu-tenancy exists but this stack did not create it" in plan.render()
-    assert first.world.docker.containers == containers
-    assert first.up().changed() == {}
+    assert first.world.docker.containers == containers and list(first.world.kind) == ["gpu-tenancy"]
+    assert all(tenant.api.reachable for tenant in first.world.tenants.values()) and len(first.world.tenants) == 2
 
 
 def test_two_stacks_with_their_own_names_and_pools_share_the_host_and_destroying_one_leaves_the_other():
     first = running_kind_lab()
     world = first.world
     second = _second_stack(world)
-    second.up()
+    second.up(skip_preview=True)
     mine, theirs = _owned(world, "dev"), _owned(world, SECOND)
     for what in mine:
         assert mine[what] and theirs[what] and not mine[what] & theirs[what], what
@@ -134,7 +134,7 @@ def test_two_stacks_with_their_own_names_and_pools_share_the_host_and_destroying
     assert _owned(world, SECOND) == {"containers": set(), "volumes": {"lab2-image-cache"}, "kind clusters": set()}
     assert _owned(world, "dev") == mine
     assert all(tenant.api.reachable for tenant in world.tenants.values()) and len(world.tenants) == 2
-    assert first.up().changed() == {}
+    assert first.up(skip_preview=True).changed() == {}
     first.destroy()
     assert world.leftovers() == []
 
@@ -148,7 +148,7 @@ def test_two_stacks_may_use_the_same_tenant_names():
     first = running_kind_lab()
     second = _second_stack(first.world, tenants=None)
     second.config["tenants"] = copy.deepcopy(first.config["tenants"])
-    second.up()
+    second.up(skip_preview=True)
 
 
 @pytest.mark.xfail(strict=True, reason=(
@@ -159,7 +159,7 @@ def test_two_stacks_may_use_the_same_tenant_names():
 def test_two_labs_without_an_explicit_pool_get_different_tenant_addresses():
     first = running_kind_lab()
     second = _second_stack(first.world, pool=None)
-    second.up()
+    second.up(skip_preview=True)
     endpoints = [t["endpoint"] for stack in (first, second) for t in stack.output("tenants").values()]
     assert len(set(endpoints)) == len(endpoints), endpoints
 
@@ -168,31 +168,52 @@ def test_two_labs_without_an_explicit_pool_get_different_tenant_addresses():
 # A GPU server with several network interfaces
 # --------------------------------------------------------------------------- #
 
-SERVER, NODE = "10.20.1.11", "team-vision-gpu-01"  # the example's first server, in team-vision's workerCidrs
+# The production example's servers, each in its team's workerCidrs; one `up` with each set up another way.
+ONE_NIC, SEVERAL_NICS, HOSTS_ENTRY = "10.20.2.11", "10.20.1.11", "10.20.1.12"
+OTHER_NETWORK = "192.168.50.{}"  # an office or management LAN the default route leaves by
 
 
-def _internal_ip(sim: Lifecycle) -> str:
-    node = sim.world.tenant_api("team-vision").find("Node", None, NODE)
-    (address,) = [a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP"]
-    return address
-
-
-def _example_with(interfaces: dict[str, str], default: str, hosts: dict[str, str] | None = None) -> Lifecycle:
+@pytest.fixture(scope="module")
+def example():
     sim = adopt_lab()
-    machine = sim.world.ssh[SERVER].machine
-    machine.interfaces, machine.default_interface, machine.hosts = dict(interfaces), default, dict(hosts or {})
+    for number, (address, hosts) in enumerate(((ONE_NIC, None), (SEVERAL_NICS, None), (HOSTS_ENTRY, True))):
+        machine = sim.world.ssh[address].machine
+        if address == ONE_NIC:
+            machine.interfaces, machine.default_interface = {"eno1": address}, "eno1"
+            continue
+        machine.interfaces = {"eno1": OTHER_NETWORK.format(number), "ens2f0": address}
+        machine.default_interface = "eno1"
+        if hosts:
+            machine.hosts = {_node_of(sim, address)[1]: address}
     sim.up(skip_preview=True)
     return sim
 
 
-def test_a_server_with_one_interface_registers_the_address_it_is_reached_at():
-    assert _internal_ip(_example_with({"eno1": SERVER}, "eno1")) == SERVER
+def _node_of(sim: Lifecycle, address: str) -> tuple[str, str]:
+    """(tenant, Node name) of the SSH worker at `address`."""
+    from components.naming import node_name
+
+    for tenant in sim.config["tenants"]:
+        for worker in tenant["workers"]:
+            if worker["ssh"]["host"] == address:
+                return tenant["name"], node_name(tenant["name"], worker["name"])
+    raise AssertionError(address)
 
 
-def test_a_hosts_entry_for_the_node_name_picks_the_address_among_several():
+def _internal_ip(sim: Lifecycle, address: str) -> str:
+    tenant, name = _node_of(sim, address)
+    node = sim.world.tenant_api(tenant).find("Node", None, name)
+    (found,) = [a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP"]
+    return found
+
+
+def test_a_server_with_one_interface_registers_the_address_it_is_reached_at(example):
+    assert _internal_ip(example, ONE_NIC) == ONE_NIC
+
+
+def test_a_hosts_entry_for_the_node_name_picks_the_address_among_several(example):
     # The kubelet resolves its node name before it looks at routes: the way to choose today.
-    sim = _example_with({"eno1": "192.168.50.11", "ens2f0": SERVER}, "eno1", hosts={NODE: SERVER})
-    assert _internal_ip(sim) == SERVER
+    assert _internal_ip(example, HOSTS_ENTRY) == HOSTS_ENTRY
 
 
 @pytest.mark.xfail(strict=True, reason=(
@@ -202,6 +223,5 @@ def test_a_hosts_entry_for_the_node_name_picks_the_address_among_several():
     "tenant's workerCidrs. Calico (nodeAddressAutodetectionV4: NodeInternalIP) then tunnels pod traffic over that "
     "other network. Fix: pass node-ip (ssh.host, or the source address of the route to the tenant endpoint) in "
     "kubeletExtraArgs, as kind does for its own nodes; it touches node-join.sh and its stub tests."))
-def test_a_server_with_several_interfaces_registers_the_address_in_its_worker_networks():
-    sim = _example_with({"eno1": "192.168.50.11", "ens2f0": SERVER}, "eno1")
-    assert _internal_ip(sim) == SERVER
+def test_a_server_with_several_interfaces_registers_the_address_in_its_worker_networks(example):
+    assert _internal_ip(example, SEVERAL_NICS) == SEVERAL_NICS
