@@ -13,8 +13,8 @@ import copy
 
 import pytest
 
-from tests.support.lifecycle_support import adopt_lab, running_kind_lab
-from tests.support.mockrun import load_stack_file
+from tests.support.lifecycle_support import adopt_lab, kept_after_destroy, running_kind_lab
+from tests.support.mockrun import reference_stack
 from tests.support.sim import Lifecycle, World
 from tests.support.sim.world import Container
 
@@ -61,7 +61,7 @@ def test_after_the_docker_host_restarts_everything_runs_again_and_the_next_up_ch
     assert plan.changed() == {}, plan.render()
     assert running.output("tenants") == before
     running.destroy()
-    assert world.leftovers() == []
+    assert world.leftovers() == kept_after_destroy(running)
 
 
 def test_a_container_without_a_restart_policy_would_stay_down_after_a_restart():
@@ -82,7 +82,7 @@ def _second_stack(world: World, *, cluster: str | None = SECOND, tenants: tuple[
                   pool: str | None = "172.18.255.100-172.18.255.150") -> Lifecycle:
     """Another stack of the dev lab on the same machine: its own cluster name, tenant names and MetalLB pool
     unless told otherwise."""
-    config = load_stack_file("dev")
+    config = reference_stack()
     management = config.setdefault("management", {})
     if cluster is not None:
         management["clusterName"] = cluster
@@ -97,13 +97,15 @@ def _second_stack(world: World, *, cluster: str | None = SECOND, tenants: tuple[
     return Lifecycle(config, world=world, stack=SECOND)
 
 
-def _owned(world: World, stack: str) -> dict[str, set[str]]:
-    """What on the Docker host carries a stack's label, and the kind clusters it marked."""
+def _owned(world: World, stack: str, cluster: str) -> dict[str, set[str]]:
+    """What on the Docker host carries a stack's label, the cache volume named after its cluster (it carries no
+    label, see components/management/image_cache.py), and the kind clusters it marked."""
+    from components.management.image_cache import cache_volume_name
     from tests.support.sim.scripts import _owner
 
     return {
         "containers": {n for n, c in world.docker.containers.items() if c.labels.get("gpu-tenancy.stack") == stack},
-        "volumes": {n for n, labels in world.docker.volumes.items() if labels.get("gpu-tenancy.stack") == stack},
+        "volumes": {n for n in world.docker.volumes if n == cache_volume_name(cluster)},
         "kind clusters": {n for n in world.kind if (_owner(world, n) or "").endswith(f".{stack}")},
     }
 
@@ -123,7 +125,7 @@ def test_two_stacks_with_their_own_names_and_pools_share_the_host_and_destroying
     world = first.world
     second = _second_stack(world)
     second.up(skip_preview=True)
-    mine, theirs = _owned(world, "dev"), _owned(world, SECOND)
+    mine, theirs = _owned(world, "dev", "gpu-tenancy"), _owned(world, SECOND, SECOND)
     for what in mine:
         assert mine[what] and theirs[what] and not mine[what] & theirs[what], what
     assert world.docker.networks["kind"], "both labs are on kind's one network"
@@ -131,12 +133,14 @@ def test_two_stacks_with_their_own_names_and_pools_share_the_host_and_destroying
     assert len(set(endpoints)) == len(endpoints) == 4, endpoints
 
     second.destroy()
-    assert _owned(world, SECOND) == {"containers": set(), "volumes": {"lab2-image-cache"}, "kind clusters": set()}
-    assert _owned(world, "dev") == mine
+    assert _owned(world, SECOND, SECOND) == {"containers": set(), "volumes": {"lab2-image-cache"},
+                                             "kind clusters": set()}
+    assert _owned(world, "dev", "gpu-tenancy") == mine
     assert all(tenant.api.reachable for tenant in world.tenants.values()) and len(world.tenants) == 2
     assert first.up(skip_preview=True).changed() == {}
     first.destroy()
-    assert world.leftovers() == []
+    # Each lab keeps its own cache volume (retain_on_delete), and nothing else beyond what one lab keeps.
+    assert world.leftovers() == [*kept_after_destroy(first), "volume lab2-image-cache"]
 
 
 @pytest.mark.xfail(strict=True, reason=(

@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from components import shell
-from components.kube import ApiError
+from components.kube import ApiError, UnreachableError
 from components.worker import access
 from tests.support.sim import systems
 from tests.support.sim.state import is_secret, plain
