@@ -159,7 +159,8 @@ def test_two_stacks_may_use_the_same_tenant_names():
     "defect: every kind lab carves its MetalLB pool the same way from kind's one `kind` network "
     "(components/management/kamaji.py lb_pool_range: .255.200-.250), so two labs without an explicit "
     "management.loadBalancerPool hand out the same tenant API addresses and both MetalLB speakers answer ARP for "
-    "them. Nothing detects it; the way out today is a loadBalancerPool per stack."))
+    "them (metallb v0.15.3 internal/layer2/arp.go; the simulator refuses to pick one, World.contested, so the second "
+    "`up` fails). Nothing detects it; the way out today is a loadBalancerPool per stack."))
 def test_two_labs_without_an_explicit_pool_get_different_tenant_addresses():
     first = running_kind_lab()
     second = _second_stack(first.world, pool=None)

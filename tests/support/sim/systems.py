@@ -559,10 +559,37 @@ def _kubeconfig_secret(tenant: Tenant, tcp_name: str, namespace: str) -> dict[st
             "data": {k: b64(v) for k, v in data.items()}}
 
 
-def _start_tenant(world: World, host: KubeApi, namespace: str, name: str, address: str) -> Tenant:
+def _write_credentials(host: KubeApi, tenant: Tenant) -> None:
+    """The Secrets Kamaji keeps a control plane's CA and admin kubeconfigs in, on the management cluster."""
     import base64
 
+    host.put(_kubeconfig_secret(tenant, tenant.name, tenant.namespace))
+    ca_pem = tenant.api.ca.pem.decode()
+    host.put({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+              "metadata": {"name": f"{tenant.name}-ca", "namespace": tenant.namespace},
+              "data": {"ca.crt": base64.b64encode(ca_pem.encode()).decode(),
+                       "ca.key": base64.b64encode(b"simulated CA private key").decode()}})
+
+
+def rotate_ca(world: World, server: str) -> None:
+    """Kamaji re-keys a control plane in place (status CARotating, clastix/kamaji controllers/soot/manager.go): same
+    TenantControlPlane, uid and address, a new CA, and admin kubeconfigs signed by it. Clients holding the old CA
+    fail their TLS handshake from then on (World.api_for)."""
+    tenant, host = world.tenants[server], world.tenant_hosts[server]
+    tenant.api.ca = pki.new_ca(f"tenant-{tenant.name}")
+    _write_credentials(host, tenant)
+    world.log(f"control plane {tenant.namespace}/{tenant.name} has a new CA")
+
+
+def _start_tenant(world: World, host: KubeApi, namespace: str, name: str, address: str) -> Tenant:
+
     server = f"https://{address}:6443"
+    previous, previous_host = world.tenants.get(server), world.tenant_hosts.get(server)
+    if previous is not None and previous_host is not None and previous_host is not host and previous_host.reachable:
+        # Another cluster's MetalLB announces this address already (see World.contested).
+        world.shadowed[server] = (previous, previous_host)
+        world.address_clashes.append(f"{address}: {previous_host.name} and {host.name}")
+        world.log(f"address {address} announced by {previous_host.name} and {host.name}")
     api = world._new_api(f"tenant-{name}", server)
     tenant = Tenant(namespace=namespace, name=name, address=address, api=api, rbac_ready=not world.soot_rbac_lag)
     api.features = TenantFeatures()  # type: ignore[attr-defined]
@@ -572,12 +599,7 @@ def _start_tenant(world: World, host: KubeApi, namespace: str, name: str, addres
     api.controllers.append(Hook(_tenant_controller, (world, api)))
     world.tenants[server] = tenant
     world.tenant_hosts[server] = host
-    host.put(_kubeconfig_secret(tenant, name, namespace))
-    ca_pem = tenant.api.ca.pem.decode()
-    host.put({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-              "metadata": {"name": f"{name}-ca", "namespace": namespace},
-              "data": {"ca.crt": base64.b64encode(ca_pem.encode()).decode(),
-                       "ca.key": base64.b64encode(b"simulated CA private key").decode()}})
+    _write_credentials(host, tenant)
     # What Kamaji's soot phases create in the tenant (kubeadm-config, kubelet-config, cluster-info).
     for namespace_, name_ in (("kube-public", "cluster-info"), ("kube-system", "kubeadm-config")):
         api.put({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name_, "namespace": namespace_}})
@@ -767,6 +789,9 @@ def join(world: World, machine: Machine, *, endpoint: str, token: str, ca_hash: 
     """`kubeadm join` of `machine` (with the script's retries): the Node's name, or an error message."""
     server = f"https://{endpoint}"
     tenant = world.tenants.get(server)
+    clash = world.contested(server)
+    if clash is not None:
+        raise UnreachableError(clash)
     if tenant is None:
         raise UnreachableError(f"cannot reach the tenant API server at {endpoint}")
     actual = "sha256:" + hashlib.sha256(

@@ -480,6 +480,10 @@ class World:
         self.apis: dict[str, KubeApi] = {}
         self.tenants: dict[str, Tenant] = {}  # by server URL
         self.tenant_hosts: dict[str, KubeApi] = {}  # tenant server URL -> the management API hosting it
+        # A control plane another cluster started at an address that was already announced: (tenant, its host) by
+        # server URL, while both clusters' MetalLB answer for it (see `contested`); every such clash, for scenarios.
+        self.shadowed: dict[str, tuple[Tenant, KubeApi]] = {}
+        self.address_clashes: list[str] = []
         self.ssh: dict[str, SshHost] = {}
         self.machines: dict[str, Machine] = {}  # by node name (containers) or host (SSH)
         self.events: list[str] = []
@@ -516,13 +520,41 @@ class World:
         self.events.append(message)
 
     def api_for(self, kubeconfig: str) -> KubeApi:
+        """The API server a client with this kubeconfig reaches. Unreachable when nothing answers, when two
+        clusters announce the address (`contested`), and when the server's certificate is not signed by the
+        kubeconfig's CA: the client's TLS handshake fails before any request (urllib3 raises SSLError, which
+        components/kube.py reports as UnreachableError), so a stale CA never gets an HTTP answer such as 401."""
         parsed = pki.parse_kubeconfig(kubeconfig)
         if parsed is None:
             raise UnreachableError("the kubeconfig names no usable cluster")
+        clash = self.contested(parsed.server)
+        if clash is not None:
+            raise UnreachableError(clash)
         api = self.apis.get(parsed.server)
         if api is None or not api.reachable:
             raise UnreachableError(f"{parsed.server}: connection refused")
+        if parsed.ca_pem and parsed.ca_pem != api.ca.pem:
+            raise UnreachableError(f"{parsed.server}: [SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: "
+                                   "unable to get local issuer certificate")
         return api
+
+    def contested(self, server: str) -> str | None:
+        """Why a client cannot know which control plane answers at `server`, or None.
+
+        MetalLB's L2 speaker answers every ARP request for an address its own cluster announces, whoever else
+        answers too (metallb v0.15.3 internal/layer2/arp.go processRequest; leader election is among one
+        cluster's speakers only), and a client keeps whichever reply came last. With two clusters on one network
+        announcing the same address, which API server a connection reaches is a race: the simulator refuses to
+        pick one."""
+        shadow = self.shadowed.get(server)
+        current = self.tenant_hosts.get(server)
+        if shadow is None or current is None:
+            return None
+        old_tenant, old_host = shadow
+        if not (old_host.reachable and old_host.server in self.apis):
+            return None
+        return (f"{server}: two clusters announce {old_tenant.address} ({old_host.name} and {current.name}); which "
+                "one answers is an ARP race (MetalLB L2 answers for every address its cluster owns)")
 
     def end_of_operation(self) -> None:
         """Time passes between two operations: every control plane has finished its RBAC by then, and Docker has
@@ -621,7 +653,9 @@ class World:
         self.apis.pop(cluster.api.server, None)
         self.docker.containers.pop(f"{name}-control-plane", None)
         self.machines.pop(f"{name}-control-plane", None)
-        # Everything Kamaji hosted dies with the cluster.
+        # Everything Kamaji hosted dies with the cluster; an address it shared is the other cluster's alone again.
+        for server in [s for s, (_, host) in self.shadowed.items() if host is cluster.api]:
+            self.shadowed.pop(server)
         for server in [s for s, host in self.tenant_hosts.items() if host is cluster.api]:
             self.drop_tenant(server)
         self.log(f"kind cluster {name} deleted")
@@ -647,6 +681,11 @@ class World:
             tenant.api.reachable = False
             self.apis.pop(server, None)
             self.log(f"control plane {tenant.namespace}/{tenant.name} at {tenant.address} is gone")
+        shadow = self.shadowed.pop(server, None)
+        if shadow is not None:
+            # The other cluster still announces the address: it alone answers there now.
+            self.tenants[server], self.tenant_hosts[server] = shadow
+            self.apis[server] = shadow[0].api
 
     # ---- SSH machines ----------------------------------------------------- #
 
