@@ -8,7 +8,7 @@ other.
 
 import pulumi
 
-from components.management.cluster import ManagementCluster, ManagementClusterArgs
+from components.management.cluster import COMPONENT_NAME, ManagementCluster, ManagementClusterArgs
 from components.management.image_cache import RegistryMirror, RegistryMirrorArgs, mirror_outputs
 from components.management.kamaji import Kamaji, KamajiArgs
 from components.plan import plan_summary
@@ -18,7 +18,7 @@ from config import read_stack_config
 config = read_stack_config()
 
 management = ManagementCluster(
-    config.management.cluster_name,
+    COMPONENT_NAME,
     ManagementClusterArgs(
         cluster_name=config.management.cluster_name,
         node_image=config.management.node_image,

@@ -26,7 +26,7 @@ def test_graph_cli_prints_chain_and_no_coupling(capsys, tmp_path):
     assert main(["--tenants", "3", "--mermaid", str(target)]) == 0
     out = capsys.readouterr().out
     assert "3 generated tenants:" in out
-    assert re.search(r"longest dependency chain: \d+ resources\n\s+1\. gpu-tenancy-kind ", out)
+    assert re.search(r"longest dependency chain: \d+ resources\n\s+1\. management-kind ", out)
     assert "cross-tenant dependencies: none" in out
     assert target.read_text().startswith("flowchart BT\n")
 

@@ -268,7 +268,7 @@ def test_a_script_edit_on_a_running_stack_previews_no_rebuild():
     stored differs from the checkout) neither previews nor runs anything: the kind Command keeps what it stored,
     so its stdout -- and the Provider and everything on the management cluster -- stays known (PE-2)."""
     running = running_lab()
-    kind = running.resource("gpu-tenancy-kind")
+    kind = running.resource("management-kind")
     before = {key: kind.inputs[key] for key in ("create", "delete")}
     kind.inputs["create"] = before["create"] + "\n# a comment the previous version had\n"
     kind.inputs["delete"] = before["delete"] + "\n# a comment the previous version had\n"
@@ -279,7 +279,7 @@ def test_a_script_edit_on_a_running_stack_previews_no_rebuild():
 
     for plan in (running.preview(), running.up()):
         assert plan.changed() == {}, plan.render()
-    assert running.resource("gpu-tenancy-kind").inputs == stored
+    assert running.resource("management-kind").inputs == stored
 
 
 def test_a_targeted_replace_of_a_membership_keeps_the_rejoined_node():

@@ -166,6 +166,21 @@ NEW_PARENTS = {"gpu-tenancy:index:Tenant"}
 NEW_GATES = {f"pulumi-python:dynamic/gpu-tenancy:{name}"
              for name in ("MetalLBWebhookReady", "HamiWebhookReady", "GpuPluginReady")}
 NEW_INPUTS = {"pulumi-python:dynamic/gpu-tenancy:KamajiWebhookReady": ("revision",)}
+# The management component was named after the cluster (`gpu-tenancy` in both recorded stacks), its children after
+# it; now it is COMPONENT_NAME whatever the cluster is called (issue 20 #6), its former name an alias.
+MANAGEMENT_TYPE = "gpu-tenancy:index:ManagementCluster"
+OLD_MANAGEMENT_NAME = "gpu-tenancy"
+
+
+def old_name(resource: Resource, state: dict[str, Resource]) -> str:
+    from components.management.cluster import COMPONENT_NAME
+
+    parent = state.get(resource.parent)
+    if resource.type == MANAGEMENT_TYPE:
+        return OLD_MANAGEMENT_NAME
+    if parent is not None and parent.type == MANAGEMENT_TYPE and resource.name.startswith(f"{COMPONENT_NAME}-"):
+        return OLD_MANAGEMENT_NAME + resource.name[len(COMPONENT_NAME):]
+    return resource.name
 
 
 def first_up_changes(sim: Lifecycle) -> dict[str, set[str]]:
@@ -195,7 +210,7 @@ def old_state(state: dict[str, Resource]) -> dict[str, Resource]:
         stack_name, project = resource.urn.split("::")[0].removeprefix("urn:pulumi:"), resource.urn.split("::")[1]
         renamed[resource.urn] = new_urn(stack_name, project, qualified_type(parent), OLD_TYPES.get(resource.type,
                                                                                                    resource.type),
-                                        resource.name)
+                                        old_name(resource, state))
 
     def fix(urn: str) -> str:
         return renamed.get(urn) or urn
@@ -206,6 +221,7 @@ def old_state(state: dict[str, Resource]) -> dict[str, Resource]:
             continue
         entry = copy.deepcopy(resource)
         entry.urn, entry.type = fix(resource.urn), OLD_TYPES.get(resource.type, resource.type)
+        entry.name = old_name(resource, state)
         parent = resource.parent
         while renamed.get(parent, "") is None:
             parent = state[parent].parent

@@ -143,7 +143,7 @@ def registrations() -> ProgramRun:
 
 
 def test_management_plane_is_built_in_dependency_order(dev, lab):
-    kind = dev.named("gpu-tenancy-kind", COMMAND)
+    kind = dev.named("management-kind", COMMAND)
     kind_config = yaml.safe_load(kind.inputs["stdin"])
     assert kind_config["name"] == "gpu-tenancy"
     assert [node["image"] for node in kind_config["nodes"]] == [Management().node_image]
@@ -249,7 +249,7 @@ def test_no_secret_is_readable_in_any_input_output_or_state(lab):
 
 
 def test_commands_that_carry_credentials_never_log_them(registrations):
-    kind = registrations.named("gpu-tenancy-kind", COMMAND)
+    kind = registrations.named("management-kind", COMMAND)
     # stdout is the kubeconfig: kept secret, and only stderr is logged.
     assert kind.inputs["logging"] == "stderr" and kind.additional_secret_outputs == ["stdout"]
     joins = [c for c in registrations.of_type(COMMAND) if c.name.endswith("-join")]
@@ -264,7 +264,7 @@ def test_commands_that_carry_credentials_never_log_them(registrations):
 
 
 def test_workers_are_kind_node_containers_joined_through_their_membership(dev, lab):
-    kind = dev.named("gpu-tenancy-kind", COMMAND)
+    kind = dev.named("management-kind", COMMAND)
     for tenant in TENANTS:
         node = f"{tenant}-worker-0"
         image = dev.named(f"{node}-image")
@@ -338,7 +338,7 @@ def test_the_program_reads_like_the_picture_one_tenant_component_each(dev):
     """Top level: the management layer and one `Tenant` per tenant, which holds everything of that tenant."""
     stack = next(r.parent for r in dev.resources if r.name == "kamaji")
     top = {(r.type.rpartition(":")[2], r.name) for r in dev.resources if r.parent == stack}
-    assert top == {("ManagementCluster", "gpu-tenancy"), ("RegistryMirror", "image-mirror"), ("Kamaji", "kamaji"),
+    assert top == {("ManagementCluster", "management"), ("RegistryMirror", "image-mirror"), ("Kamaji", "kamaji"),
                    *(("Tenant", name) for name in TENANTS)}
     for name in TENANTS:
         tenant = dev.named(name, "gpu-tenancy:index:Tenant")

@@ -66,7 +66,7 @@ def run(prod):
 def test_adopt_mode_creates_no_kind_cluster_and_runs_nothing_on_the_host(run, prod):
     assert [r.name for r in run.resources if r.type.startswith("docker:") or r.type == "command:local:Command"] == []
     assert prod.world.kind == {} and prod.world.docker.containers == {} and prod.world.docker.networks == {}
-    provider = run.named("gpu-tenancy-provider", "pulumi:providers:kubernetes")
+    provider = run.named("management-provider", "pulumi:providers:kubernetes")
     assert provider.is_secret("kubeconfig")
     assert provider.inputs["kubeconfig"] == run.outputs["managementKubeconfig"].value
     assert yaml.safe_load(provider.inputs["kubeconfig"])["clusters"][0]["cluster"]["server"] == prod.world.adopted.server

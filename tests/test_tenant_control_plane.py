@@ -217,7 +217,7 @@ def test_a_changed_pod_range_replaces_only_that_tenants_control_plane_and_what_l
 
 
 def test_management_objects_go_with_the_cluster_and_tenant_objects_with_the_tcp(lab):
-    cluster = lab.run.named("gpu-tenancy-kind").urn
+    cluster = lab.run.named("management-kind").urn
     for tenant in TENANTS:
         tcp = lab.run.named(f"{tenant}-tcp")
         management = [f"{tenant}-namespace", f"{tenant}-isolation", f"{tenant}-tcp"]
@@ -391,7 +391,7 @@ def test_a_dedicated_etcds_setup_jobs_may_reach_the_api_server_the_cluster_names
                                                                           (KIND_CONTROL_PLANE_IP, 6443)])
     assert {k: policy.inputs[k] for k in ("metadata", "spec")} == {k: expected[k] for k in ("metadata", "spec")}
     assert lab.run.depends_on(lab.run.named("tenant-b-etcd"), policy)
-    assert policy.deleted_with == lab.run.named("gpu-tenancy-kind").urn
+    assert policy.deleted_with == lab.run.named("management-kind").urn
     assert not [r for r in lab.run.resources if r.name == "tenant-a-etcd-setup"]  # shared store: no hooks of its own
     # Read again on every run, and unchanged when the API server has not moved.
     plan = lab.sim.preview()

@@ -166,7 +166,7 @@ def test_container_runs_the_pinned_image_by_id_and_keeps_it_on_the_host(lab):
 
 def test_container_waits_for_the_management_cluster(lab):
     container = lab.run.named(f"{NODE}-container", CONTAINER)
-    kind = lab.run.named("gpu-tenancy-kind", LOCAL)
+    kind = lab.run.named("management-kind", LOCAL)
     assert kind.urn in container.dependencies
 
 

@@ -6,8 +6,10 @@ and prints the kind network's address ranges and the kubeconfig, so a replaced c
 fresh kubeconfig and the subnet comes from the same Docker the cluster runs on. kind writes its own
 kubeconfig to a private file (the operator's ~/.kube/config and current context are left alone). The kind
 config travels on stdin (`kind create cluster --config -`) and is also the replacement trigger: changing the
-cluster name or node image shows in `pulumi preview` and replaces the cluster (delete first, because the new
-cluster has the same name), and everything inside it with it.
+cluster name or node image shows in `pulumi preview` and replaces the cluster, and everything inside it with it.
+The component and its children have fixed names (COMPONENT_NAME), so a new cluster name is a replacement of the
+same Command, deleted first: the old cluster and its MetalLB, which announces the same tenant addresses from the
+same `kind` network, are gone before the new one starts.
 
 Adopt mode (`kubeconfig` given): only a Provider for that cluster. Nothing is run on the host and nothing in
 the cluster is created or deleted by this component; later layers delete only the objects they created.
@@ -161,6 +163,19 @@ class ManagementClusterArgs:
 # a running stack finds its resources under the old one (pulumi/pulumi step_generator.go getOldResource; the
 # children follow their parent's alias, inheritedChildAlias): renamed in place, nothing replaced.
 FORMER_TYPE = f"{COMPONENT_PREFIX}:KindManagementCluster"
+# The component's name, the same whatever the cluster is called. A component named after the cluster gave every
+# resource below it a new URN when `management.clusterName` changed: the engine then creates the new kind cluster
+# and deletes the old one only with the other deletes at the end of the update (delete_before_replace acts on a
+# replacement of one URN only, pulumi/pulumi pkg/resource/deploy/step_generator.go), so for a whole `up` two
+# clusters' MetalLB speakers answered ARP for the same tenant addresses.
+COMPONENT_NAME = "management"
+
+
+def former_names(cluster_name: str) -> list[pulumi.Alias]:
+    """Where a running stack keeps this component: named after its cluster, under this type or the former one
+    (children follow, with their names' prefix renamed: step_generator.go inheritedChildAlias)."""
+    return [pulumi.Alias(type_=FORMER_TYPE), pulumi.Alias(name=cluster_name),
+            pulumi.Alias(name=cluster_name, type_=FORMER_TYPE)]
 
 
 class ManagementCluster(pulumi.ComponentResource):
@@ -181,7 +196,7 @@ class ManagementCluster(pulumi.ComponentResource):
     worker_networks: pulumi.Output[list[str]]
 
     def __init__(self, name: str, args: ManagementClusterArgs, opts: pulumi.ResourceOptions | None = None):
-        opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(aliases=[pulumi.Alias(type_=FORMER_TYPE)]))
+        opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(aliases=former_names(args.cluster_name)))
         super().__init__(f"{COMPONENT_PREFIX}:ManagementCluster", name, None, opts)
         self.network_name = KIND_NETWORK
         self.adopted = args.kubeconfig is not None
@@ -257,7 +272,8 @@ class ManagementCluster(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(
                 parent=self,
                 additional_secret_outputs=["stdout"],
-                # Same name before and after: the old cluster must be gone before the new one is created.
+                # The old cluster must be gone before the new one is created: the same name (a node image
+                # change), or the same tenant addresses on the same network (a cluster name change).
                 delete_before_replace=True,
                 # Any other input change is an update whose stdout is unknown in preview (pulumi-go-provider
                 # infer/resource.go ensureDefaultComputed), so the Provider built from it would be shown replaced

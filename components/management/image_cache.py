@@ -218,7 +218,11 @@ class RegistryMirror(pulumi.ComponentResource):
                 # that exists are its own (terraform-provider-docker v4.5.0 resource_docker_volume.go; moby
                 # volume/service/store.go returns the existing volume). A volume an older version of this
                 # program or another stack labelled would otherwise be "replaced" on every `up`.
-                ignore_changes=["labels"],
+                # `name` is kept as first stored: a `management.clusterName` change would otherwise replace the
+                # volume, and the retained old one, full of layers, would never be named again. The renamed lab
+                # keeps pulling through the cache it has (step_generator.go processIgnoreChanges keeps ignored
+                # inputs from the old state).
+                ignore_changes=["labels", "name"],
             ),
         )
         self.mirrors = stack_mirrors(cluster)

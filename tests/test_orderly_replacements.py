@@ -1,0 +1,51 @@
+"""Renames and replacements that must happen in order (issue 20 deliverable 6): a new `management.clusterName`
+replaces the kind cluster before its successor announces the same tenant addresses, and keeps the image cache.
+
+Each scenario runs on the lifecycle simulator, whose `World.contested` refuses to pick a control plane while two
+clusters' MetalLB answer ARP for the same address (metallb v0.15.3 internal/layer2/arp.go).
+"""
+
+from __future__ import annotations
+
+from components.management.image_cache import cache_volume_name
+from tests.support.lifecycle_support import running_kind_lab
+
+RENAMED = "lab-renamed"
+
+
+def _rename(sim, name: str) -> None:
+    sim.config.setdefault("management", {})["clusterName"] = name
+
+
+def test_a_cluster_name_change_is_one_replacement_of_the_kind_cluster_old_one_first():
+    running = running_kind_lab()
+    before = running.resource("management-kind")
+    _rename(running, RENAMED)
+    preview = running.preview()
+    assert "management-kind" in preview.names("replace"), preview.render()
+    # No second management component, cluster or provider appears beside the first.
+    assert not {name for name in preview.names("create") if name.startswith(("management", "gpu-tenancy"))}
+    plan = running.up(skip_preview=True, expect_error=True)
+    world = running.world
+    assert world.address_clashes == [], "two clusters announced the same tenant addresses during the up"
+    assert plan.ok, plan.render()
+    assert list(world.kind) == [RENAMED]
+    assert running.resource("management-kind").urn == before.urn
+    assert all(tenant.api.reachable for tenant in world.tenants.values()) and len(world.tenants) == 2
+    assert running.up().changed() == {}
+
+
+def test_a_cluster_name_change_keeps_pulling_through_the_cache_it_filled():
+    running = running_kind_lab()
+    old_volume = cache_volume_name("gpu-tenancy")
+    volumes = set(running.world.docker.volumes)
+    _rename(running, RENAMED)
+    running.up(skip_preview=True)
+    world = running.world
+    assert set(world.docker.volumes) == volumes, "a new cache volume, and the filled one orphaned"
+    caches = [c for c in world.docker.containers.values() if c.volumes]
+    assert caches and all(c.volumes == (old_volume,) and c.name.startswith(f"{RENAMED}-") for c in caches)
+    running.destroy()
+    assert f"volume {old_volume}" in world.leftovers() and f"volume {cache_volume_name(RENAMED)}" not in (
+        world.leftovers())
+
