@@ -27,6 +27,7 @@ from pulumi.dynamic import CreateResult, DiffResult, Resource, ResourceProvider,
 from components import kube
 from components.kube import ApiError, UnreachableError
 from components.naming import HAMI_SCHEDULER_NAME
+from components.tenant import spec
 
 # --------------------------------------------------------------------------- #
 # The seam: how a provider reaches an API server, and what time it is
@@ -118,22 +119,55 @@ class ControlPlaneRef:
     name: str
 
 
-def _tenant_gone(provider: HostOperationProvider, ref: ControlPlaneRef, tenant: str, error: Exception) -> None:
-    """An unreachable tenant API counts as gone only when its TenantControlPlane is gone too; else raise."""
+def _reissued_kubeconfig(provider: HostOperationProvider, ref: ControlPlaneRef, tenant: str, stored: str,
+                         error: Exception) -> str | None:
+    """The tenant's credential to use instead of `stored`, which no longer reaches it; None when the control plane
+    is gone (nothing left to clean up there). Raises when the tenant is simply down.
+
+    A control plane re-created at the same address (MetalLB hands out the first free address again) or re-keyed
+    by Kamaji (status CARotating, clastix/kamaji controllers/soot/manager.go) presents a certificate the stored
+    CA does not verify, so the client fails its TLS handshake: to the client that is "does not answer". The
+    management cluster says which: the control plane exists and its admin Secret (the name in
+    status.kubeconfig.admin.secretName, clastix/kamaji internal/resources/kubeconfig.go) holds another CA.
+    """
     try:
         with provider._api(ref.kubeconfig) as management:
-            exists = management.find("TenantControlPlane", ref.name, ref.namespace) is not None
+            tcp = management.find("TenantControlPlane", ref.name, ref.namespace)
+            secret_name = ((((tcp or {}).get("status") or {}).get("kubeconfig") or {}).get("admin") or {}).get(
+                "secretName") or spec.admin_kubeconfig_secret_name(ref.name)
+            secret = management.find("Secret", secret_name, ref.namespace) if tcp is not None else None
     except (ApiError, kube.KubeconfigError) as mgmt_error:
         raise RuntimeError(
             f"the API of tenant {tenant} does not answer ({error}) and the management cluster cannot confirm that "
             f"its control plane is gone ({mgmt_error}); retry when one of them answers"
         ) from None
-    if exists:
+    if tcp is None:
+        return None
+    try:
+        current = spec.decode_secret_value((secret or {}).get("data"), spec.SUPER_ADMIN_KUBECONFIG_KEY, secret_name)
+        reissued = kube.current_context(current).ca_certificate() != kube.current_context(stored).ca_certificate()
+    except (ValueError, kube.KubeconfigError):
+        reissued = False
+    if not reissued:
         raise RuntimeError(
             f"the API of tenant {tenant} does not answer ({error}) but its TenantControlPlane "
             f"{ref.namespace}/{ref.name} still exists: nothing was removed, retry when the tenant answers "
             f"(kubectl -n {ref.namespace} get tcp,pods)"
         )
+    return current
+
+
+def _on_tenant(provider: HostOperationProvider, props: dict[str, Any], operation: Callable[[str], None]) -> None:
+    """`operation(kubeconfig)` on the tenant with the stored credential; when that no longer reaches it, with the
+    credential its control plane has now (`_reissued_kubeconfig`), or not at all when the control plane is gone."""
+    try:
+        operation(props["kubeconfig"])
+        return
+    except UnreachableError as error:
+        current = _reissued_kubeconfig(provider, _ref(props), props["control_plane_name"], props["kubeconfig"],
+                                       error)
+    if current is not None:
+        operation(current)
 
 
 def _ref(props: dict[str, Any]) -> ControlPlaneRef:
@@ -201,12 +235,14 @@ class NodeMembershipProvider(HostOperationProvider):
 
     def delete(self, _id: str, props: dict[str, Any]) -> None:
         node = props["node_name"]
-        try:
-            with self._api(props["kubeconfig"]) as tenant:
+
+        def remove(kubeconfig: str) -> None:
+            with self._api(kubeconfig) as tenant:
                 tenant.delete("Node", node)
                 tenant.delete("Secret", f"bootstrap-token-{props['token_id']}", "kube-system")
-        except UnreachableError as error:
-            _tenant_gone(self, _ref(props), props["control_plane_name"], error)
+
+        try:
+            _on_tenant(self, props, remove)
         except ApiError as error:
             raise RuntimeError(f"cannot remove Node {node} from tenant {props['control_plane_name']}: {error}") \
                 from None
@@ -261,8 +297,8 @@ GPU_RESOURCE = "nvidia.com/gpu"
 class GpuCapacityProvider(HostOperationProvider):
     """`nvidia.com/gpu` capacity and allocatable on a Node's status (a subresource Pulumi patches cannot reach)."""
 
-    def _patch(self, props: dict[str, Any], quantity: str | None) -> None:
-        with self._api(props["kubeconfig"]) as tenant:
+    def _patch(self, props: dict[str, Any], quantity: str | None, kubeconfig: str | None = None) -> None:
+        with self._api(kubeconfig or props["kubeconfig"]) as tenant:
             tenant.patch_status("Node", props["node_name"],
                                 {"status": {"capacity": {GPU_RESOURCE: quantity},
                                             "allocatable": {GPU_RESOURCE: quantity}}})
@@ -290,9 +326,7 @@ class GpuCapacityProvider(HostOperationProvider):
 
     def delete(self, _id: str, props: dict[str, Any]) -> None:
         try:
-            self._patch(props, None)
-        except UnreachableError as error:
-            _tenant_gone(self, _ref(props), props["control_plane_name"], error)
+            _on_tenant(self, props, lambda kubeconfig: self._patch(props, None, kubeconfig))
         except ApiError as error:
             if error.status != 404:  # the Node is gone: nothing to take back
                 raise RuntimeError(f"cannot remove the GPU capacity of {props['node_name']}: {error}") from None

@@ -297,7 +297,7 @@ def test_membership_delete_reports_api_errors(api, clock):
 
 
 # --------------------------------------------------------------------------- #
-# An unreachable tenant on delete (_tenant_gone), for every provider that removes something
+# An unreachable tenant on delete (_reissued_kubeconfig), for every provider that removes something
 # --------------------------------------------------------------------------- #
 
 
@@ -327,6 +327,52 @@ def test_delete_with_an_unreachable_tenant_whose_control_plane_exists_fails(api,
     props = membership_props(api)
     with pytest.raises(RuntimeError, match="TenantControlPlane tenants/alpha still exists: nothing was removed"):
         delete({**props, "kubeconfig": with_cluster(props["kubeconfig"], server=dead_url)})
+
+
+def _admin_secret(kubeconfig: str, namespace: str = "tenants", name: str = "alpha-admin-kubeconfig") -> dict[str, Any]:
+    """The Secret Kamaji keeps a control plane's admin kubeconfigs in (clastix/kamaji internal/resources/kubeconfig.go)."""
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": namespace},
+            "data": {"super-admin.conf": base64.b64encode(kubeconfig.encode()).decode()}}
+
+
+def _with_status(tcp: dict[str, Any], secret_name: str = "alpha-admin-kubeconfig") -> dict[str, Any]:
+    return {**tcp, "status": {"kubeconfig": {"admin": {"secretName": secret_name}}}}
+
+
+def _other_ca(kubeconfig: str) -> str:
+    """The same server and user, trusting a CA that did not sign the server's certificate (the stored credential of a
+    control plane that was re-created or re-keyed at the same address)."""
+    return with_cluster(kubeconfig, **{"certificate-authority-data": base64.b64encode(pki.new_ca("old").pem).decode()})
+
+
+def test_a_stale_ca_is_a_failed_tls_handshake_not_an_http_answer(api):
+    """What the rule below relies on, with the real client: a server the stored CA does not verify "does not answer"."""
+    with pytest.raises(kube.UnreachableError), kube.connect(_other_ca(membership_props(api)["kubeconfig"])) as client:
+        client.find("Node", "alpha-worker-0")
+
+
+@DELETES
+def test_delete_after_the_tenant_ca_changed_at_the_same_address_uses_its_current_credential(api, clock, delete):
+    api.put(node("alpha-worker-0", capacity={"nvidia.com/gpu": "2"}, allocatable={"nvidia.com/gpu": "2"}))
+    api.put(_with_status(control_plane()))
+    props = membership_props(api)
+    api.put(_admin_secret(props["kubeconfig"]))
+    delete({**props, "kubeconfig": _other_ca(props["kubeconfig"])})
+    left = api.get("Node", "alpha-worker-0")
+    if delete is _delete_membership:
+        assert left is None
+    else:
+        assert "nvidia.com/gpu" not in left["status"]["capacity"] and "nvidia.com/gpu" not in left["status"]["allocatable"]
+
+
+@DELETES
+def test_delete_with_a_tenant_down_whose_credential_did_not_change_fails(api, clock, dead_url, delete):
+    api.put(_with_status(control_plane()))
+    props = membership_props(api)
+    stored = with_cluster(props["kubeconfig"], server=dead_url)
+    api.put(_admin_secret(stored))
+    with pytest.raises(RuntimeError, match="TenantControlPlane tenants/alpha still exists: nothing was removed"):
+        delete({**props, "kubeconfig": stored})
 
 
 @DELETES

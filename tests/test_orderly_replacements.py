@@ -1,5 +1,6 @@
 """Renames and replacements that must happen in order (issue 20 deliverable 6): a new `management.clusterName`
-replaces the kind cluster before its successor announces the same tenant addresses, and keeps the image cache.
+replaces the kind cluster before its successor announces the same tenant addresses, and keeps the image cache; a
+tenant whose CA changed at the same address lets its workers leave and rejoin.
 
 Each scenario runs on the lifecycle simulator, whose `World.contested` refuses to pick a control plane while two
 clusters' MetalLB answer ARP for the same address (metallb v0.15.3 internal/layer2/arp.go).
@@ -49,3 +50,24 @@ def test_a_cluster_name_change_keeps_pulling_through_the_cache_it_filled():
     assert f"volume {old_volume}" in world.leftovers() and f"volume {cache_volume_name(RENAMED)}" not in (
         world.leftovers())
 
+
+# --------------------------------------------------------------------------- #
+# A tenant CA that changed at the same address (tenant-plane TP-2)
+# --------------------------------------------------------------------------- #
+
+
+def test_after_a_tenant_ca_rotation_the_workers_rejoin_and_nothing_is_left_failing():
+    from tests.support.sim import systems
+
+    running = running_kind_lab()
+    world = running.world
+    (server,) = [s for s, t in world.tenants.items() if t.name == "tenant-a"]
+    systems.rotate_ca(world, server)
+    # The memberships hold the old CA: their deletes fail the TLS handshake and must use the current credential.
+    plan = running.up(expect_error=True)
+    assert plan.ok, plan.render()
+    assert "tenant-a-worker-0-membership" in plan.names("replace")
+    nodes = world.tenants[server].api.list("Node")
+    assert [n["metadata"]["name"] for n in nodes] == ["tenant-a-worker-0"]
+    assert running.up().changed() == {}
+    running.destroy()
