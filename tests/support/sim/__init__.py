@@ -5,6 +5,7 @@
     sim.up()                           # preview, then the update; state and machine carried on
     sim.config["tenants"].append(...)  # change the stack config between operations
     sim.world.delete_kind_cluster(...) # or break the machine on purpose
+    sim.refresh()                      # `pulumi refresh`: the state re-read, the program not run
     sim.destroy()
 
 Every operation returns a `Plan` (`plan.render()` reads like `pulumi preview`); a failed operation raises
@@ -19,7 +20,7 @@ import datetime
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from tests.support.sim.engine import Engine, EngineError, Plan, Step, run_operation
+from tests.support.sim.engine import Engine, EngineError, Plan, Step, run_operation, run_refresh
 from tests.support.sim.state import Resource, plain
 from tests.support.sim.world import World
 
@@ -85,6 +86,14 @@ class Lifecycle:
 
     def destroy(self, *, env: dict[str, str] | None = None, expect_error: bool = False) -> Plan:
         return self._run("destroy", env=env, expect_error=expect_error)
+
+    def refresh(self, *, env: dict[str, str] | None = None, expect_error: bool = False) -> Plan:
+        """`pulumi refresh`: the state re-read through the providers, the program not run (engine.run_refresh)."""
+        plan = run_refresh(self.engine, env=env)
+        self.history.append(plan)
+        if not plan.ok and not expect_error:
+            raise EngineError(plan)
+        return plan
 
     def advance(self, **delta: float) -> None:
         """Let time pass on the simulated machine (datetime.timedelta keywords)."""

@@ -67,6 +67,7 @@ from tests.support.sim.providers import (
     docker_get_network,
     model_for,
 )
+from tests.support.sim.providers import refresh as provider_refresh
 from tests.support.sim.state import (
     UNKNOWN,
     Alias,
@@ -87,7 +88,7 @@ MAIN = PROJECT_ROOT / "__main__.py"
 # delete-replaced: deleted ahead of a delete-before-replace replacement, created again later in the run.
 # discard: a read (`.get`) in the state that the program did not register again (pulumi step.go DeleteStep.Op:
 # OpReadDiscard for an external resource); not a change (pkg/engine/update.go HasChanges), but the preview lists it.
-OPS = ("create", "update", "replace", "delete", "same", "read", "delete-replaced", "discard")
+OPS = ("create", "update", "replace", "delete", "same", "read", "delete-replaced", "discard", "refresh")
 
 
 @dataclass
@@ -141,9 +142,10 @@ class Plan:
 
     def render(self) -> str:
         """The plan as `pulumi preview` summarises it."""
-        title = {"preview": "Previewing update", "update": "Updating", "destroy": "Destroying"}[self.kind]
+        title = {"preview": "Previewing update", "update": "Updating", "destroy": "Destroying",
+                 "refresh": "Refreshing"}[self.kind]
         marks = {"create": "+ ", "update": "~ ", "replace": "+-", "delete": "- ", "same": "  ", "read": "> ",
-                 "delete-replaced": "--", "discard": "< "}
+                 "delete-replaced": "--", "discard": "< ", "refresh": "  "}
         lines = [f"{title} (simulated):", f"     {'Type':<50} {'Name':<42} Plan"]
         for step in self.steps:
             if step.op == "same":
@@ -881,6 +883,42 @@ def run_operation(
         engine.state = _normalize_urn_references(committed, renamed)
         engine.world.end_of_operation()
     return operation.plan
+
+
+def run_refresh(engine: Engine, *, env: dict[str, str] | None = None) -> Plan:
+    """`pulumi refresh` (pulumi v3.259.0 pkg/resource/deploy/step.go RefreshStep.Apply): the program does not run;
+    every custom resource but the providers is read through its provider, with its stored inputs and state. An empty
+    id (gone) removes it from the state (`delete`); new inputs or state replace the stored ones (`update`); a failed
+    read leaves that resource as it was and fails the operation. Components and providers never change."""
+    operation = _Operation(engine, "refresh", dict(env or {}))
+    plan = operation.plan
+    refreshed: dict[str, Resource] = {}
+    for urn, resource in engine.state.items():
+        if not resource.custom or resource.is_provider:
+            refreshed[urn] = resource
+            continue
+        try:
+            result = provider_refresh(model_for(resource.type), operation.ctx, resource)
+        except ProviderError as error:
+            plan.steps.append(Step("refresh", urn, resource.type, resource.name, detail=str(error), failed=True))
+            plan.error = plan.error or f"{resource.type} {resource.name}: {error}"
+            refreshed[urn] = resource
+            continue
+        if result is None:
+            plan.steps.append(Step("delete", urn, resource.type, resource.name))
+            continue
+        changed = [key for key in sorted({*result.inputs, *resource.inputs})
+                   if comparable(result.inputs.get(key)) != comparable(resource.inputs.get(key))]
+        changed += [key for key in sorted({*result.outputs, *resource.outputs})
+                    if comparable(result.outputs.get(key)) != comparable(resource.outputs.get(key))
+                    and key not in changed]
+        entry = copy.copy(resource)
+        entry.inputs, entry.outputs = result.inputs, result.outputs
+        refreshed[urn] = entry
+        plan.steps.append(Step("update" if changed else "same", urn, resource.type, resource.name, diffs=changed))
+    engine.state = refreshed
+    engine.world.end_of_operation()
+    return plan
 
 
 def _no_stack_trace() -> source_pb2.StackTrace:

@@ -400,6 +400,20 @@ class KubernetesModel:
                 return None  # provider.go L2053-2064: the delete response
             raise ProviderError(f"failed to read {resource.id}: {error}") from None
 
+    def refresh(self, ctx: Context, resource: Resource) -> Refreshed | None:
+        """provider.go Read for `pulumi refresh`: the live object as state, and as inputs the live object pruned to
+        the fields the old inputs have (pruneLiveState, util.go pruneMap/pruneSlice), secrets marked as the old
+        inputs had them (annotateSecrets). A change made on the cluster then shows in the next `up`'s diff."""
+        live = self.read(ctx, resource)
+        if live is None:
+            return None
+        if not live:
+            return Refreshed(dict(resource.inputs), dict(resource.outputs))
+        pruned = prune_map(copy.deepcopy(live), plain(resource.inputs))
+        inputs = resource.inputs if comparable(pruned) == comparable(resource.inputs) else \
+            annotate_secrets(pruned, resource.inputs)
+        return Refreshed(inputs, {**resource.outputs, **live})
+
 
 class PartialFailureError(Exception):
     """Created, but its readiness wait failed: the engine records it with an initialization error."""
@@ -503,6 +517,19 @@ class HelmReleaseModel:
             raise ProviderError(str(error)) from None
 
     def read(self, ctx: Context, resource: Resource) -> dict[str, Any] | None:
+        """helm_release.go Read: the release as Helm stores it; none (uninstalled by hand) is a delete."""
+        config = k8s_config(ctx, resource)
+        if not config.known:
+            return dict(resource.outputs)
+        try:
+            api, _ = _connect(ctx, config)
+        except UnreachableError:
+            if config.delete_unreachable:
+                return None
+            raise ProviderError("failed to read resource state due to unreachable cluster") from None
+        namespace, _, name = resource.id.rpartition("/")
+        if (namespace, name) not in api.helm:
+            return None
         return dict(resource.outputs)
 
 
@@ -739,6 +766,10 @@ class DockerContainerModel:
         ctx.world.machines.pop(name, None)
 
     def read(self, ctx: Context, resource: Resource) -> dict[str, Any] | None:
+        """resource_docker_container_funcs.go resourceDockerContainerRead: a container that no longer exists is
+        removed from the state (d.SetId(""))."""
+        if plain(resource.inputs).get("name") not in ctx.world.docker.containers:
+            return None
         return dict(resource.outputs)
 
 
@@ -780,6 +811,9 @@ class DockerImageModel:
             ctx.world.docker.images.discard(plain(old.inputs)["name"])
 
     def read(self, ctx: Context, resource: Resource) -> dict[str, Any] | None:
+        """resource_docker_remote_image.go Read: an image no longer on the host is removed from the state."""
+        if plain(resource.inputs).get("name") not in ctx.world.docker.images:
+            return None
         return dict(resource.outputs)
 
 
@@ -840,7 +874,13 @@ class DockerVolumeModel:
         ctx.world.docker.volumes.pop(name, None)
 
     def read(self, ctx: Context, resource: Resource) -> dict[str, Any] | None:
-        return dict(resource.outputs)
+        """resource_docker_volume.go resourceDockerVolumeRead: a volume that is gone is removed from the state; one
+        that exists reports its own labels."""
+        name = plain(resource.outputs or resource.inputs).get("name")
+        labels = ctx.world.docker.volumes.get(name)
+        if labels is None:
+            return None
+        return {**resource.outputs, "labels": [{"label": k, "value": v} for k, v in sorted(labels.items())]}
 
 
 def docker_get_network(world: World, args: dict[str, Any]) -> dict[str, Any]:
@@ -918,6 +958,64 @@ class DynamicModel:
 
     def read(self, ctx: Context, resource: Resource) -> dict[str, Any] | None:
         return dict(resource.outputs)
+
+
+@dataclass
+class Refreshed:
+    """What a provider's Read returns to `pulumi refresh`: the inputs to keep and the new state."""
+
+    inputs: dict[str, Any]
+    outputs: dict[str, Any]
+
+
+def refresh(model: Any, ctx: Context, resource: Resource) -> Refreshed | None:
+    """A provider's Read in `pulumi refresh`; None when the resource is gone (an empty id, pulumi step.go
+    RefreshStep.Apply). Models without an input-returning Read keep the old inputs (Read returns none): the
+    docker bridge, pulumi-command (no Read of its own, pulumi-go-provider infer returns the state) and Python
+    dynamic providers (ResourceProvider.read returns the state it is given, pulumi/dynamic/dynamic.py)."""
+    if hasattr(model, "refresh"):
+        return model.refresh(ctx, resource)
+    outputs = model.read(ctx, resource)
+    return None if outputs is None else Refreshed(dict(resource.inputs), outputs)
+
+
+def prune_map(source: Any, target: Any) -> Any:
+    """pulumi-kubernetes v4.32.0 provider/pkg/provider/util.go pruneMap: `source` with only the keys `target` has."""
+    if not isinstance(source, dict) or not isinstance(target, dict):
+        return None
+    result: dict[str, Any] = {}
+    for key, value in source.items():
+        if key not in target:
+            continue
+        wanted = target[key]
+        if value is None or wanted is None or type(value) is not type(wanted):
+            result[key] = value
+        elif isinstance(value, dict):
+            result[key] = prune_map(value, wanted)
+        elif isinstance(value, list):
+            result[key] = _prune_slice(value, wanted)
+        else:
+            result[key] = value
+    return result
+
+
+def _prune_slice(source: list[Any], target: list[Any]) -> list[Any] | None:
+    """util.go pruneSlice: element by element, as long as both have one; other element types copy `source`."""
+    if not source or not target:
+        return []
+    if type(source[0]) is not type(target[0]):
+        return copy.deepcopy(source)
+    result = []
+    for value, wanted in zip(source, target, strict=False):
+        if value is None or wanted is None:
+            result.append(value)
+        elif isinstance(value, dict):
+            result.append(prune_map(value, wanted))
+        elif isinstance(value, list):
+            result.append(_prune_slice(value, wanted))
+        else:
+            result.append(value)
+    return result
 
 
 MODELS: dict[str, Callable[[], Any]] = {
