@@ -71,3 +71,21 @@ def test_after_a_tenant_ca_rotation_the_workers_rejoin_and_nothing_is_left_faili
     assert [n["metadata"]["name"] for n in nodes] == ["tenant-a-worker-0"]
     assert running.up().changed() == {}
     running.destroy()
+
+
+def test_a_control_plane_deleted_by_hand_comes_back_and_its_workers_rejoin_it():
+    """The other way a CA changes at the same address: `kubectl delete tcp`, `pulumi refresh` (the tenant's objects
+    are gone with it, PULUMI_K8S_DELETE_UNREACHABLE as `make down` sets it), then `up`: MetalLB hands the new
+    control plane the freed address, with a new CA, and the workers' old memberships are deleted first."""
+    running = running_kind_lab()
+    world = running.world
+    (cluster,) = world.kind.values()
+    (server,) = [s for s, t in world.tenants.items() if t.name == "tenant-a"]
+    cluster.api.delete(None, "TenantControlPlane", "tenant-a", "tenant-a")
+    assert server not in world.tenants
+    running.refresh(env={"PULUMI_K8S_DELETE_UNREACHABLE": "true"})
+    plan = running.up(expect_error=True)
+    assert plan.ok, plan.render()
+    assert "tenant-a-worker-0-membership" in plan.names("replace") and server in world.tenants
+    assert [n["metadata"]["name"] for n in world.tenants[server].api.list("Node")] == ["tenant-a-worker-0"]
+    assert running.up().changed() == {}
