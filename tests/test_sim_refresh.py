@@ -75,3 +75,53 @@ def test_a_refresh_with_a_tenant_unreachable_fails_unless_told_to_drop_its_objec
         assert all(name.startswith("tenant-a-") for name in plan.changed()["delete"]), plan.render()
     else:
         assert not plan.ok and "failed to read resource state due to unreachable cluster" in plan.render()
+
+
+# --------------------------------------------------------------------------- #
+# Diffs against the stored state (pulumi-kubernetes v4.32.0 provider.go Diff: the stored live object pruned to
+# the old inputs, pruneLiveState, against the new inputs), on a small program
+# --------------------------------------------------------------------------- #
+
+
+def _config_map_program(kubeconfig: str):
+    import pulumi
+    import pulumi_kubernetes as k8s
+
+    def program():
+        provider = k8s.Provider("cluster", kubeconfig=kubeconfig)
+        k8s.core.v1.ConfigMap("settings", metadata={"name": "settings", "namespace": "default"},
+                              data={"mode": "fast"}, opts=pulumi.ResourceOptions(provider=provider))
+    return program
+
+
+def _lab_with_one_cluster():
+    from tests.support.sim import Lifecycle, World
+
+    world = World(kind_network=True)
+    api = world.create_kind_cluster("lab", {"nodes": [{}]}).api
+    return world, api, (lambda: Lifecycle({}, world=world, program=_config_map_program(
+        world.kind_admin_kubeconfig("lab"))))
+
+
+def test_a_field_an_admission_webhook_rewrites_differs_on_every_preview():
+    """The state holds what the server stored, so a mutated input field is a diff again and again: the engine
+    does not compare old inputs with new ones."""
+    world, api, make = _lab_with_one_cluster()
+
+    def slow_down(identity, operation, obj, old):
+        if obj.get("kind") == "ConfigMap":
+            obj = {**obj, "data": {**(obj.get("data") or {}), "mode": "slow"}}
+        return obj
+
+    api.admission.append(slow_down)
+    sim = make()
+    sim.up()
+    plan = sim.preview()
+    assert plan.changed() == {"update": {"settings"}} and plan.step("settings").diffs == ["data.mode"], plan.render()
+
+
+def test_a_field_the_server_leaves_alone_is_no_diff():
+    _, _, make = _lab_with_one_cluster()
+    sim = make()
+    sim.up()
+    assert sim.preview().changed() == {}

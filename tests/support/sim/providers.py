@@ -231,6 +231,19 @@ def _jsonpath_satisfied(obj: dict[str, Any], expression: str) -> bool:
     return value == expected
 
 
+def _stored_live_pruned(old: Resource) -> dict[str, Any]:
+    """What pulumi-kubernetes v4.32.0 provider.go Diff compares the new inputs with: the stored live object (the
+    state) pruned to the old inputs' fields (pruneLiveState), not the old inputs themselves. A field the server
+    changed after our write shows only once the state holds it (a create or update stores the object it wrote, a
+    refresh the live one). A state without a live object (a Patch resource, an unknown one) falls back to the
+    old inputs."""
+    live = plain(old.outputs)
+    if not isinstance(live, dict) or not live.get("metadata") or contains_unknown(old.outputs):
+        return old.inputs
+    pruned = prune_map(live, plain(old.inputs))
+    return old.inputs if comparable(pruned) == comparable(old.inputs) else annotate_secrets(pruned, old.inputs)
+
+
 class KubernetesModel:
     """pulumi-kubernetes for ordinary objects, custom resources and Patch resources."""
 
@@ -240,7 +253,7 @@ class KubernetesModel:
             # provider_plugin.go L1311-1315: an unconfigured provider cannot diff (DiffUnavailable -> update).
             return Diff(changes=True, unavailable=True)
         kind, patch = _kind_of(new)
-        changed = changed_paths(old.inputs, new.inputs)
+        changed = changed_paths(_stored_live_pruned(old), new.inputs)
         if not changed:
             return Diff(changes=False)
         # A change replaces when a force-new field covers its path (openapi.PatchPropertiesChanged on the patch
