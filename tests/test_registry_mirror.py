@@ -284,7 +284,9 @@ def test_a_proxy_password_keeps_the_cache_environments_secret():
     from tests.support.sim.state import contains_secret
 
     sim = kind_lab()
-    sim.up(env={**NO_PROXY_ENV, "HTTPS_PROXY": "http://svc:pr0xy-pw@proxy.corp.example:3128"})
+    proxy = "http://svc:pr0xy-pw@proxy.corp.example:3128"
+    sim.world.docker.proxies.add(proxy)  # it forwards (the chart repositories are reached through it too)
+    sim.up(env={**NO_PROXY_ENV, "HTTPS_PROXY": proxy})
     for registry in MIRRORED_REGISTRIES:
         assert contains_secret(sim.resource(f"image-mirror-{registry.replace('.', '-')}").inputs["envs"]), registry
     caches = {f"image-mirror-{registry.replace('.', '-')}" for registry in MIRRORED_REGISTRIES}

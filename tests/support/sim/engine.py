@@ -380,6 +380,7 @@ class _Operation:
                 old = self._old_resource(new)
                 if new.custom:
                     self._lint_paths(new)
+                    self._check(new)
             except ProviderError as error:
                 self.failed = True
                 self.plan.error = f"{new.type} {new.name}: {error}"
@@ -437,6 +438,18 @@ class _Operation:
             if not paths.matches_any_input(parsed, inputs, unknown=UNKNOWN):
                 raise ProviderError(f"replace_on_changes path {path!r} names no input of {new.name} (inputs: "
                                     f"{', '.join(sorted(inputs))})")
+
+    def _check(self, new: Resource) -> None:
+        """The provider's Check, before any diff, in preview as in update (step_generator.go generateSteps
+        checkInputs): failures fail the registration with the engine's message (issueCheckFailures,
+        sdk/go/common/diag/errors.go 2003)."""
+        model = model_for(new.type)
+        failures = model.check(self.ctx, new) if hasattr(model, "check") else []
+        if failures:
+            inputs = plain(new.inputs)
+            raise ProviderError("; ".join(
+                f"{new.type} resource '{new.name}': property {prop} value {inputs.get(prop)!r} has a problem: "
+                f"{reason}" for prop, reason in failures))
 
     def _register_custom(self, new: Resource, old: Resource | None) -> tuple[str, dict[str, Any]]:
         model = model_for(new.type)

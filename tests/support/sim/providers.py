@@ -462,6 +462,26 @@ def systems_merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, An
 
 
 class HelmReleaseModel:
+    def check(self, ctx: Context, resource: Resource) -> list[tuple[str, str]]:
+        """helm_release.go Check, in preview and update alike: with every input known it loads the chart (helmLoad,
+        getChart: Helm v3.20.2 pkg/action/install.go LocateChart), and a chart that does not load is a failure of
+        the `chart` property. A local path that is not there: `path "<chart>" not found`; a repository the host
+        cannot reach: pkg/repo/chartrepo.go "looks like ... is not a valid chart repository or cannot be
+        reached"."""
+        if contains_unknown(resource.inputs):
+            return []
+        inputs = plain(resource.inputs)
+        chart = str(inputs.get("chart") or "")
+        repo = str((inputs.get("repositoryOpts") or {}).get("repo") or "")
+        hint = "; check the chart name and repository configuration."
+        if repo:
+            if not ctx.world.docker.reaches(f"{repo.rstrip('/')}/index.yaml", ctx.env):
+                return [("chart", f'looks like "{repo}" is not a valid chart repository or cannot be reached{hint}')]
+        elif chart.startswith((".", "/")) and ctx.world.charts_on_disk is not None and \
+                chart not in ctx.world.charts_on_disk:
+            return [("chart", f'path "{chart}" not found{hint}')]
+        return []
+
     def diff(self, ctx: Context, old: Resource, new: Resource) -> Diff:
         config = k8s_config(ctx, new)
         if not config.known:

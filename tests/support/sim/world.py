@@ -503,6 +503,9 @@ class World:
         self._port = 41233
         # The adopted management cluster, if the scenario starts from one.
         self.adopted: KubeApi | None = None
+        # The local chart directories on the Pulumi host's disk; None: every one the program names (`make charts`
+        # ran). A scenario sets it to tell a fresh clone.
+        self.charts_on_disk: set[str] | None = None
         self.mark_preexisting()
 
     def mark_preexisting(self) -> None:
