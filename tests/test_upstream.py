@@ -194,6 +194,79 @@ def test_git_blob_id_is_checked_for_chart_files(manifest, server, tmp_path):
     assert not (tmp_path / "charts/demo/Chart.yaml").exists()
 
 
+TEMPLATED = b"apiVersion: v2\nname: demo\n# set by the release tool\nversion: v0.0\nkeywords: [version: v0.0x]\n"
+EDITED = b"apiVersion: v2\nname: demo\n# set by the release tool\nversion: v1.2.3\nappVersion: v1.2.3\nkeywords: [version: v0.0x]\n"
+
+
+def templated_entry(**change) -> dict:
+    """A Chart.yaml kept with a placeholder version upstream, edited to the release's version when fetched."""
+    entry = {"group": "chart", "repo": "example/chart", "ref": REF_B, "path": "charts/templated/Chart.yaml",
+             "dest": "charts/templated/Chart.yaml", "sha256": sha256(TEMPLATED),
+             "edits": [{"line": "version: v0.0", "with": ["version: v1.2.3", "appVersion: v1.2.3"]}],
+             "result_sha256": sha256(EDITED)}
+    return entry | change
+
+
+def test_edits_turn_the_git_copy_into_the_released_file_and_verify_checks_the_result(server, tmp_path):
+    server.serve("example/chart", REF_B, "charts/templated/Chart.yaml", TEMPLATED)
+    manifest = [templated_entry()]
+    assert run_fetch(manifest, tmp_path, server) == []
+    target = tmp_path / "charts/templated/Chart.yaml"
+    # Only the whole line is replaced: "version: v0.0x" inside another line stays.
+    assert target.read_bytes() == EDITED
+    assert upstream.verify("chart", tmp_path, manifest) == []
+    # Deterministic: a second fetch finds the edited file valid and downloads nothing.
+    requests = len(server.requests)
+    assert run_fetch(manifest, tmp_path, server) == []
+    assert len(server.requests) == requests
+    # The unedited upstream file on disk is not the pinned result.
+    target.write_bytes(TEMPLATED)
+    [problem] = upstream.verify("chart", tmp_path, manifest)
+    assert problem.startswith("charts/templated/Chart.yaml: sha256 mismatch after the manifest's edits")
+
+
+@pytest.mark.parametrize(
+    ("edits", "result", "failure"),
+    [
+        ([{"line": "version: v9.9", "with": ["version: v1.2.3"]}], EDITED,
+         "the line 'version: v9.9' to edit occurs 0 times, not once; not written"),
+        ([{"line": "version: v0.0", "with": ["version: v1.2.4"]}], EDITED,
+         "sha256 mismatch after the manifest's edits: expected " + sha256(EDITED)),
+    ],
+)
+def test_an_edit_that_does_not_apply_or_a_wrong_result_writes_nothing(server, tmp_path, edits, result, failure):
+    server.serve("example/chart", REF_B, "charts/templated/Chart.yaml", TEMPLATED)
+    manifest = [templated_entry(edits=edits, result_sha256=sha256(result))]
+    [problem] = run_fetch(manifest, tmp_path, server)
+    assert problem.startswith("charts/templated/Chart.yaml: ") and failure in problem
+    assert not (tmp_path / "charts/templated/Chart.yaml").exists()
+    assert stray_files(tmp_path) == []
+
+
+def test_a_line_that_occurs_twice_is_not_edited():
+    entry = templated_entry()
+    with pytest.raises(upstream.UpstreamError, match="occurs 2 times, not once"):
+        upstream.apply_edits(entry, TEMPLATED + b"version: v0.0\n")
+    assert upstream.apply_edits({"dest": "x"}, TEMPLATED) == TEMPLATED  # no edits: the file as it is
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"result_sha256": None}, "edits and result_sha256 go together"),
+        ({"edits": None}, "edits and result_sha256 go together"),
+        ({"edits": []}, "edits must be a non-empty list"),
+        ({"edits": [{"line": "a\nb", "with": []}]}, "edit 0 must be"),
+        ({"edits": [{"line": "a", "with": "b"}]}, "edit 0 must be"),
+        ({"result_sha256": "X"}, "result_sha256 must be 64 lower-case hex digits"),
+    ],
+)
+def test_edit_entries_are_validated(change, problem):
+    entry = {key: value for key, value in (templated_entry() | change).items() if value is not None}
+    with pytest.raises(upstream.UpstreamError, match=re.escape(problem)):
+        upstream.load_manifest([entry])
+
+
 def test_git_blob_id_matches_git():
     # Known ids from git itself (`git hash-object`): the empty file and "hello\n".
     assert upstream.git_blob_id(b"") == "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
