@@ -32,7 +32,7 @@ ADMIN ?=
 .PHONY: help venv lint test preflight upstream charts backend pulumi-cli up down status verify graph bench docs e2e kubeconfig
 
 help:
-	@echo "make up          preflight, the pinned Kamaji chart, local backend, stack '$(STACK)', pulumi up"
+	@echo "make up          preflight, the pinned Helm charts, local backend, stack '$(STACK)', pulumi up"
 	@echo "make down        pulumi destroy the stack '$(STACK)'"
 	@echo "make status      one table per tenant: endpoint, nodes, cards and slots, what the smoke test proved"
 	@echo "make verify      check the running platform of stack '$(STACK)' (exit 0 = every check holds)"
@@ -41,7 +41,7 @@ help:
 	@echo "make lint        ruff on the Python code, shellcheck on components/*/scripts/*.sh"
 	@echo "make preflight   check this host and Pulumi.$(STACK).yaml (about a second)"
 	@echo "make upstream    download the pinned upstream reference files (CRDs, chart values), check their sha256"
-	@echo "make charts      download the pinned Kamaji chart (and kamaji-etcd), check every file"
+	@echo "make charts      download every pinned Helm chart into .cache/charts, check each file's sha256"
 	@echo "make graph       resources, longest dependency chain and tenant coupling, without a cluster (build/)"
 	@echo "make bench       graph and image-pull benchmark for 2, 8 and 32 tenants"
 	@echo "make docs        regenerate docs/dependency-graph.md and the README's samples from the reference stack"

@@ -737,28 +737,28 @@ def load_stack(stack: str, root: Path = PROJECT_ROOT) -> tuple[dict | None, Chec
 
 
 def check_charts(root: Path = PROJECT_ROOT) -> CheckResult:
-    """The Kamaji chart `pulumi up` installs: pinned to the image's tag and verified file by file (ops/upstream.py).
+    """The Helm charts `pulumi up` installs: pinned to release tags and verified file by file (ops/upstream.py).
 
     Files not fetched yet are information (`make up` fetches them before it checks them); files that are there
     but differ from the manifest, or that the manifest does not list, are a failure.
     """
     from ops import upstream
 
-    name = "Kamaji chart (pinned, verified)"
+    name = "Helm charts (pinned, verified)"
     problems = upstream.missing_or_invalid("chart", dest=root / ".cache")
     if not problems:
-        return CheckResult(name, True, str(upstream.chart_dir("kamaji", root / ".cache")))
+        return CheckResult(name, True, str(upstream.group_root("chart", root / ".cache") / "charts"))
     wrong = [problem for problem in problems if not problem.endswith(": missing")]
     if not wrong:
         expected = len(upstream.select(upstream.load_manifest(), "chart"))
         count = f"{len(problems)} of {expected} files " if len(problems) < expected else ""
         return CheckResult(
             name, True,
-            f"{count}not fetched yet (`make up` fetches it into .cache/charts; `make charts` fetches it now)",
+            f"{count}not fetched yet (`make up` fetches them into .cache/charts; `make charts` fetches them now)",
             state="info",
         )
     shown = "; ".join(wrong[:3]) + (f"; and {len(wrong) - 3} more" if len(wrong) > 3 else "")
-    return CheckResult(name, False, shown, "make charts   # downloads charts/kamaji at the pinned tag and checks it")
+    return CheckResult(name, False, shown, "make charts   # downloads the pinned charts and checks every file")
 
 
 def needs_local_lab(stack_config: dict) -> bool:
@@ -791,7 +791,7 @@ def render(results: Sequence[CheckResult]) -> str:
 def main(argv: Sequence[str] | None = None, probes: Probes = HOST, root: Path = PROJECT_ROOT) -> int:
     parser = argparse.ArgumentParser(prog="make preflight", description=__doc__.splitlines()[0])
     parser.add_argument("--stack", help="also check Pulumi.<stack>.yaml, and only what it needs on this host")
-    parser.add_argument("--charts", action="store_true", help="also check the pinned Kamaji chart (`make charts`)")
+    parser.add_argument("--charts", action="store_true", help="also check the pinned Helm charts (`make charts`)")
     args = parser.parse_args(argv)
     local_lab = True
     provider_config: dict[str, str] = {}

@@ -20,14 +20,25 @@ Groups and where they land (relative to the project root unless `--dest DIR` is 
     reference  .cache/upstream/vendor/<folder>/<file>
                The upstream reference files the tests compare generated manifests with; the same layout as
                ../shared/vendor (tests/conftest.py uses this copy when ../shared is absent). Checked by sha256.
-    chart      .cache/charts/kamaji/...
-               The Helm chart directory charts/kamaji of clastix/kamaji at tag 26.8.2-edge, with its dependency
-               kamaji-etcd (charts/kamaji-etcd of clastix/kamaji-etcd at tag v0.15.0, the version Kamaji's
-               Chart.lock locks) unpacked as the subchart directory .cache/charts/kamaji/charts/kamaji-etcd.
-               Checked by git blob id. The Pulumi program installs this directory instead of the moving
-               `0.0.0+latest` package; it is fetched before `pulumi up` and never committed.
+    chart      .cache/charts/<chart>/...
+               Every Helm chart the program installs, as a chart directory taken file by file from the chart's
+               git repository at the release tag of the pinned version, checked by sha256:
+                 kamaji                    clastix/kamaji charts/kamaji, tag 26.8.2-edge (the pinned image), with
+                                           kamaji-etcd (clastix/kamaji-etcd charts/kamaji-etcd, tag v0.15.0, the
+                                           version Kamaji's Chart.lock locks) as its subchart charts/kamaji-etcd
+                 cert-manager              cert-manager/cert-manager deploy/charts/cert-manager, tag v1.21.1
+                 metallb                   metallb/metallb charts/metallb, tag v0.15.3
+                 crd.projectcalico.org.v1  projectcalico/calico charts/crd.projectcalico.org.v1, tag v3.32.1 (its
+                                           templates/calico symlink is libcalico-go/config/crd, as `helm package`
+                                           follows it)
+                 tigera-operator           projectcalico/calico charts/tigera-operator, tag v3.32.1
+                 hami                      Project-HAMi/HAMi charts/hami, tag v2.10.0
+               The files are those the published package holds (not the repositories' tests or build files);
+               Chart.yaml of cert-manager and of both Calico charts gets the version its release step sets (see
+               `edits` above). The Pulumi program installs these directories, so neither a preview nor `pulumi
+               up` downloads a chart; they are fetched by `make charts` and never committed.
 
-    With `--dest DIR` the selected groups land under DIR instead (DIR/vendor/..., DIR/charts/kamaji/...).
+    With `--dest DIR` the selected groups land under DIR instead (DIR/vendor/..., DIR/charts/<chart>/...).
 
 Command line:
 
