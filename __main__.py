@@ -8,6 +8,7 @@ other.
 
 import pulumi
 
+from components.helm import require_charts
 from components.management.cluster import ManagementCluster, ManagementClusterArgs
 from components.management.image_cache import RegistryMirror, RegistryMirrorArgs, mirror_outputs
 from components.management.kamaji import Kamaji, KamajiArgs
@@ -16,6 +17,8 @@ from components.tenant.tenant import Platform, Tenant, TenantArgs
 from config import read_stack_config
 
 config = read_stack_config()
+# Every chart is a local directory: a checkout without them fails here, in one line naming `make charts`.
+require_charts(config.versions)
 
 management = ManagementCluster(
     config.management.cluster_name,

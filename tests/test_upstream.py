@@ -17,8 +17,8 @@ from urllib.parse import unquote
 
 import pytest
 
-from ops import upstream
 from config import Versions
+from ops import upstream
 from tests.conftest import SHARED, UPSTREAM_MISSING, locate_vendor_dir
 
 REF_A = "a" * 40

@@ -130,7 +130,6 @@ class TenantGpus(pulumi.ComponentResource):
         self.release = helm_release(
             f"{tenant}-hami",
             HAMI_CHART,
-            version=args.versions.hami,
             values=hami_values(args.gpu_mode, args.tenant.kubernetes_version, args.versions,  # type: ignore[arg-type]
                                args.runtime_class_name),
             timeout=HELM_TIMEOUT_SECONDS,

@@ -15,13 +15,12 @@ from components.helm import Chart
 from components.images import kubernetes_image_tag
 from config import Versions
 
-HAMI_CHART_REPO = "https://project-hami.github.io/HAMi/"
 # The chart derives its object names from the release name (`hami-scheduler`, `hami-webhook`, and the mock
 # plugin's ConfigMap `<fullname>-scheduler-device`, templates/device-plugin/daemonsetmock.yaml); the docs and
 # every kubectl hint use these names.
 HAMI_RELEASE = "hami"
 HAMI_NAMESPACE = "kube-system"
-HAMI_CHART = Chart(HAMI_RELEASE, "hami", HAMI_CHART_REPO, HAMI_NAMESPACE)
+HAMI_CHART = Chart(HAMI_RELEASE, "hami", HAMI_NAMESPACE)
 
 GpuMode = Literal["mock", "nvidia"]
 

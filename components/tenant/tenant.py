@@ -19,7 +19,7 @@ from components.gpu import hami
 from components.gpu.hami import GpuNode, TenantGpus, TenantGpusArgs
 from components.management.cluster import ManagementCluster
 from components.management.image_cache import RegistryMirror, worker_mirrors
-from components.management.kamaji import ETCD_CHART_DIR, Kamaji
+from components.management.kamaji import Kamaji
 from components.naming import COMPONENT_PREFIX, node_name
 from components.tenant.control_plane import TenantCni, TenantCniArgs, TenantControlPlane, TenantControlPlaneArgs
 from components.worker.node import TenantAccess, WorkerNode, WorkerNodeArgs, worker_image
@@ -99,8 +99,6 @@ class Tenant(pulumi.ComponentResource):
                 worker_networks=platform.worker_networks(tenant.worker_cidrs),
                 operator_cidrs=stack.management.operator_cidrs,
                 shared_datastore=platform.shared_datastore,
-                versions=stack.versions,
-                etcd_chart=ETCD_CHART_DIR,
                 depends_on=platform.kamaji_ready,
                 deleted_with=platform.management_cluster,
                 images_ready=platform.images_ready,
@@ -140,7 +138,6 @@ class Tenant(pulumi.ComponentResource):
                 tenant=tenant,
                 tenant_provider=control_plane.provider,
                 endpoint=control_plane.endpoint,
-                versions=stack.versions,
                 depends_on=[node.registered for node in self.workers],
                 deleted_with=control_plane.tcp,
             ),

@@ -22,6 +22,7 @@ def _status() -> str:
     """`make status` after a simulated `make up` of the reference stack. Its tenants are added one `up` at a time: MetalLB
     hands out addresses in the order control planes ask, which in one `up` is whichever is first (in the simulator
     as on a real cluster), and the sample must not change from one run to the next."""
+    from ops.stand_in_charts import stand_in_charts
     from ops.status import render
     from tests.support.mockrun import reference_stack
     from tests.support.sim import Lifecycle
@@ -30,10 +31,12 @@ def _status() -> str:
 
     config = reference_stack()
     tenants = config["tenants"]
-    sim = Lifecycle({**config, "tenants": tenants[:1]}, world=lab_world())
-    for count in range(1, len(tenants) + 1):
-        sim.config["tenants"] = tenants[:count]
-        sim.up(skip_preview=True)  # what `make up` shows comes from the update; its preview changes nothing
+    # The program needs the charts on disk (their Chart.yaml, Kamaji's crds/): a stand-in tree, as make graph uses.
+    with stand_in_charts():
+        sim = Lifecycle({**config, "tenants": tenants[:1]}, world=lab_world())
+        for count in range(1, len(tenants) + 1):
+            sim.config["tenants"] = tenants[:count]
+            sim.up(skip_preview=True)  # what `make up` shows comes from the update; its preview changes nothing
     outputs = {name: ("[secret]" if name in sim.secret_outputs else plain(value))
                for name, value in sim.outputs.items()}
     return f"```text\n$ make status\n{render(outputs)}```\n"

@@ -7,6 +7,8 @@ read at commit 1b594989), and asks a model of each provider (`tests.support.sim.
 would answer against the simulated machine (`tests.support.sim.world`).
 
 Rules taken from the engine (file:line at 1b594989):
+- every resource's inputs go through its provider's Check first (SG:1325); a check failure stops the operation
+  at that resource (SG:1476);
 - a resource with no old state is created (SG:1785); otherwise the provider's Diff decides, after
   `ignoreChanges` reset the ignored paths to their old values (SG:3076 processIgnoreChanges);
 - `replaceOnChanges` paths are parsed with the property-path grammar and a diff path turns into a
@@ -60,6 +62,7 @@ from pulumi.runtime.sync_await import _sync_await
 
 from tests.support.sim import paths
 from tests.support.sim.providers import (
+    CheckFailedError,
     Context,
     Diff,
     PartialFailureError,
@@ -389,6 +392,13 @@ class _Operation:
                 self.new_state[new.urn] = new
                 return "", {}
             try:
+                self._check(new)
+            except CheckFailedError as error:
+                # No step: the engine stops at the invalid resource (step_generator.go "resource %s is invalid").
+                self.failed = True
+                self.plan.error = f"{new.type} resource '{new.name}': {error}"
+                raise
+            try:
                 id_, outputs = self._register_custom(new, old)
                 return id_, self._mark_secret_outputs(new, outputs)
             except (ProviderError, PartialFailureError) as error:
@@ -435,6 +445,14 @@ class _Operation:
             if not paths.matches_any_input(parsed, inputs, unknown=UNKNOWN):
                 raise ProviderError(f"replace_on_changes path {path!r} names no input of {new.name} (inputs: "
                                     f"{', '.join(sorted(inputs))})")
+
+    def _check(self, new: Resource) -> None:
+        """SG:1325-1349: every registered resource goes through its provider's Check, in preview and update alike;
+        the checked inputs are what is diffed and stored. Only models that check anything have `check`."""
+        check = getattr(model_for(new.type), "check", None)
+        if check is not None:
+            old = self.engine.state.get(new.urn)
+            check(self.ctx, old, new)
 
     def _register_custom(self, new: Resource, old: Resource | None) -> tuple[str, dict[str, Any]]:
         model = model_for(new.type)

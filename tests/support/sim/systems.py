@@ -220,7 +220,14 @@ def _kamaji(world: World, api: KubeApi, release: HelmRelease) -> None:
     if "Issuer" not in api.kinds:
         raise ApiError(400, 'unable to build kubernetes objects from release manifest: no matches for kind '
                             '"Issuer" in version "cert-manager.io/v1" (ensure CRDs are installed first)')
-    api.kinds |= {"TenantControlPlane", "DataStore"}
+    # The CRDs are in the chart's crds/ (charts/kamaji/crds): Helm creates them at install unless skipCrds, and then
+    # the kamaji-etcd subchart's DataStore (templates/etcd_datastore.yaml) needs them from somewhere else.
+    if not release.skip_crds:
+        api.kinds |= {"TenantControlPlane", "DataStore"}
+    elif "DataStore" not in api.kinds:
+        raise ApiError(400, 'unable to build kubernetes objects from release manifest: resource mapping not found for '
+                            'name: "default" namespace: "" from "": no matches for kind "DataStore" in version '
+                            '"kamaji.clastix.io/v1alpha1" (ensure CRDs are installed first)')
     ns = release.namespace
     _workload(api, "Deployment", ns, "kamaji")
     _workload(api, "StatefulSet", ns, "kamaji-etcd")

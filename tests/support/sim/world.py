@@ -70,7 +70,7 @@ class KubeApi:
         default_factory=lambda: {
             "Namespace", "Secret", "ConfigMap", "ServiceAccount", "Service", "Pod", "Node", "ResourceQuota",
             "NetworkPolicy", "Deployment", "DaemonSet", "StatefulSet", "Role", "RoleBinding", "ClusterRole",
-            "ClusterRoleBinding", "RuntimeClass", "Lease", "EndpointSlice",
+            "ClusterRoleBinding", "RuntimeClass", "Lease", "EndpointSlice", "CustomResourceDefinition",
         }
     )
     # Admission: callables(identity, operation, obj, old) -> obj (mutated) or raise ApiError.
@@ -150,6 +150,7 @@ class KubeApi:
         metadata.setdefault("uid", self.world.new_uid(kind, name))
         metadata.setdefault("generation", 1)
         self.objects[_key(kind, namespace, name)] = obj
+        self._serve(obj)
         self._react("create", obj)
         return copy.deepcopy(self.objects.get(_key(kind, namespace, name), obj))
 
@@ -171,6 +172,7 @@ class KubeApi:
         if new.get("spec") != old.get("spec"):
             new["metadata"]["generation"] = old["metadata"].get("generation", 1) + 1
         self.objects[_key(kind, namespace, name)] = new
+        self._serve(new)
         self._react("update", new)
         return copy.deepcopy(self.objects[_key(kind, namespace, name)])
 
@@ -211,6 +213,13 @@ class KubeApi:
         self.objects[_key(obj["kind"], metadata.get("namespace"), metadata["name"])] = obj
         return obj
 
+    def _serve(self, obj: dict[str, Any]) -> None:
+        """A CustomResourceDefinition makes the server serve its kind."""
+        if obj["kind"] == "CustomResourceDefinition":
+            kind = ((obj.get("spec") or {}).get("names") or {}).get("kind")
+            if kind:
+                self.kinds.add(kind)
+
     def _react(self, event: str, obj: dict[str, Any]) -> None:
         for controller in list(self.controllers):
             controller(event, obj)
@@ -243,6 +252,8 @@ class HelmRelease:
     namespace: str
     chart: str
     values: dict[str, Any]
+    # skipCrds: Helm installs none of the chart's crds/ (on upgrade it never does anyway).
+    skip_crds: bool = False
     # Objects the release rendered, in install order; (kind, namespace, name, annotations).
     manifest: list[tuple[str, str, str, dict[str, str]]] = field(default_factory=list)
     revision: int = 1  # Helm's release revision: 1 on install, one more on each upgrade
