@@ -54,8 +54,10 @@ Files already present and valid are skipped. `verify` only checks what is on dis
 selected file is present and valid, and 1 otherwise, naming each failing file (expected vs actual hash,
 download error, missing, or a file in the chart directory that the manifest does not list).
 
-Run time (the Pulumi program): `chart_dir("kamaji")` is where the chart is, `missing_or_invalid("chart")` lists
-what is wrong with it (empty = fine), and `require("chart")` raises UpstreamError ("... run `make charts`").
+Callers: `chart_dir(name)` is where a chart is, `missing_or_invalid("chart")` lists what is wrong with the charts
+(empty = fine; preflight), and `require("chart")` raises UpstreamError ("... run `make charts`"). The Pulumi program
+itself only checks that each chart is there (components/helm.py require_charts) and reads the manifest's pins to
+describe each release's chart files (chart_digest).
 """
 
 from __future__ import annotations

@@ -106,6 +106,12 @@ def test_a_fresh_clone_preview_fails_in_one_line_naming_make_charts_before_regis
     assert plan.steps == [] and sim.engine.last_operation.registered == {}
 
 
+def test_the_readme_shows_the_line_a_fresh_clone_prints(fresh_clone):
+    with pytest.raises(helm.ChartsMissingError) as raised:
+        helm.require_charts(helm.Versions())
+    assert str(raised.value) in (upstream.ROOT / "README.md").read_text().splitlines()
+
+
 def test_a_partly_fetched_checkout_names_the_missing_charts(fresh_clone):
     write_fake_charts(fresh_clone)
     for name in ("hami", "kamaji/charts/kamaji-etcd"):
