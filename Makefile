@@ -25,15 +25,20 @@ endif
 
 # `make graph TENANTS=32` analyses N generated tenants instead of the stack file.
 TENANTS ?=
+# `make secret KEY=<key path> FILE=<file>`
+KEY ?=
+FILE ?=
 # `make kubeconfig TENANT=<name> [ADMIN=1]`
 TENANT ?=
 ADMIN ?=
 
-.PHONY: help venv lint test preflight upstream charts backend pulumi-cli up down status verify graph bench docs e2e kubeconfig
+.PHONY: help venv lint test preflight upstream charts backend pulumi-cli secret preview up down status verify graph bench docs e2e kubeconfig
 
 help:
 	@echo "make up          preflight, the pinned Helm charts, local backend, stack '$(STACK)', pulumi up"
 	@echo "make down        pulumi destroy the stack '$(STACK)'"
+	@echo "make secret      KEY=<key path> FILE=<file>: the file's content as an encrypted config value, via stdin"
+	@echo "make preview     preflight, the pinned Helm charts, local backend, pulumi preview of stack '$(STACK)'"
 	@echo "make status      one table per tenant: endpoint, nodes, cards and slots, what the smoke test proved"
 	@echo "make verify      check the running platform of stack '$(STACK)' (exit 0 = every check holds)"
 	@echo "make kubeconfig TENANT=<name> [ADMIN=1]  write the tenant's user (or admin) kubeconfig, mode 600"
@@ -87,6 +92,15 @@ backend: pulumi-cli venv
 	@$(PY) -m ops.passphrase --stack $(STACK) --state-dir $(STATE_DIR)
 	pulumi stack select $(STACK) --create
 
+# A credential goes in from a file on pulumi's stdin (pulumi config set reads the value from stdin when it is not a
+# terminal, dropping one trailing newline: pulumi/pulumi pkg/cmd/pulumi/config/config_set.go), so it is never on a
+# command line (ps, /proc/<pid>/cmdline), in the shell history or in /tmp; the make variables carry only its path.
+# After `backend`, so pulumi encrypts with this stack's passphrase file.
+secret: backend
+	@test -n '$(KEY)' && test -n '$(FILE)' || { echo "usage: make secret STACK=$(STACK) KEY='<key path, e.g. management.kubeconfig>' FILE=<file>" >&2; exit 2; }
+	@test -r '$(FILE)' || { echo "make secret: cannot read FILE=$(FILE)" >&2; exit 2; }
+	pulumi config set --secret --stack $(STACK) --path 'gpu-tenancy:$(KEY)' < '$(FILE)'
+
 # pulumi-kubernetes writes each provider's kubeconfig to a temporary file and never removes it (provider/pkg/
 # provider/provider.go writeKubeconfigToFile): Pulumi runs with a private TMPDIR (mktemp -d: mode 700) that is
 # removed when it ends.
@@ -101,6 +115,14 @@ up: venv
 	@$(MAKE) --no-print-directory backend
 	$(PRIVATE_TMP) pulumi up --stack $(STACK) $(PULUMI_FLAGS)
 	@$(PY) -m ops.status --stack $(STACK) || true
+
+# What `make up` would do, with the same steps before it (and the same private TMPDIR: the kubeconfig file).
+preview: venv
+	@$(PY) -m ops.preflight --stack $(STACK)
+	$(PY) -m ops.upstream fetch --group chart
+	@$(PY) -m ops.upstream verify --group chart
+	@$(MAKE) --no-print-directory backend
+	$(PRIVATE_TMP) pulumi preview --stack $(STACK) $(PULUMI_FLAGS)
 
 # A cluster that no longer answers cannot stop a tear-down: its objects are dropped from the state
 # (pulumi-kubernetes reads PULUMI_K8S_DELETE_UNREACHABLE; an adopted cluster's provider refuses it explicitly).

@@ -51,6 +51,32 @@ def _image_pulls() -> str:
 GENERATORS: dict[str, Callable[[], str]] = {"status": _status, "image-pulls": _image_pulls}
 
 
+def shell_commands(section: str, text: str | None = None) -> list[str]:
+    """The commands of the first ```sh block under the README heading `section` (any level), in order, exactly as
+    written: one per line, except that a `for` loop is one command up to its last `done`."""
+    text = README.read_text() if text is None else text
+    heading = re.search(rf"^#+ {re.escape(section)}\n", text, re.M)
+    if heading is None:
+        raise ValueError(f"README.md has no section {section!r}")
+    block = re.search(r"^```sh\n(.*?)^```$", text[heading.end():], re.M | re.S)
+    if block is None:
+        raise ValueError(f"README.md section {section!r} has no ```sh block")
+    commands: list[str] = []
+    depth = 0
+    for line in block.group(1).splitlines():
+        if not line.strip() or (depth == 0 and line.lstrip().startswith("#")):
+            continue
+        words = line.split("#", 1)[0].replace(";", " ").split()
+        if depth:
+            commands[-1] += "\n" + line
+        else:
+            commands.append(line)
+        depth += words.count("do") - words.count("done")
+    if depth:
+        raise ValueError(f"README.md section {section!r}: a loop without its `done`")
+    return commands
+
+
 def render(text: str) -> str:
     """`text` with every generated block replaced by what its generator produces now."""
     def replace(match: re.Match[str]) -> str:
