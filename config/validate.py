@@ -400,7 +400,7 @@ def _pod_room_issues(tenants: Indexed) -> list[ConfigIssue]:
 
 def _secret_hint(path: str) -> str:
     return (
-        f"store it as a secret: pulumi config set --secret --path '{NAMESPACE}:{path}' \"$(cat <file>)\" "
+        f"store it as a secret, read from its file on stdin: make secret STACK=<stack> KEY='{path}' FILE=<file> "
         "(a plain value would sit unencrypted in Pulumi.<stack>.yaml)"
     )
 

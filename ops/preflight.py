@@ -624,7 +624,8 @@ def check_stack_secrets(stack: str, stack_config: dict) -> CheckResult:
     return CheckResult(
         name, False,
         f"{', '.join(leaks)} in plain text: anyone with the file has the credential",
-        " && ".join(f"pulumi config set --secret --path '{PROJECT}:{leak}' \"$(cat <file>)\"" for leak in leaks),
+        # The value from its file on stdin, never on a command line (the Makefile's `secret` target).
+        " && ".join(f"make secret STACK={stack} KEY='{leak}' FILE=<file>" for leak in leaks),
     )
 
 

@@ -670,7 +670,8 @@ def test_credentials_in_plain_text_in_a_stack_file_are_flagged():
     assert not result.ok
     assert result.detail.startswith("tenants[0].workers[1].ssh.privateKey in plain text")
     assert "BEGIN" not in result.detail + result.fix
-    assert result.fix == "pulumi config set --secret --path 'gpu-tenancy:tenants[0].workers[1].ssh.privateKey' \"$(cat <file>)\""
+    # The value from its file on stdin (the Makefile's `secret` target), never on a command line.
+    assert result.fix == "make secret STACK=prod KEY='tenants[0].workers[1].ssh.privateKey' FILE=<file>"
     stack["config"]["gpu-tenancy:tenants"][0]["workers"][1]["ssh"]["privateKey"] = {"secure": "v1:ghi"}
     assert check_stack_secrets("prod", stack).ok
 
