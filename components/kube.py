@@ -51,6 +51,7 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     "Node": ("/api/v1", "nodes", False),
     "Pod": ("/api/v1", "pods", True),
     "Secret": ("/api/v1", "secrets", True),
+    "Service": ("/api/v1", "services", True),
     "DaemonSet": ("/apis/apps/v1", "daemonsets", True),
     "Deployment": ("/apis/apps/v1", "deployments", True),
     "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies", True),

@@ -6,8 +6,11 @@ token only touch pods in its namespace (the `edit` role), and Pod Security
 `baseline` is enforced in the workload namespaces. `FakeConnect` routes a
 kubeconfig to the cluster its current context's server names and authenticates
 its user's token, as a real API server would (unknown credentials: 401; unknown
-server: no answer). Network probe pods run to the outcome the source cluster's
-`reach` table gives their HOST/PORT. `FakeDocker` answers `docker exec <cache>
+server: no answer). A network probe pod's connection goes where the platform's
+Services, node ports, source ranges and NetworkPolicies send it, as the CNI in use
+enforces them (`tests/support/fake_network.py`); the source cluster's `reach`
+table only forces what the network does not decide (a kubelet that never starts
+the pod, a connect that hangs). `FakeDocker` answers `docker exec <cache>
 wget .../debug/vars` with distribution's expvar JSON. `healthy_platform()` builds
 an all-green platform plus the stack outputs that describe it (the contract
 `__main__.py` exports, and the management NetworkPolicies as the components build
@@ -33,6 +36,7 @@ from components.kube import ApiError, UnreachableError
 from components.management.image_cache import CERTS_D, MIRRORED_REGISTRIES, hosts_toml
 from components.management.kamaji import etcd_network_policy
 from components.tenant.spec import isolation_network_policy
+from tests.support.fake_network import FakeNetwork
 
 Json = dict[str, Any]
 
@@ -85,12 +89,15 @@ class FakeClock:
 
 
 def node(name: str, capacity: dict[str, str] | None = None, ready: str = "True",
-         reason: str = "KubeletReady", message: str = "kubelet is posting ready status") -> Json:
+         reason: str = "KubeletReady", message: str = "kubelet is posting ready status",
+         address: str | None = None) -> Json:
     return {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
         "status": {
+            **({"addresses": [{"type": "InternalIP", "address": address},
+                              {"type": "Hostname", "address": name}]} if address else {}),
             "capacity": {"cpu": "8", "memory": "16318412Ki", "pods": "110", **(capacity or {})},
             "conditions": [
                 {"type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory"},
@@ -136,6 +143,19 @@ def baseline_violations(pod: Json) -> list[str]:
     return found
 
 
+MANAGEMENT_NODE_ADDRESS = "172.18.0.2"
+# Where Docker put each pull-through cache on the kind network.
+CACHE_ADDRESSES = {registry: f"172.18.0.{5 + index}" for index, registry in enumerate(MIRRORED_REGISTRIES)}
+
+
+def cache_fence(namespace: str) -> Json:
+    """Stands for whatever keeps a tenant's pods from the image caches: egress anywhere but to the caches."""
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": "no-image-caches", "namespace": namespace},
+            "spec": {"podSelector": {}, "policyTypes": ["Egress"], "egress": [{"to": [{"ipBlock": {
+                "cidr": "0.0.0.0/0", "except": [f"{a}/32" for a in CACHE_ADDRESSES.values()]}}]}]}}
+
+
 def default_reach(host: str) -> str:
     """What a tenant pod gets for an address nobody configured: names do not resolve, addresses are dropped."""
     try:
@@ -166,8 +186,11 @@ class FakeCluster:
     webhooks: dict[str, Json] = field(default_factory=dict)
     pods: dict[tuple[str, str], Json] = field(default_factory=dict)
     datastores: dict[str, Json] = field(default_factory=dict)
-    # A network probe pod in this cluster, aimed at (host, port), ends like this (OUTCOMES); unset: default_reach.
+    services: dict[tuple[str, str], Json] = field(default_factory=dict)
+    # A network probe pod in this cluster, aimed at (host, port), ends like this (OUTCOMES); unset: what `network`
+    # decides (or, without one, default_reach).
     reach: dict[tuple[str, int], str] = field(default_factory=dict)
+    network: FakeNetwork | None = None
     # "mutate": HAMi's webhook sets schedulerName; "skipped": it was never called
     # (failurePolicy Ignore, dead tunnel); "reject": failurePolicy Fail, dead tunnel;
     # "over-quota": a ResourceQuota refuses the pod.
@@ -198,7 +221,7 @@ def _is_network_probe(pod: Json) -> bool:
 
 # Where a FakeCluster keeps the objects of a kind verify reads one by one (by (namespace, name), or name).
 _STORES = {"TenantControlPlane": "tenant_control_planes", "DataStore": "datastores", "DaemonSet": "daemon_sets",
-           "Deployment": "deployments", "MutatingWebhookConfiguration": "webhooks"}
+           "Deployment": "deployments", "MutatingWebhookConfiguration": "webhooks", "Service": "services"}
 
 
 class FakeSession:
@@ -238,6 +261,9 @@ class FakeSession:
     def list(self, kind: str, namespace: str | None = None) -> list[Json]:
         if kind == "Node":
             return copy.deepcopy(self._enter("list nodes").nodes)
+        if kind == "Pod":
+            cluster = self._enter("list pods", "pods", namespace)
+            return [self._read_pod(ns, name) for ns, name in list(cluster.pods) if ns == namespace]
         assert kind == "NetworkPolicy", f"verify lists no {kind}"
         return copy.deepcopy(self._enter("list networkpolicies").network_policies.get(namespace or "", []))
 
@@ -307,7 +333,8 @@ class FakeSession:
         reads = cluster.probe_reads[name] = cluster.probe_reads.get(name, 0) + 1
         env = {item["name"]: item["value"] for item in pod["spec"]["containers"][0].get("env", [])}
         host, port = env["HOST"], int(env["PORT"])
-        outcome = cluster.reach.get((host, port)) or default_reach(host)
+        outcome = cluster.reach.get((host, port)) or (
+            cluster.network.outcome(cluster, pod, host, port) if cluster.network else default_reach(host))
         image = pod["spec"]["containers"][0]["image"]
         started = {"startedAt": "2026-12-01T10:00:01Z"}
         waiting = {"waiting": {"reason": "ContainerCreating"}}
@@ -416,7 +443,9 @@ class FakeDocker:
     EPOCH = "2026-11-30T09:00:00.000000000Z"
 
     def __init__(self, containers: dict[str, str | None], node_files: dict[str, dict[str, str]] | None = None,
-                 times: dict[str, tuple[str, str]] | None = None) -> None:
+                 times: dict[str, tuple[str, str]] | None = None, addresses: dict[str, str] | None = None) -> None:
+        # container -> its address on the kind network
+        self.addresses = addresses or {}
         # container name -> its /debug/vars answer; None: the container exists but is stopped.
         self.containers = containers
         # node container -> path -> content (a node absent here is no container).
@@ -464,6 +493,9 @@ class FakeDocker:
             if name not in self.containers and name not in self.node_files:
                 missing.append(f"Error: No such object: {name}\n")
                 continue
+            if "IPAddress" in argv[argv.index("--format") + 1]:
+                lines.append(f"/{name} {self.addresses.get(name, '')} \n")
+                continue
             created, started = self.times.get(name, (self.EPOCH, self.EPOCH))
             lines.append(f"/{name} {created} {started}\n")
         return subprocess.CompletedProcess(argv, 1 if missing else 0, "".join(lines), "".join(missing))
@@ -489,12 +521,16 @@ class FakePlatform:
 
 def healthy_platform(tenants: Iterable[str] = ("tenant-a", "tenant-b"), gpu_mode: str = "mock",
                      workers: dict[str, dict[str, list[Json]]] | None = None) -> FakePlatform:
-    """An all-green platform, shaped like the kind lab: every check of `make verify` holds. Every tenant's
-    workers share the kind network, which every control plane admits, so each tenant's pods connect to the
-    others' API and Konnectivity ports by design; the shared etcd's names do not resolve in a tenant and its
-    pod addresses are not routed there."""
+    """An all-green platform, shaped like the kind lab: every check of `make verify` holds, and the management
+    NetworkPolicies are enforced by kind's kindnetd, which fails open (NOT ENFORCED). Every tenant's workers share
+    the kind network, which every control plane admits, so each tenant's pods connect to the others' API and
+    Konnectivity ports by design; the control plane Services have no node port; HAMi's extender is a ClusterIP
+    Service; the shared etcd's names do not resolve in a tenant and its pod addresses are not routed there; each
+    tenant's `default` namespace may not send to the image caches (CACHE_FENCE)."""
     tenants = list(tenants)
     management = FakeCluster("https://127.0.0.1:40123", {"kind-admin-token"})
+    management.nodes.append(node("gpu-tenancy-control-plane", address=MANAGEMENT_NODE_ADDRESS))
+    management.daemon_sets[("kube-system", "kindnet")] = {"metadata": {"name": "kindnet", "namespace": "kube-system"}}
     etcd = [f"kamaji-etcd-{i}.kamaji-etcd.kamaji-system.svc.cluster.local:2379" for i in range(3)]
     management.datastores["default"] = {
         "apiVersion": "kamaji.clastix.io/v1alpha1", "kind": "DataStore", "metadata": {"name": "default"},
@@ -502,8 +538,11 @@ def healthy_platform(tenants: Iterable[str] = ("tenant-a", "tenant-b"), gpu_mode
     }
     for index in range(3):
         management.pods[("kamaji-system", f"kamaji-etcd-{index}")] = {
-            "metadata": {"name": f"kamaji-etcd-{index}", "namespace": "kamaji-system"},
-            "spec": {"containers": [{"name": "etcd", "image": "quay.io/coreos/etcd:v3.5.6"}]},
+            "metadata": {"name": f"kamaji-etcd-{index}", "namespace": "kamaji-system",
+                         "labels": dict(etcd_network_policy()["spec"]["podSelector"]["matchLabels"])},
+            "spec": {"nodeName": "gpu-tenancy-control-plane", "containers": [
+                {"name": "etcd", "image": "quay.io/coreos/etcd:v3.5.6",
+                 "ports": [{"containerPort": 2379}, {"containerPort": 2380}]}]},
             "status": {"phase": "Running", "podIP": f"10.244.0.{10 + index}"},
         }
     # The management NetworkPolicies as the program creates them (what the API server returns, defaulted).
@@ -537,12 +576,18 @@ def healthy_platform(tenants: Iterable[str] = ("tenant-a", "tenant-b"), gpu_mode
         planned = (workers or {}).get(name) or {f"{name}-worker-0": [card(f"GPU-MOCK-{letter}0")]}
         cluster = FakeCluster(f"https://{endpoint}", {f"{name}-admin-token"},
                               user_tokens={f"{name}-user-token": "default"})
-        for node_name, cards in planned.items():
+        for node_index, (node_name, cards) in enumerate(planned.items()):
             cluster.nodes.append(node(node_name, {
                 GPU: str(sum(c["slots"] for c in cards)),
                 GPU_MEMORY: str(sum(c["memoryMiB"] for c in cards)),
                 GPU_CORES: str(sum(c["cores"] for c in cards)),
-            }))
+            }, address=f"172.18.{1 + index}.{10 + node_index}"))
+        # HAMi's extender and metrics, served inside the tenant only (components/gpu/values.py).
+        cluster.services[("kube-system", "hami-scheduler")] = {
+            "metadata": {"name": "hami-scheduler", "namespace": "kube-system"},
+            "spec": {"type": "ClusterIP", "ports": [{"name": "http", "port": 443}, {"name": "scheduler",
+                                                                                    "port": 31998}]}}
+        cluster.network_policies["default"] = [cache_fence("default")]
         cluster.daemon_sets[("kube-system", "konnectivity-agent")] = {
             "metadata": {"name": "konnectivity-agent", "namespace": "kube-system"},
             "status": {"desiredNumberScheduled": len(planned), "numberReady": len(planned),
@@ -570,6 +615,26 @@ def healthy_platform(tenants: Iterable[str] = ("tenant-a", "tenant-b"), gpu_mode
             },
         }
         management.network_policies[name] = [isolation_network_policy(name, [LAB_NETWORK])]
+        host = endpoint.split(":")[0]
+        # Kamaji's Service of the control plane (internal/resources/k8s_service_resource.go): named after the
+        # TenantControlPlane, no node ports (allocateLoadBalancerNodePorts false), MetalLB's address in status.
+        management.services[(name, name)] = {
+            "metadata": {"name": name, "namespace": name},
+            "spec": {"type": "LoadBalancer", "allocateLoadBalancerNodePorts": False,
+                     "selector": {"kamaji.clastix.io/name": name},
+                     "ports": [{"name": "kube-apiserver", "port": 6443, "targetPort": 6443},
+                               {"name": "konnectivity-server", "port": 8132, "targetPort": 8132}],
+                     "loadBalancerSourceRanges": [LAB_NETWORK]},
+            "status": {"loadBalancer": {"ingress": [{"ip": host, "ipMode": "VIP"}]}},
+        }
+        management.pods[(name, f"{name}-7d9f8b6c5-x2x9q")] = {
+            "metadata": {"name": f"{name}-7d9f8b6c5-x2x9q", "namespace": name,
+                         "labels": {"kamaji.clastix.io/name": name}},
+            "spec": {"nodeName": "gpu-tenancy-control-plane", "containers": [
+                {"name": "kube-apiserver", "ports": [{"containerPort": 6443}]},
+                {"name": "konnectivity-server", "ports": [{"containerPort": 8132}]}]},
+            "status": {"phase": "Running", "podIP": f"10.244.0.{30 + index}"},
+        }
         outputs["tenantAdminKubeconfigs"][name] = kubeconfig_yaml(name, cluster.server, f"{name}-admin-token")
         outputs["tenantKubeconfigs"][name] = kubeconfig_yaml(name, cluster.server, f"{name}-user-token", "default")
         outputs["tenants"][name] = {
@@ -594,16 +659,14 @@ def healthy_platform(tenants: Iterable[str] = ("tenant-a", "tenant-b"), gpu_mode
             "quota": None,
         }
         clusters[name] = cluster
-    # The lab: every tenant's pods reach every other tenant's API and Konnectivity ports (one kind network).
-    for name, cluster in clusters.items():
-        for other in tenants:
-            if other != name:
-                host = outputs["tenants"][other]["endpoint"].split(":")[0]
-                cluster.reach.update({(host, 6443): "connected", (host, 8132): "connected"})
+    network = FakeNetwork(management, clusters, hosts={address: {5000} for address in CACHE_ADDRESSES.values()})
+    for cluster in (management, *clusters.values()):
+        cluster.network = network
     # Every node pulls through the caches: node-mirrors.sh wrote its hosts.toml files.
     for name in tenants:
         mirror["nodes"] += list(outputs["plan"]["tenants"][name]["workers"])
     hosts = {f"{CERTS_D}/{registry}/hosts.toml": hosts_toml(registry, cache["url"]) for registry, cache in caches.items()}
     docker = FakeDocker({cache["container"]: expvar_json() for cache in caches.values()},
-                        {node: dict(hosts) for node in mirror["nodes"]})
+                        {node: dict(hosts) for node in mirror["nodes"]},
+                        addresses={cache["container"]: CACHE_ADDRESSES[registry] for registry, cache in caches.items()})
     return FakePlatform(outputs, management, clusters, FakeConnect([management, *clusters.values()]), docker)
