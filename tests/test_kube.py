@@ -350,6 +350,7 @@ def test_paths_follow_the_kubernetes_url_layout(api):
         {"apiVersion": "kamaji.clastix.io/v1alpha1", "kind": "DataStore", "metadata": {"name": "default"}},
         {"apiVersion": "metallb.io/v1beta1", "kind": "IPAddressPool",
          "metadata": {"name": "kind-ip-pool", "namespace": "metallb-system"}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "alpha", "namespace": "team-a"}},
     ]
     assert {obj["kind"] for obj in objects} == set(kube.RESOURCES), "a kind of the client is not tried here"
     for obj in objects:
@@ -372,6 +373,7 @@ def test_paths_follow_the_kubernetes_url_layout(api):
         "/apis/kamaji.clastix.io/v1alpha1/namespaces/tenants/tenantcontrolplanes/alpha",
         "/apis/kamaji.clastix.io/v1alpha1/datastores/default",
         "/apis/metallb.io/v1beta1/namespaces/metallb-system/ipaddresspools/kind-ip-pool",
+        "/api/v1/namespaces/team-a/services/alpha",
         "/api/v1/namespaces/default/secrets/s",
         "/api/v1/nodes",
         "/apis/networking.k8s.io/v1/namespaces/tenant-a/networkpolicies",

@@ -36,6 +36,7 @@ RESOURCES = {
     "Node": ("v1", "nodes", False),
     "Pod": ("v1", "pods", True),
     "Secret": ("v1", "secrets", True),
+    "Service": ("v1", "services", True),
     "DaemonSet": ("apps/v1", "daemonsets", True),
     "Deployment": ("apps/v1", "deployments", True),
     "NetworkPolicy": ("networking.k8s.io/v1", "networkpolicies", True),
