@@ -28,8 +28,9 @@ TENANTS ?=
 # `make secret KEY=<key path> FILE=<file>`
 KEY ?=
 FILE ?=
-# `make kubeconfig TENANT=<name> [ADMIN=1]`
+# `make kubeconfig TENANT=<name> [ADMIN=1]`; `make verify DISRUPTIVE=1 [TENANT=<name>]`
 TENANT ?=
+DISRUPTIVE ?=
 ADMIN ?=
 
 .PHONY: help venv lint test preflight upstream charts backend pulumi-cli secret preview up down status verify graph bench docs e2e kubeconfig
@@ -41,6 +42,8 @@ help:
 	@echo "make preview     preflight, the pinned Helm charts, local backend, pulumi preview of stack '$(STACK)'"
 	@echo "make status      one table per tenant: endpoint, nodes, cards and slots, what the smoke test proved"
 	@echo "make verify      check the running platform of stack '$(STACK)' (exit 0 = every check holds)"
+	@echo "make verify DISRUPTIVE=1 [TENANT=<name>]  also cut one tenant's Konnectivity tunnel (a GPU pod must be"
+	@echo "                 rejected), then restore it; the tenant's GPU pods cannot be created meanwhile"
 	@echo "make kubeconfig TENANT=<name> [ADMIN=1]  write the tenant's user (or admin) kubeconfig, mode 600"
 	@echo "make test        create .venv, install pinned dependencies, lint, run the tests"
 	@echo "make lint        ruff on the Python code, shellcheck on components/*/scripts/*.sh"
@@ -133,7 +136,7 @@ status: pulumi-cli venv
 	$(PY) -m ops.status --stack $(STACK)
 
 verify: pulumi-cli venv
-	$(PY) -m ops.verify --stack $(STACK)
+	$(PY) -m ops.verify --stack $(STACK) $(if $(DISRUPTIVE),--disruptive $(if $(TENANT),--disrupt-tenant '$(TENANT)'))
 
 graph: venv
 	@mkdir -p $(BUILD)

@@ -7,8 +7,9 @@ memory), and prints one table per tenant, then one for the lab's image mirror.
 A row is OK, FAIL, or SKIP when there was nothing it could try (printed with the
 reason; it neither holds nor fails). Exit code: 0 when no check fails, 1 when any
 fails, 2 when the outputs cannot be read or verify itself stops on an unexpected
-error. The subprocess runner, the API connector and the probes' clock are
-injectable, so everything is unit-tested without a cluster.
+error, 130 on Ctrl-C. With --disruptive (`make verify DISRUPTIVE=1 [TENANT=<name>]`) it also cuts one
+tenant's Konnectivity tunnel and restores it (ops/verify_disrupt.py). The subprocess runner, the API connector
+and the probes' clock are injectable, so everything is unit-tested without a cluster.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from ops.verify_checks import (
     split_host_port,
     verify_tenant,
 )
+from ops.verify_disrupt import check_tunnel_cut, disruptive_tenant
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRED_OUTPUTS = ("managementKubeconfig", "tenantKubeconfigs", "tenantAdminKubeconfigs", "tenants", "plan")
@@ -204,8 +206,9 @@ def platform_from_outputs(outputs: Json) -> tuple[Json, Platform]:
 
 
 def verify_platform(platform: Platform, management: KubeClient, connect: Connect,
-                    waiting: Waiting) -> Iterable[TenantReport]:
-    """One table per tenant, in plan order, yielded as each tenant finishes."""
+                    waiting: Waiting, disrupt: str | None = None) -> Iterable[TenantReport]:
+    """One table per tenant, in plan order, yielded as each tenant finishes; the tenant `disrupt` names also gets
+    the tunnel cut's rows, once its own checks are done."""
     for name in [*platform.tenants, *platform.incomplete]:
         if name in platform.incomplete:
             yield TenantReport(name, name, [CheckResult(
@@ -214,8 +217,16 @@ def verify_platform(platform: Platform, management: KubeClient, connect: Connect
             )])
         else:
             tenant = platform.tenants[name]
-            yield TenantReport(name, f"{name} (management namespace {tenant.namespace})",
-                               verify_tenant(platform, tenant, management, connect, waiting))
+            results = verify_tenant(platform, tenant, management, connect, waiting)
+            if name == disrupt:
+                answered = next((r for r in results if r.name == "tenant API answers"), None)
+                if answered is not None and answered.ok:
+                    results += check_tunnel_cut(platform, tenant, connect, waiting)
+                else:
+                    results.append(CheckResult("tunnel cut: GPU pod rejected", False, f"not run: {name}'s API "
+                                               "server does not answer (see 'tenant API answers')",
+                                               "fix the tenant API first, then verify again"))
+            yield TenantReport(name, f"{name} (management namespace {tenant.namespace})", results)
 
 
 # --- the image mirror -------------------------------------------------------------------------
@@ -453,8 +464,13 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--stack", default="dev", help="Pulumi stack to read the outputs of (default: dev)")
     parser.add_argument("--outputs-file", help="read saved `pulumi stack output --json --show-secrets` instead")
     parser.add_argument("--probe-timeout", type=float, default=60.0,
-                        help="seconds to wait for the GPU probe to get a GPU, and for the network probes to "
-                             "start (default: 60)")
+                        help="seconds to wait for the GPU probe to get a GPU, for the network probes to start, "
+                             "and, with --disruptive, for the tunnel to go down and to come back (default: 60)")
+    parser.add_argument("--disruptive", action="store_true",
+                        help="also cut one tenant's Konnectivity tunnel: a GPU pod must then be rejected; the tunnel "
+                             "is restored afterwards (make verify DISRUPTIVE=1)")
+    parser.add_argument("--disrupt-tenant", metavar="TENANT",
+                        help="with --disruptive: the tenant to cut (default: the first of the plan)")
     return parser.parse_args(argv)
 
 
@@ -501,6 +517,12 @@ def _verify(args: argparse.Namespace, run: Run, connect: Connect, waiting: Waiti
         outputs = (read_outputs_file(args.outputs_file) if args.outputs_file
                    else read_stack_outputs(args.stack, run))
         management_kubeconfig, platform = platform_from_outputs(outputs)
+        try:
+            disrupt = disruptive_tenant(platform, args.disrupt_tenant) if args.disruptive else None
+        except ValueError as error:
+            raise OutputsError(str(error)) from None
+        if args.disrupt_tenant and not args.disruptive:
+            raise OutputsError("--disrupt-tenant needs --disruptive (make verify DISRUPTIVE=1 TENANT=<name>)")
         platform = dataclasses.replace(platform, image_caches=image_caches(outputs.get("imageMirror"), run))
         try:
             management = connect(management_kubeconfig)
@@ -510,7 +532,7 @@ def _verify(args: argparse.Namespace, run: Run, connect: Connect, waiting: Waiti
         print(f"verify: {error}", file=sys.stderr)
         return 2
     reports: list[TenantReport] = []
-    for report in verify_platform(platform, management, connect, waiting):
+    for report in verify_platform(platform, management, connect, waiting, disrupt):
         reports.append(report)
         print(render_table(report) + "\n", flush=True)
     mirror = verify_mirror(outputs.get("imageMirror"), run)
@@ -528,7 +550,8 @@ def main(
     connect: Connect = kube.connect,
     waiting: Waiting | None = None,
 ) -> int:
-    """0: no check failed; 1: a check failed; 2: the outputs are unusable or verify stopped on an unexpected error."""
+    """0: no check failed; 1: a check failed; 2: the outputs are unusable or verify stopped on an unexpected error;
+    130: interrupted (Ctrl-C)."""
     args = _arguments(argv)
     waiting = waiting or Waiting(timeout=args.probe_timeout)
     opened: list[KubeClient] = []
@@ -540,6 +563,9 @@ def main(
 
     try:
         return _verify(args, run, connect_tracked, waiting)
+    except KeyboardInterrupt:  # a cut tunnel was restored on the way out, and said so
+        print("verify: interrupted", file=sys.stderr)
+        return 130
     except Exception as error:  # 1 means "a check failed": anything else unforeseen is exit 2, in one line
         print(_unexpected(error), file=sys.stderr)
         return 2

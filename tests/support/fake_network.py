@@ -79,8 +79,9 @@ class FakeNetwork:
                                                       netpol.Peer(host), port):
                 return "filtered"
             return self._deliver(peer, host, port, from_tenant=False)
-        # Calico in the tenant enforces the tenant's own policies on the pod's egress.
-        if not netpol.allowed(_policies(source), "egress", namespace, labels, netpol.Peer(host), port):
+        # Calico in the tenant enforces the tenant's own policies on the pod's egress; a host-network pod is no
+        # workload endpoint, so no NetworkPolicy selects it (Calico polices hosts only through HostEndpoints).
+        if not _dig(pod, "spec", "hostNetwork") and not netpol.allowed(_policies(source), "egress", namespace, labels, netpol.Peer(host), port):
             return "filtered"
         worker = next((node_address(n) for n in source.nodes if node_address(n)), None)
         return self._deliver(netpol.Peer(worker or "0.0.0.0"), host, port, from_tenant=True)

@@ -62,6 +62,12 @@ WEBHOOK_REJECTION = (
     'Internal error occurred: failed calling webhook "vgpu.hami.io": failed to call webhook: Post '
     '"https://hami-scheduler.kube-system.svc:443/webhook/mutating?timeout=10s": No agent available'
 )
+# Kamaji's agent pods (clastix/kamaji 26.8.2-edge internal/resources/konnectivity/agent.go: label k8s-app, in
+# kube-system) and HAMi's webhook's exempt namespaces (components/gpu/values.py).
+AGENT_LABELS = {"k8s-app": "konnectivity-agent"}
+AGENT_NAMESPACE = "kube-system"
+WEBHOOK_EXEMPT = {"kube-system", "kube-public", "kube-node-lease", "tigera-operator", "calico-system",
+                  "calico-apiserver"}
 QUOTA_REJECTION = (
     'pods "verify-gpu-" is forbidden: exceeded quota: gpu, requested: nvidia.com/gpu=1, used: nvidia.com/gpu=1, '
     'limited: nvidia.com/gpu=1'
@@ -191,10 +197,28 @@ class FakeCluster:
     # decides (or, without one, default_reach).
     reach: dict[tuple[str, int], str] = field(default_factory=dict)
     network: FakeNetwork | None = None
-    # "mutate": HAMi's webhook sets schedulerName; "skipped": it was never called
-    # (failurePolicy Ignore, dead tunnel); "reject": failurePolicy Fail, dead tunnel;
-    # "over-quota": a ResourceQuota refuses the pod.
+    # "mutate": HAMi's webhook is called through the tunnel (`tunnel_up`) and sets schedulerName on GPU pods; with
+    # the tunnel down the call fails, and the webhook's failurePolicy decides (Fail: rejected, else admitted
+    # unmutated); without a webhook configuration nothing is mutated. Forced: "skipped" (never called),
+    # "reject" (every call fails), "over-quota" (a ResourceQuota refuses GPU pods).
     admission: str = "mutate"
+    # Where the Konnectivity agents dial (the tenant's LoadBalancer address, 8132); None: the tunnel is always up.
+    konnectivity_server: tuple[str, int] | None = None
+    # The agents' pods (kube-system, label k8s-app=konnectivity-agent), by name; a deleted one is replaced at once
+    # (the DaemonSet controller), and connects on its `agent_connect_after`-th attempt if the network lets it.
+    agent_pods: dict[str, Json] = field(default_factory=dict)
+    # Agent pod -> its tunnel is open: an open connection stays open when a NetworkPolicy is added later (Calico
+    # keeps established flows: projectcalico/calico issue 6399), it closes only with the pod (the server removes the backend when
+    # the stream ends: apiserver-network-proxy v0.35.0 pkg/server/server.go Connect, `defer s.removeBackend`).
+    agent_links: dict[str, bool] = field(default_factory=dict)
+    agent_attempts: dict[str, int] = field(default_factory=dict)
+    agent_connect_after: int = 2
+    # A deleted agent pod terminates gracefully: its tunnel stays open for this many more admission calls.
+    agent_grace_calls: int = 1
+    terminating_agents: dict[str, int] = field(default_factory=dict)
+    # Request ("delete networkpolicies", ...) -> the error it fails with, every time.
+    failing_requests: dict[str, ApiError] = field(default_factory=dict)
+    dry_runs: list[Json] = field(default_factory=list)
     # HAMi allocates the pod on this read of it; None: never (stays Pending).
     allocate_on_read: int | None = 2
     allocated_devices: str = "GPU-MOCK-A0,NVIDIA,3000,30:;"
@@ -213,6 +237,44 @@ class FakeCluster:
         session = FakeSession(self, token)
         self.sessions.append(session)
         return session
+
+    def add_agent(self, node_name: str, host_network: bool = False, connected: bool = False) -> str:
+        name = f"konnectivity-agent-{_suffix(len(self.agent_attempts) + 1000)}"
+        self.agent_pods[name] = {
+            "metadata": {"name": name, "namespace": AGENT_NAMESPACE, "labels": dict(AGENT_LABELS)},
+            "spec": {"nodeName": node_name, "hostNetwork": host_network,
+                     "containers": [{"name": "konnectivity-agent", "command": ["/proxy-agent"]}]},
+            "status": {"phase": "Running"},
+        }
+        self.agent_links[name] = connected
+        self.agent_attempts[name] = 0
+        return name
+
+    def tunnel_up(self) -> bool:
+        """Each agent without a tunnel tries once more (the agent retries forever); up when any agent has one."""
+        if self.konnectivity_server is None:
+            return True
+        host, port = self.konnectivity_server
+        lingering = any(calls > 0 for calls in self.terminating_agents.values())
+        self.terminating_agents = {name: calls - 1 for name, calls in self.terminating_agents.items() if calls > 1}
+        for name, pod in self.agent_pods.items():
+            if self.agent_links[name]:
+                continue
+            self.agent_attempts[name] += 1
+            if self.agent_attempts[name] >= self.agent_connect_after and self.network is not None:
+                self.agent_links[name] = self.network.outcome(self, pod, host, port) == "connected"
+        return lingering or any(self.agent_links[name] for name in self.agent_pods)
+
+    def admission_for(self, namespace: str) -> str:
+        """What admission does to a pod created in `namespace` now (see `admission`)."""
+        if self.admission != "mutate":
+            return self.admission
+        hooks = (self.webhooks.get("hami-webhook") or {}).get("webhooks") or []
+        if not hooks or namespace in WEBHOOK_EXEMPT:
+            return "skipped"
+        if self.tunnel_up():
+            return "mutate"
+        return "reject" if hooks[0].get("failurePolicy") == "Fail" else "skipped"
 
 
 def _is_network_probe(pod: Json) -> bool:
@@ -238,6 +300,8 @@ class FakeSession:
         cluster.requests.append(request)
         if cluster.down:
             raise UnreachableError(f"HTTPSConnectionPool(host='{cluster.server}'): connect timeout")
+        if request in cluster.failing_requests:
+            raise cluster.failing_requests[request]
         if self.token in cluster.tokens:
             return cluster
         if self.token not in cluster.user_tokens:
@@ -255,6 +319,10 @@ class FakeSession:
     def find(self, kind: str, name: str, namespace: str | None = None) -> Json | None:
         if kind == "Pod":
             return self._read_pod(namespace or "", name)
+        if kind == "NetworkPolicy":
+            policies = self._enter("get networkpolicies", "networkpolicies", namespace).network_policies
+            return copy.deepcopy(next((p for p in policies.get(namespace or "", []) if p["metadata"]["name"] == name),
+                                      None))
         store = getattr(self._enter(f"get {kube.RESOURCES[kind][1]}"), _STORES[kind])
         return copy.deepcopy(store.get((namespace, name) if namespace else name))
 
@@ -263,7 +331,8 @@ class FakeSession:
             return copy.deepcopy(self._enter("list nodes").nodes)
         if kind == "Pod":
             cluster = self._enter("list pods", "pods", namespace)
-            return [self._read_pod(ns, name) for ns, name in list(cluster.pods) if ns == namespace]
+            agents = [copy.deepcopy(pod) for pod in cluster.agent_pods.values()] if namespace == AGENT_NAMESPACE else []
+            return [*agents, *(self._read_pod(ns, name) for ns, name in list(cluster.pods) if ns == namespace)]
         assert kind == "NetworkPolicy", f"verify lists no {kind}"
         return copy.deepcopy(self._enter("list networkpolicies").network_policies.get(namespace or "", []))
 
@@ -271,7 +340,9 @@ class FakeSession:
         raise AssertionError("verify patches nothing")
 
     def create(self, obj: Json, dry_run: bool = False) -> Json:
-        assert obj["kind"] == "Pod" and not dry_run, "verify creates probe pods only"
+        if obj["kind"] == "NetworkPolicy":
+            return self._create_policy(obj, dry_run)
+        assert obj["kind"] == "Pod", "verify creates probe pods and the tunnel cut's NetworkPolicy only"
         pod, namespace = obj, obj["metadata"]["namespace"]
         cluster = self._enter("create pods", "pods", namespace)
         violations = baseline_violations(pod) if namespace in cluster.baseline_namespaces else []
@@ -279,19 +350,24 @@ class FakeSession:
             raise ApiError(403, f'pods "{pod["metadata"].get("generateName", "")}" is forbidden: violates '
                                 f'PodSecurity "baseline:latest": {", ".join(violations)}')
         limits = pod["spec"]["containers"][0].get("resources", {}).get("limits", {})
-        if cluster.admission == "reject":  # the API server calls the webhook for every pod, and it is unreachable
+        admission = cluster.admission_for(namespace)
+        if admission == "reject":  # the API server calls the webhook for every pod, and it is unreachable
             raise ApiError(500, WEBHOOK_REJECTION)
-        if cluster.admission == "over-quota" and GPU in limits:
+        if admission == "over-quota" and GPU in limits:
             raise ApiError(403, QUOTA_REJECTION)
         pod = copy.deepcopy(pod)
-        pod["metadata"]["name"] = pod["metadata"].pop("generateName") + _suffix(len(cluster.created))
+        pod["metadata"]["name"] = pod["metadata"].pop("generateName") + _suffix(len(cluster.created) +
+                                                                                len(cluster.dry_runs))
         pod["metadata"]["namespace"] = namespace
         pod["metadata"].setdefault("annotations", {})
-        mutated = cluster.admission == "mutate" and GPU in limits
+        mutated = admission == "mutate" and GPU in limits
         # The API server defaults schedulerName; HAMi's webhook overrides it for GPU pods.
         pod["spec"]["schedulerName"] = "hami-scheduler" if mutated else pod["spec"].get(
             "schedulerName", "default-scheduler")
         pod["status"] = {"phase": "Pending"}
+        if dry_run:  # admitted, defaulted and mutated, not stored
+            cluster.dry_runs.append(copy.deepcopy(pod))
+            return pod
         cluster.created.append(copy.deepcopy(pod))
         cluster.pods[(namespace, pod["metadata"]["name"])] = pod
         return copy.deepcopy(pod)
@@ -370,8 +446,33 @@ class FakeSession:
         pod["status"] = status
         return copy.deepcopy(pod)
 
+    def _create_policy(self, policy: Json, dry_run: bool) -> Json:
+        assert not dry_run
+        namespace = policy["metadata"]["namespace"]
+        cluster = self._enter("create networkpolicies", "networkpolicies", namespace)
+        present = cluster.network_policies.setdefault(namespace, [])
+        if any(p["metadata"]["name"] == policy["metadata"]["name"] for p in present):
+            raise ApiError(409, f'networkpolicies.networking.k8s.io "{policy["metadata"]["name"]}" already exists')
+        present.append(copy.deepcopy(policy))
+        return copy.deepcopy(policy)
+
     def delete(self, kind: str, name: str, namespace: str | None = None, *,
                grace_period_seconds: int | None = None) -> bool:
+        if kind == "NetworkPolicy":
+            cluster = self._enter("delete networkpolicies", "networkpolicies", namespace)
+            policies = cluster.network_policies.get(namespace or "", [])
+            kept = [p for p in policies if p["metadata"]["name"] != name]
+            cluster.network_policies[namespace or ""] = kept
+            return len(kept) < len(policies)
+        if namespace == AGENT_NAMESPACE and name in self.cluster.agent_pods:
+            cluster = self._enter("delete pods", "pods", namespace)
+            pod = cluster.agent_pods.pop(name)
+            if cluster.agent_links.pop(name) and cluster.agent_grace_calls:
+                cluster.terminating_agents[name] = cluster.agent_grace_calls
+            cluster.deleted.append((namespace, name))
+            # The DaemonSet controller replaces it on the same node.
+            cluster.add_agent(pod["spec"]["nodeName"], host_network=pod["spec"]["hostNetwork"])
+            return True
         assert kind == "Pod" and grace_period_seconds == 0, "verify deletes its probe pods, at once"
         cluster = self._enter("delete pods", "pods", namespace)
         cluster.deleted.append((namespace or "", name))
@@ -588,6 +689,10 @@ def healthy_platform(tenants: Iterable[str] = ("tenant-a", "tenant-b"), gpu_mode
             "spec": {"type": "ClusterIP", "ports": [{"name": "http", "port": 443}, {"name": "scheduler",
                                                                                     "port": 31998}]}}
         cluster.network_policies["default"] = [cache_fence("default")]
+        # One agent per node (a DaemonSet), each with its tunnel to the tenant's Konnectivity server open.
+        cluster.konnectivity_server = (endpoint.split(":")[0], 8132)
+        for node_name in planned:
+            cluster.add_agent(node_name, connected=True)
         cluster.daemon_sets[("kube-system", "konnectivity-agent")] = {
             "metadata": {"name": "konnectivity-agent", "namespace": "kube-system"},
             "status": {"desiredNumberScheduled": len(planned), "numberReady": len(planned),
