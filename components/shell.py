@@ -56,7 +56,7 @@ NODE_JOIN_ENV = (
 REGISTRY_MIRRORS_ENV = "REGISTRY_MIRRORS"  # lines "<registry> <upstream server URL> <mirror URL>"
 
 # Test-only knobs of the node scripts (never set in production, so the scripts' defaults apply).
-NODE_ROOT_ENV = "GPU_TENANCY_NODE_ROOT"  # prefix for /etc, /proc and /sys
+NODE_ROOT_ENV = "GPU_TENANCY_NODE_ROOT"  # prefix for /etc, /opt, /var, /proc and /sys
 JOIN_ATTEMPTS_ENV = "JOIN_ATTEMPTS"  # default 12
 JOIN_PAUSE_ENV = "JOIN_RETRY_PAUSE_SECONDS"  # default 10
 RUNTIME_ATTEMPTS_ENV = "RUNTIME_WAIT_ATTEMPTS"  # default 60

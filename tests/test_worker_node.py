@@ -243,7 +243,8 @@ def test_join_feeds_the_node_scripts_to_docker_exec_and_only_the_action_is_on_th
         NODE, f"If Node {NODE} remains in the tenant, the next removal of this worker deletes it.")
     assert inputs["stdin"] == node_stdin({
         "create": (ns.NODE_JOIN, ns.script_text(ns.NODE_JOIN), {name: values[name] for name in ns.NODE_JOIN_ENV}),
-        "delete": (ns.NODE_LEAVE, ns.script_text(ns.NODE_LEAVE), {ns.NODE_NAME_ENV: NODE}),
+        "delete": (ns.NODE_LEAVE, ns.script_text(ns.NODE_LEAVE),
+                   {ns.NODE_NAME_ENV: NODE, ns.NODE_KIND_ENV: ns.NODE_KIND_CONTAINER}),
     })
     assert join.is_secret("stdin")
     for key in ("interpreter", "create", "delete", "environment"):

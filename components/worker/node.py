@@ -206,7 +206,10 @@ class WorkerNode(pulumi.ComponentResource):
                 node_scripts.NODE_KIND_ENV: node_kind,
             },
         )
-        leave = NodeScript(node_scripts.NODE_LEAVE, {node_scripts.NODE_NAME_ENV: node})
+        # A machine's leave also removes what the tenant left on it; a container goes with everything in it.
+        leave = NodeScript(
+            node_scripts.NODE_LEAVE, {node_scripts.NODE_NAME_ENV: node, node_scripts.NODE_KIND_ENV: node_kind}
+        )
         self.join = run_on_node(
             f"{name}-join",
             self.access,

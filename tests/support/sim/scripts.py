@@ -25,7 +25,7 @@ from components.kube import ApiError
 from components.worker import access
 from tests.support.sim import systems
 from tests.support.sim.state import is_secret, plain
-from tests.support.sim.world import MIRROR_MARKER, Machine, World
+from tests.support.sim.world import MIRROR_MARKER, TENANT_TRACES, Machine, World
 
 
 class CommandFailedError(Exception):
@@ -220,15 +220,23 @@ def _join(world: World, machine: Machine, env: dict[str, str]) -> str:
         systems.reset(world, machine)
         raise CommandFailedError(f"gpu-tenancy: worker {node}: kubeadm join to {endpoint} failed 12 times; "
                                  f"last kubeadm output: {error}") from None
+    if not container:
+        # node-join.sh persists two kernel settings on a machine; the tenant's Calico and kube-proxy then put
+        # their CNI files, state and iptables chains there (what node-leave.sh removes again).
+        machine.files.update(TENANT_TRACES)
     return f"worker {node} joined the tenant at {endpoint}"
 
 
 def _leave(world: World, machine: Machine, env: dict[str, str]) -> str:
     node = env["NODE_NAME"]
-    if machine.kubelet_conf is None:
-        return f"worker {node} was not joined"
-    systems.reset(world, machine)
-    return f"worker {node} reset"
+    said = f"worker {node} was not joined"
+    if machine.kubelet_conf is not None:
+        systems.reset(world, machine)
+        said = f"worker {node} reset"
+    if env.get("NODE_KIND") == "machine":
+        for path in TENANT_TRACES:
+            machine.files.pop(path, None)
+    return said
 
 
 # --------------------------------------------------------------------------- #

@@ -674,8 +674,21 @@ class World:
             if host.machine.kubelet_conf:
                 left.append(f"machine {host.host} still joined to {host.machine.kubelet_conf}")
             left += [f"machine {host.host}: {path}" for path, content in host.machine.files.items()
-                     if content.startswith(MIRROR_MARKER)]
+                     if content.startswith(MIRROR_MARKER) or TENANT_TRACES.get(path) == content]
         return left
+
+
+# What a tenant leaves on an SSH machine it ran on, beyond kubeadm's own files: the two files node-join.sh
+# persists, Calico's CNI configuration and state, and the cali-/KUBE- iptables chains (as one pseudo-path).
+TENANT_TRACES = {
+    "/etc/sysctl.d/99-gpu-tenancy.conf": "# gpu-tenancy worker join: kube-proxy and the pod network need IPv4 "
+                                         "forwarding.\nnet.ipv4.ip_forward = 1",
+    "/etc/modules-load.d/gpu-tenancy.conf": "# gpu-tenancy worker join: bridged pod traffic must traverse "
+                                            "iptables.\nbr_netfilter",
+    "/etc/cni/net.d/10-calico.conflist": "calico network configuration",
+    "/var/lib/calico/nodename": "calico node name",
+    "iptables: cali-* and KUBE-* chains": "calico and kube-proxy rules",
+}
 
 
 # The first line of every hosts.toml components/worker/scripts/node-mirrors.sh writes.
