@@ -52,6 +52,10 @@ NODE_JOIN_ENV = (
     TENANT_VERSION_ENV,
     NODE_KIND_ENV,
 )
+# node-join.sh in gpuMode nvidia, on a worker that lists `gpus` (HAMi's device plugin will run there): what to check.
+GPU_MODE_ENV = "GPU_MODE"  # "nvidia"; unset otherwise
+NVIDIA_RUNTIME_CLASS_ENV = "NVIDIA_RUNTIME_CLASS"  # nvidia.runtimeClassName, "" when nvidia must be the default
+GPU_UUIDS_ENV = "GPU_UUIDS"  # the configured cards' UUIDs, space-separated
 # node-mirrors.sh (run on the kind node and on workers).
 REGISTRY_MIRRORS_ENV = "REGISTRY_MIRRORS"  # lines "<registry> <upstream server URL> <mirror URL>"
 

@@ -173,6 +173,16 @@ case "$1" in
   *) echo "stub ipset: unexpected $*" >&2; exit 2 ;;
 esac
 """,
+    # The NVIDIA driver's tool: one "<driver version>, <uuid>" line per card for the query the join makes.
+    "nvidia-smi": r"""
+rec nvidia-smi "$@"
+[[ "$*" == "--query-gpu=driver_version,uuid --format=csv,noheader" ]] || { echo "stub nvidia-smi: unexpected $*" >&2; exit 2; }
+[[ "${NVIDIA_SMI_FAILS:-}" == 1 ]] && { echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver." >&2; exit 9; }
+printf '%s\n' "${NVIDIA_SMI_OUTPUT:-550.54.15, GPU-aaaa}"
+""",
+    "nvidia-container-runtime": r"""
+rec nvidia-container-runtime "$@"
+""",
     "kubelet": r"""
 rec kubelet "$@"
 [[ "$1" == --version ]] || { echo "stub kubelet: unexpected $*" >&2; exit 2; }
@@ -183,6 +193,7 @@ echo "Kubernetes ${KUBELET_VERSION:-v1.35.0}"
 rec containerd "$@"
 [[ "$1 $2" == "config dump" ]] || { echo "stub containerd: unexpected $*" >&2; exit 2; }
 [[ "${CONTAINERD_DUMP_FAILS:-}" == 1 ]] && { echo "containerd: unknown command config" >&2; exit 1; }
+[[ -n "${CONTAINERD_DUMP_FILE:-}" ]] && { cat "$CONTAINERD_DUMP_FILE"; exit 0; }
 printf '%s\n' 'version = 3' "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]" \
   "  SystemdCgroup = ${CONTAINERD_SYSTEMD_CGROUP:-true}"
 """,
@@ -810,6 +821,156 @@ def test_a_containerd_that_cannot_dump_its_config_is_not_held_against_the_node(n
     assert done.returncode == 0, done.stderr
     assert "not checking containerd's cgroup driver" in done.stderr
     assert node.joined()
+
+
+# --------------------------------------------------------------------------- #
+# node-join.sh: a GPU server in gpuMode nvidia (what HAMi's device plugin needs)
+# --------------------------------------------------------------------------- #
+
+CONTAINERD_FIXTURES = Path(__file__).parent / "fixtures" / "containerd"
+CARD = "GPU-aaaa"
+# containerd's runc section in 2.x's default (fixture) and 1.x's: the join needs SystemdCgroup = true there, and
+# `nvidia-ctk runtime configure --runtime=containerd [--set-as-default]` adds an nvidia runtime beside it.
+RUNC_OPTIONS = {3: "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]\n",
+                2: '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n'}
+NVIDIA_RUNTIME = {
+    3: "        [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia]\n"
+       "          runtime_type = 'io.containerd.runc.v2'\n\n"
+       "          [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia.options]\n"
+       "            BinaryName = '/usr/bin/nvidia-container-runtime'\n"
+       "            SystemdCgroup = true\n\n",
+    2: '        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n'
+       '          runtime_type = "io.containerd.runc.v2"\n\n'
+       '          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]\n'
+       '            BinaryName = "/usr/bin/nvidia-container-runtime"\n'
+       '            SystemdCgroup = true\n\n',
+}
+FIXTURE = {3: "2.x-cri-config-default.toml", 2: "1.7-config-default.toml"}
+QUOTE = {3: "'", 2: '"'}
+
+
+def containerd_dump(node: Node, version: int = 3, *, nvidia: bool = True, default: bool = True) -> str:
+    """A PATH-visible file holding the fixture dump of containerd 2.x (3) or 1.7 (2) with the systemd cgroup driver,
+    and with the nvidia runtime (as containerd's default) where asked."""
+    text = (CONTAINERD_FIXTURES / FIXTURE[version]).read_text()
+    header = RUNC_OPTIONS[version]
+    assert header in text
+    text = text.replace(header, header + "            SystemdCgroup = true\n")
+    if nvidia:
+        runc_table = header.replace(".options]", "]")
+        text = text.replace(f"        {runc_table}", NVIDIA_RUNTIME[version] + f"        {runc_table}")
+        assert NVIDIA_RUNTIME[version] in text
+    if default:
+        q = QUOTE[version]
+        before = f"default_runtime_name = {q}runc{q}"
+        assert before in text
+        text = text.replace(before, f"default_runtime_name = {q}nvidia{q}")
+    path = node.base / f"containerd-dump-{version}.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def nvidia_env(dump: str, runtime_class: str = "", uuids: str = CARD) -> dict[str, str]:
+    return {ns.GPU_MODE_ENV: "nvidia", ns.NVIDIA_RUNTIME_CLASS_ENV: runtime_class, ns.GPU_UUIDS_ENV: uuids,
+            "CONTAINERD_DUMP_FILE": dump}
+
+
+@pytest.mark.parametrize("version", [3, 2])
+def test_a_gpu_server_ready_for_hamis_device_plugin_joins(node, version):
+    done = node.run_join(ns.NODE_KIND_MACHINE, **nvidia_env(containerd_dump(node, version)))
+
+    assert done.returncode == 0, done.stderr
+    assert node.calls("nvidia-smi") == [["--query-gpu=driver_version,uuid", "--format=csv,noheader"]]
+    assert node.joined()
+
+
+def test_with_a_runtime_class_nvidia_need_not_be_containerds_default(node):
+    dump = containerd_dump(node, default=False)
+
+    done = node.run_join(ns.NODE_KIND_MACHINE, **nvidia_env(dump, runtime_class="nvidia"))
+
+    assert done.returncode == 0, done.stderr
+
+
+def test_without_a_runtime_class_nvidia_must_be_containerds_default(node):
+    done = node.run_join(ns.NODE_KIND_MACHINE, **nvidia_env(containerd_dump(node, default=False)))
+
+    assert done.returncode == 1
+    assert "nvidia is not containerd's default runtime, and no RuntimeClass is configured" in done.stderr
+    assert "sudo nvidia-ctk runtime configure --runtime=containerd --set-as-default" in done.stderr
+    assert "nvidia.runtimeClassName" in done.stderr
+    assert node.calls("kubeadm") == []
+
+
+def test_a_server_without_driver_toolkit_runtime_and_with_another_plugin_is_told_everything_at_once(node):
+    node.remove_tool("nvidia-smi")
+    node.remove_tool("nvidia-container-runtime")
+    plugin = node.root / "proc/4242"
+    plugin.mkdir(parents=True)
+    (plugin / "comm").write_text("nvidia-device-p\n")  # nvidia-device-plugin, as the kernel truncates it
+
+    done = node.run_join(ns.NODE_KIND_MACHINE, **nvidia_env(containerd_dump(node, nvidia=False, default=False),
+                                                          runtime_class="nvidia"))
+
+    assert done.returncode == 1
+    assert "this worker lists gpus, so it gets gpu=on and HAMi's device plugin" in done.stderr
+    assert "no nvidia-smi: the NVIDIA driver is not installed" in done.stderr
+    assert "no nvidia-container-runtime: install the NVIDIA Container Toolkit" in done.stderr
+    assert "containerd has no runtime named nvidia" in done.stderr
+    # With a RuntimeClass, nvidia need not be the default: the fix says so.
+    assert "nvidia-ctk runtime configure --runtime=containerd && sudo systemctl restart containerd" in done.stderr
+    assert "another NVIDIA device plugin runs here (process 4242)" in done.stderr
+    assert node.calls("kubeadm") == [] and node.calls("curl") == []
+    assert_token_never_exposed(node, done)
+
+
+@pytest.mark.parametrize(("smi", "message"), [
+    ("418.87.01, GPU-aaaa", "NVIDIA driver '418.87.01' is older than 440"),
+    ("550.54.15, GPU-bbbb", "this server has no card GPU-aaaa (nvidia-smi lists: 550.54.15, GPU-bbbb)"),
+])
+def test_the_driver_and_the_configured_cards_are_checked(node, smi, message):
+    done = node.run_join(ns.NODE_KIND_MACHINE, NVIDIA_SMI_OUTPUT=smi, **nvidia_env(containerd_dump(node)))
+
+    assert done.returncode == 1
+    assert message in done.stderr
+    assert node.calls("kubeadm") == []
+
+
+def test_a_driver_that_does_not_answer_is_refused(node):
+    done = node.run_join(ns.NODE_KIND_MACHINE, NVIDIA_SMI_FAILS="1", **nvidia_env(containerd_dump(node)))
+
+    assert done.returncode == 1
+    assert "nvidia-smi fails, so the driver does not work (NVIDIA-SMI has failed" in done.stderr
+
+
+def test_in_nvidia_mode_a_containerd_without_dump_is_refused(node):
+    done = node.run_join(ns.NODE_KIND_MACHINE, CONTAINERD_DUMP_FAILS="1", **nvidia_env(containerd_dump(node)))
+
+    assert done.returncode == 1
+    assert "containerd's nvidia runtime cannot be checked" in done.stderr
+
+
+def test_without_gpu_mode_nothing_nvidia_is_checked(node):
+    node.remove_tool("nvidia-smi")
+
+    done = node.run_join(ns.NODE_KIND_MACHINE)
+
+    assert done.returncode == 0, done.stderr
+    assert node.calls("nvidia-container-runtime") == []
+
+
+@pytest.mark.parametrize(("variable", "value", "message"), [
+    (ns.GPU_MODE_ENV, "mock", "GPU_MODE must be 'nvidia' or unset"),
+    (ns.NVIDIA_RUNTIME_CLASS_ENV, "Bad_Class", "NVIDIA_RUNTIME_CLASS must be a RuntimeClass name"),
+    (ns.GPU_UUIDS_ENV, "", "GPU_UUIDS must list the worker's card UUIDs"),
+    (ns.GPU_UUIDS_ENV, "GPU-a;reboot", "GPU_UUIDS must list the worker's card UUIDs"),
+])
+def test_malformed_gpu_inputs_are_rejected_before_touching_the_node(node, variable, value, message):
+    done = node.run_join(ns.NODE_KIND_MACHINE, **{**nvidia_env("unused"), variable: value})
+
+    assert done.returncode == 1
+    assert message in done.stderr
+    assert_nothing_touched(node)
 
 
 # --------------------------------------------------------------------------- #

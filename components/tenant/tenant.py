@@ -22,7 +22,7 @@ from components.management.image_cache import RegistryMirror, worker_mirrors
 from components.management.kamaji import Kamaji
 from components.naming import COMPONENT_PREFIX, node_name
 from components.tenant.control_plane import TenantCni, TenantCniArgs, TenantControlPlane, TenantControlPlaneArgs
-from components.worker.node import TenantAccess, WorkerNode, WorkerNodeArgs, worker_image
+from components.worker.node import NvidiaWorker, TenantAccess, WorkerNode, WorkerNodeArgs, worker_image
 
 
 @dataclass(frozen=True)
@@ -127,6 +127,8 @@ class Tenant(pulumi.ComponentResource):
                     management_cluster=platform.management_cluster,
                     network_name=platform.network_name,
                     mirrors=worker_mirrors(stack.management, worker),
+                    nvidia=NvidiaWorker(stack.nvidia.runtime_class_name if stack.nvidia else None)
+                    if stack.gpu_mode == "nvidia" else None,
                 ),
                 _formerly_top_level(self),
             )

@@ -127,6 +127,28 @@ class WorkerNodeArgs:
     network_name: str = KIND_NETWORK
     # Registry host -> pull-through mirror URL this node's containerd tries first (management/image_cache.py).
     mirrors: dict[str, str] = field(default_factory=dict)
+    # gpuMode nvidia: the join checks what HAMi's device plugin needs on a worker that lists `gpus`.
+    nvidia: NvidiaWorker | None = None
+
+
+@dataclass(frozen=True)
+class NvidiaWorker:
+    """gpuMode nvidia: the RuntimeClass GPU pods use (`nvidia.runtimeClassName`), None when `nvidia` must be
+    containerd's default runtime."""
+
+    runtime_class_name: str | None = None
+
+
+def nvidia_join_environment(worker: config.Worker, nvidia: NvidiaWorker | None) -> dict[str, str]:
+    """The variables that make node-join.sh check a GPU server for HAMi's device plugin: only for a worker that
+    lists `gpus` in nvidia mode (the program labels exactly those `gpu=on`, which the plugin's DaemonSet selects)."""
+    if nvidia is None or not worker.gpus:
+        return {}
+    return {
+        node_scripts.GPU_MODE_ENV: "nvidia",
+        node_scripts.NVIDIA_RUNTIME_CLASS_ENV: nvidia.runtime_class_name or "",
+        node_scripts.GPU_UUIDS_ENV: " ".join(card.uuid for card in worker.gpus),
+    }
 
 
 class WorkerNode(pulumi.ComponentResource):
@@ -204,6 +226,7 @@ class WorkerNode(pulumi.ComponentResource):
                 node_scripts.TENANT_CA_CERT_ENV: tenant.ca_certificate,
                 node_scripts.TENANT_VERSION_ENV: tenant.kubernetes_version,
                 node_scripts.NODE_KIND_ENV: node_kind,
+                **nvidia_join_environment(args.worker, args.nvidia),
             },
         )
         # A machine's leave also removes what the tenant left on it; a container goes with everything in it.

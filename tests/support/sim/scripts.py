@@ -210,6 +210,8 @@ def _join(world: World, machine: Machine, env: dict[str, str]) -> str:
     container = env["NODE_KIND"] == "container"
     if world.host_swap and not container:
         raise CommandFailedError(f"gpu-tenancy: worker {node}: swap is on; the kubelet will not start")
+    if env.get("GPU_MODE") == "nvidia":
+        _check_gpu_server(machine, env)
     try:
         systems.join(world, machine, endpoint=endpoint, token=env["JOIN_TOKEN"], ca_hash=env["CA_CERT_HASH"],
                      node_name=node, over_ssh=not container,
@@ -225,6 +227,21 @@ def _join(world: World, machine: Machine, env: dict[str, str]) -> str:
         # their CNI files, state and iptables chains there (what node-leave.sh removes again).
         machine.files.update(TENANT_TRACES)
     return f"worker {node} joined the tenant at {endpoint}"
+
+
+def _check_gpu_server(machine: Machine, env: dict[str, str]) -> None:
+    """node-join.sh's checks of a GPU server for HAMi's device plugin (tests/test_node_scripts.py runs the real
+    ones): every problem at once, before the join."""
+    missing = set(machine.nvidia_missing)
+    if env.get("NVIDIA_RUNTIME_CLASS"):
+        missing.discard("nvidia default runtime")
+    problems = sorted(missing)
+    present = {card["uuid"] for card in machine.cards} if "driver" not in missing else set()
+    problems += [f"this server has no card {uuid}" for uuid in env["GPU_UUIDS"].split()
+                 if "driver" not in missing and uuid not in present]
+    if problems:
+        raise CommandFailedError(f"gpu-tenancy: worker {env['NODE_NAME']}: this worker lists gpus, so it gets gpu=on "
+                                 f"and HAMi's device plugin, which cannot work here: {'; '.join(problems)}")
 
 
 def _leave(world: World, machine: Machine, env: dict[str, str]) -> str:

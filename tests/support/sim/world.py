@@ -319,6 +319,9 @@ class Machine:
     gpus: int = 0
     # The real cards of a GPU server (config card objects: uuid, model, memoryMiB), what NVML would report.
     cards: list[dict[str, Any]] = field(default_factory=list)
+    # What HAMi's device plugin needs and this server lacks, as node-join.sh names it in gpuMode nvidia
+    # ("driver", "toolkit", "nvidia runtime", "nvidia default runtime", "other device plugin": one that runs).
+    nvidia_missing: set[str] = field(default_factory=set)
 
 
 @dataclass
