@@ -58,6 +58,7 @@ NVIDIA_RUNTIME_CLASS_ENV = "NVIDIA_RUNTIME_CLASS"  # nvidia.runtimeClassName, ""
 GPU_UUIDS_ENV = "GPU_UUIDS"  # the configured cards' UUIDs, space-separated
 # node-mirrors.sh (run on the kind node and on workers).
 REGISTRY_MIRRORS_ENV = "REGISTRY_MIRRORS"  # lines "<registry> <upstream server URL> <mirror URL>"
+CONFIGURE_CONTAINERD_ENV = "CONFIGURE_CONTAINERD"  # "true": containerd 2.x may get our drop-in and a restart
 
 # Test-only knobs of the node scripts (never set in production, so the scripts' defaults apply).
 NODE_ROOT_ENV = "GPU_TENANCY_NODE_ROOT"  # prefix for /etc, /opt, /var, /proc and /sys

@@ -386,6 +386,10 @@ class Management(StrictModel):
     docker_hub: DockerHubCredentials | None = None
     # Existing mirrors SSH workers should pull through, by registry host: {"docker.io": "http://mirror:5000"}.
     registry_mirrors: dict[RegistryHost, MirrorUrl] = Field(default_factory=dict)
+    # With registryMirrors: a server's containerd 2.x that does not read /etc/containerd/certs.d gets a drop-in file
+    # that makes it, and a restart (components/worker/scripts/node-mirrors.sh). Off: such a server is refused with
+    # the line to change.
+    configure_containerd: bool = False
 
     @property
     def adopts_existing_cluster(self) -> bool:

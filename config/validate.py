@@ -604,6 +604,12 @@ def _mirror_issues(config: StackConfig, secret_keys: Collection[str]) -> list[Co
             "management.registryMirrors",
             "only applies to SSH workers (container workers use the stack's own mirror); remove it",
         ))
+    if management.configure_containerd and not management.registry_mirrors:
+        issues.append(ConfigIssue(
+            "management.configureContainerd",
+            "only applies with management.registryMirrors (it lets SSH workers' containerd read their hosts.toml "
+            "files); remove it or set registryMirrors",
+        ))
     return issues
 
 

@@ -127,6 +127,7 @@ class Tenant(pulumi.ComponentResource):
                     management_cluster=platform.management_cluster,
                     network_name=platform.network_name,
                     mirrors=worker_mirrors(stack.management, worker),
+                    configure_containerd=stack.management.configure_containerd,
                     nvidia=NvidiaWorker(stack.nvidia.runtime_class_name if stack.nvidia else None)
                     if stack.gpu_mode == "nvidia" else None,
                 ),

@@ -127,6 +127,8 @@ class WorkerNodeArgs:
     network_name: str = KIND_NETWORK
     # Registry host -> pull-through mirror URL this node's containerd tries first (management/image_cache.py).
     mirrors: dict[str, str] = field(default_factory=dict)
+    # management.configureContainerd: an SSH worker's containerd may be pointed at its hosts.toml files.
+    configure_containerd: bool = False
     # gpuMode nvidia: the join checks what HAMi's device plugin needs on a worker that lists `gpus`.
     nvidia: NvidiaWorker | None = None
 
@@ -212,6 +214,7 @@ class WorkerNode(pulumi.ComponentResource):
                 f"{name}-mirrors", self.access, args.mirrors, machine=machine,
                 # A container's files go with the container.
                 opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on, deleted_with=self.container),
+                configure_containerd=args.configure_containerd,
             )
             depends_on = [*depends_on, self.mirrors]
 
