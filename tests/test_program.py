@@ -43,7 +43,7 @@ COMMAND = "command:local:Command"
 TCP = "kubernetes:kamaji.clastix.io/v1alpha1:TenantControlPlane"
 TENANTS = ("tenant-a", "tenant-b")
 
-STACK_OUTPUTS = {"plan", "managementKubeconfig", "kindSubnet", "workerNetworks", "lbPoolRange", "tenants",
+STACK_OUTPUTS = {"plan", "gpuPlan", "managementKubeconfig", "kindSubnet", "workerNetworks", "lbPoolRange", "tenants",
                  "imageMirror", "tenantKubeconfigs", "tenantAdminKubeconfigs"}
 SECRET_OUTPUTS = {"managementKubeconfig", "tenantKubeconfigs", "tenantAdminKubeconfigs"}
 

@@ -131,7 +131,8 @@ class TenantGpus(pulumi.ComponentResource):
             f"{tenant}-hami",
             HAMI_CHART,
             values=hami_values(args.gpu_mode, args.tenant.kubernetes_version, args.versions,  # type: ignore[arg-type]
-                               args.runtime_class_name),
+                               args.runtime_class_name, args.tenant.scheduling.node_policy,
+                               args.tenant.scheduling.gpu_policy),
             timeout=HELM_TIMEOUT_SECONDS,
             opts=pulumi.ResourceOptions.merge(inside, pulumi.ResourceOptions(depends_on=[tunnel])),
         )
