@@ -33,7 +33,7 @@ TENANT ?=
 DISRUPTIVE ?=
 ADMIN ?=
 
-.PHONY: help venv lint test preflight upstream charts backend pulumi-cli secret preview up down status verify graph bench docs e2e kubeconfig
+.PHONY: help venv lint test preflight upstream charts backend pulumi-cli secret preview up down status verify plan graph bench docs e2e kubeconfig
 
 help:
 	@echo "make up          preflight, the pinned Helm charts, local backend, stack '$(STACK)', pulumi up"
@@ -50,6 +50,7 @@ help:
 	@echo "make preflight   check this host and Pulumi.$(STACK).yaml (about a second)"
 	@echo "make upstream    download the pinned upstream reference files (CRDs, chart values), check their sha256"
 	@echo "make charts      download every pinned Helm chart into .cache/charts, check each file's sha256"
+	@echo "make plan        where HAMi would place each declared GPU workload, quota figures; a picture (build/)"
 	@echo "make graph       resources, longest dependency chain and tenant coupling, without a cluster (build/)"
 	@echo "make bench       graph and image-pull benchmark for 2, 8 and 32 tenants"
 	@echo "make docs        regenerate docs/dependency-graph.md and the README's samples from the reference stack"
@@ -137,6 +138,10 @@ status: pulumi-cli venv
 
 verify: pulumi-cli venv
 	$(PY) -m ops.verify --stack $(STACK) $(if $(DISRUPTIVE),--disruptive $(if $(TENANT),--disrupt-tenant '$(TENANT)'))
+
+plan: venv
+	@mkdir -p $(BUILD)
+	$(PY) -m ops.plan --stack $(STACK) --svg $(BUILD)/gpu-plan-$(STACK).svg
 
 graph: venv
 	@mkdir -p $(BUILD)

@@ -660,6 +660,21 @@ def _unseal(node: Any, path: str, key: str | None, opaque: list[str]) -> tuple[A
     return node, False
 
 
+def unsealed_config(stack_config: dict) -> tuple[dict[str, Any], set[str], list[str]]:
+    """The stack file's `gpu-tenancy` keys with encrypted values replaced by placeholders, the keys holding a
+    secret, and the paths of encrypted values no placeholder can stand for (`_unseal`)."""
+    raw: dict[str, Any] = {}
+    secret_keys: set[str] = set()
+    opaque: list[str] = []
+    for key, value in project_config(stack_config).items():
+        raw[key], secret = _unseal(value, key, key, opaque)
+        # Keys with a plain-text credential count as secret here: check_stack_secrets already reports them with
+        # the exact command, so the validator does not repeat it.
+        if secret or plaintext_secrets({key: value}):
+            secret_keys.add(key)
+    return raw, secret_keys, opaque
+
+
 def _hidden(issue: Any, opaque: Sequence[str]) -> bool:
     """An issue about a value preflight could not decrypt (unknown keys are reported all the same)."""
     if str(issue.message).startswith("unknown key"):
@@ -679,15 +694,7 @@ def check_stack_config(stack: str, stack_config: dict) -> CheckResult:
     except Exception as error:  # any import failure means this venv cannot run the program either
         return CheckResult(name, False, f"cannot load the program's validator: {error}", "rm -rf .venv && make venv")
 
-    raw: dict[str, Any] = {}
-    secret_keys: set[str] = set()
-    opaque: list[str] = []
-    for key, value in project_config(stack_config).items():
-        raw[key], secret = _unseal(value, key, key, opaque)
-        # Keys with a plain-text credential count as secret here: check_stack_secrets already reports them with
-        # the exact command, so the validator does not repeat it.
-        if secret or plaintext_secrets({key: value}):
-            secret_keys.add(key)
+    raw, secret_keys, opaque = unsealed_config(stack_config)
     try:
         config = load_stack_config(raw, secret_keys)
     except ConfigError as error:

@@ -84,8 +84,8 @@ class Device:
     numa: int = 0
     type: str = NVIDIA
     health: bool = True
-    # Ours, for the plan: who holds a share.
-    holders: list[str] = field(default_factory=list)
+    # Ours, for the plan: who holds a share, with its MiB and cores.
+    holders: list[tuple[str, int, int]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -383,7 +383,7 @@ def add_usage(device: Device, grant: Grant, holder: str = "") -> None:
     device.usedcores += grant.usedcores
     device.usedmem += grant.usedmem
     if holder:
-        device.holders.append(holder)
+        device.holders.append((holder, grant.usedmem, grant.usedcores))
 
 
 @dataclass
@@ -557,7 +557,7 @@ def plan_tenant(tenant: Any, smoke: Any, smoke_namespace: str) -> dict[str, Any]
                           "total": device.totalmem},
             "cores": {"used": device.usedcores, "free": device.totalcore - device.usedcores,
                       "total": device.totalcore},
-            "holders": list(device.holders),
+            "holders": [{"pod": pod, "memoryMiB": memory, "cores": cores} for pod, memory, cores in device.holders],
         }
         for node, devices in nodes.items() for device in devices
     }
