@@ -138,6 +138,14 @@ def _worker_networks(outputs: Json, planned: Json) -> tuple[str, ...]:
     return _string_list(outputs.get("workerNetworks")) or ()
 
 
+def _planned_cards(outputs: Json, tenant: str) -> Json:
+    """The tenant's cards in output gpuPlan (none in the outputs of a run before it existed)."""
+    plan = outputs.get("gpuPlan")
+    tenants = plan.get("tenants") if isinstance(plan, dict) else None
+    cards = (tenants.get(tenant) or {}).get("cards") if isinstance(tenants, dict) else None
+    return cards if isinstance(cards, dict) else {}
+
+
 def platform_from_outputs(outputs: Json) -> tuple[Json, Platform]:
     """The management kubeconfig and what to check; a tenant the outputs only half describe is `incomplete`."""
     missing = [key for key in REQUIRED_OUTPUTS if key not in outputs]
@@ -187,6 +195,7 @@ def platform_from_outputs(outputs: Json) -> tuple[Json, Platform]:
             data_store=description.get("dataStore"),
             own_networks=tuple(str(planned[name][key]) for key in ("podCidr", "serviceCidr")
                                if (planned[name] or {}).get(key)),
+            planned_cards=_planned_cards(outputs, name),
         )
     if not tenants and not incomplete:
         raise OutputsError("the plan has no tenants: nothing to verify")

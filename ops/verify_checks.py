@@ -16,7 +16,7 @@ from typing import Any
 from kubernetes.utils import parse_quantity
 
 from components import kube
-from components.gpu.smoke import hami_evidence
+from components.gpu.smoke import DEVICES_ALLOCATED_ANNOTATION, VGPU_NODE_ANNOTATION, hami_evidence
 from components.gpu.values import HAMI_NAMESPACE, HAMI_RELEASE
 from components.images import PAUSE_IMAGE
 from components.kube import ApiError, Connect, Json, KubeClient
@@ -167,6 +167,8 @@ class TenantTarget:
     data_store: str | None = None
     # Its pod and service networks (plan): an address inside them is the tenant's own, not another cluster's.
     own_networks: tuple[str, ...] = ()
+    # The cards of output gpuPlan (uuid -> node, slots, memoryMiB, cores, holders); empty: outputs of an older run.
+    planned_cards: Mapping[str, Json] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -478,6 +480,71 @@ def check_gpu_capacity(node: Json, cards: list[Json], gpu_mode: str) -> CheckRes
         f"in the tenant: kubectl -n {HAMI_NAMESPACE} logs ds/hami-mock-device-plugin; check the node annotation "
         "hami.io/node-nvidia-register",
     )
+
+
+# HAMi's pod manager forgets a pod once it has ended (Project-HAMi/HAMi v2.10.0 pkg/scheduler/scheduler.go onAddPod /
+# onUpdatePod, pkg/util/util.go IsPodInTerminatedState): its cards are free again.
+ENDED_PHASES = ("Succeeded", "Failed")
+
+
+def hami_allocations(pods: Iterable[Json]) -> dict[str, dict[str, Any]]:
+    """Per card uuid: what HAMi's scheduler has given out, from its pod annotations (hami.io/vgpu-node and
+    hami.io/vgpu-devices-allocated, "<uuid>,<type>,<MiB>,<cores>:...;" per container, Project-HAMi/HAMi v2.10.0
+    pkg/device/devices.go EncodePodSingleDevice), as scheduler.go getNodesUsage counts them: a slot per grant."""
+    cards: dict[str, dict[str, Any]] = {}
+    for pod in pods:
+        annotations = _dig(pod, "metadata", "annotations") or {}
+        devices = annotations.get(DEVICES_ALLOCATED_ANNOTATION)
+        if not devices or not annotations.get(VGPU_NODE_ANNOTATION) or _dig(pod, "status", "phase") in ENDED_PHASES:
+            continue
+        who = f"{_dig(pod, 'metadata', 'namespace') or '?'}/{_name(pod)}"
+        for container in devices.split(";"):
+            for grant in filter(None, container.split(":")):
+                parts = grant.split(",")
+                if len(parts) < 4 or not parts[2].isdigit() or not parts[3].isdigit():
+                    continue
+                card = cards.setdefault(parts[0], {"node": annotations[VGPU_NODE_ANNOTATION], "slots": 0,
+                                                   "memoryMiB": 0, "cores": 0, "pods": []})
+                card["slots"] += 1
+                card["memoryMiB"] += int(parts[2])
+                card["cores"] += int(parts[3])
+                card["pods"].append(who)
+    return cards
+
+
+def _usage(slots: int, total: Any, memory: int, cores: int, pods: Sequence[str]) -> str:
+    return f"{len(pods)} pod(s), {slots}/{total} slots, {memory} MiB, {cores}% cores ({', '.join(pods) or 'none'})"
+
+
+def check_plan_allocations(api: KubeClient, planned: Mapping[str, Json]) -> list[CheckResult]:
+    """Per card, HAMi's actual allocations next to the plan's (output gpuPlan): rows to read, not a verdict, as the
+    plan also counts declared workloads that may not run yet. They show where the scheduler and the planner part."""
+    if not planned:
+        return []
+    try:
+        actual = hami_allocations(api.list("Pod"))
+    except ApiError as error:
+        return [CheckResult("GPU allocations vs plan", False, f"cannot list the tenant's pods ({error})",
+                            "kubectl get pods -A -o wide")]
+    rows = []
+    for uuid in [*planned, *(u for u in actual if u not in planned)]:
+        plan = planned.get(uuid)
+        real = actual.get(uuid) or {"slots": 0, "memoryMiB": 0, "cores": 0, "pods": []}
+        total = plan["slots"]["total"] if plan else "?"
+        hami = _usage(real["slots"], total, real["memoryMiB"], real["cores"], real["pods"])
+        if plan is None:
+            rows.append(CheckResult(f"card {uuid}: HAMi vs plan", False, f"HAMi: {hami}; the plan has no such card",
+                                    "declare the card in tenants[].workers[].gpus, then make up"))
+            continue
+        planned_usage = _usage(plan["slots"]["used"], total, plan["memoryMiB"]["used"], plan["cores"]["used"],
+                               [h["pod"] for h in plan["holders"]])
+        same = (real["slots"], real["memoryMiB"], real["cores"]) == (
+            plan["slots"]["used"], plan["memoryMiB"]["used"], plan["cores"]["used"])
+        verdict = "matches the plan" if same else ("differs: declared workloads not (all) running, or HAMi placed "
+                                                   "them otherwise than the plan")
+        rows.append(CheckResult(f"card {uuid}: HAMi vs plan", True,
+                                f"HAMi: {hami} | plan: {planned_usage} → {verdict}"))
+    return rows
 
 
 def check_konnectivity_agent(api: KubeClient) -> CheckResult:
@@ -1350,6 +1417,8 @@ def verify_tenant(
         present = {_name(node): node for node in nodes}
         results += [check_gpu_capacity(present[node], cards, platform.gpu_mode)
                     for node, cards in tenant.workers.items() if node in present]
+        # Before the probe: its pod is not in the plan.
+        results += check_plan_allocations(api, tenant.planned_cards)
         results += [check_konnectivity_agent(api), check_hami_scheduler(api), check_hami_webhook(api)]
         results += probe_gpu_pod(api, platform.probe, waiting)
         api.close()

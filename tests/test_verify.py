@@ -16,7 +16,7 @@ from components import kube
 from components.images import PAUSE_IMAGE, worker_images
 from components.kube import ApiError, UnreachableError
 from components.management.image_cache import DEBUG_PORT, MIRRORED_REGISTRIES
-from components.plan import plan_summary
+from components.plan import gpu_plan, plan_summary
 from components.tenant.spec import etcd_setup_network_policy, isolation_network_policy
 from config import Versions, load_stack_config
 from ops import verify, verify_checks
@@ -1507,3 +1507,65 @@ def test_verify_closes_every_client_it_opened(platform, clock, tmp_path, capsys)
     # admin for its nodes and HAMi Service (the extender probe).
     assert len(sessions) == 1 + 2 * 5
     assert all(session.closed for session in sessions)
+
+
+# --- HAMi's allocations next to the plan's ----------------------------------------------------
+
+
+def hami_pod(namespace, name, node, devices, phase="Running"):
+    return {"metadata": {"name": name, "namespace": namespace,
+                         "annotations": {"hami.io/vgpu-node": node, "hami.io/vgpu-devices-allocated": devices}},
+            "spec": {"containers": [{"name": "c"}]}, "status": {"phase": phase}}
+
+
+def planned_platform(workloads):
+    """A healthy platform whose outputs carry the gpuPlan of the reference stack with these workloads."""
+    raw = reference_stack()
+    raw["tenants"][0]["workloads"] = workloads
+    platform = healthy_platform()
+    platform.outputs["gpuPlan"] = gpu_plan(load_stack_config(raw))
+    return platform
+
+
+def test_verify_prints_hamis_allocations_next_to_the_plans_per_card(platform, clock):
+    platform = planned_platform([{"name": "quarter", "memoryPercent": 25, "cores": 25}])
+    cluster = platform.tenants["tenant-a"]
+    cluster.pods[("gpu-tenancy-smoke", "gpu-smoke-test")] = hami_pod(
+        "gpu-tenancy-smoke", "gpu-smoke-test", "tenant-a-worker-0", "GPU-MOCK-A0,NVIDIA,3000,30:;")
+    cluster.pods[("default", "quarter-0")] = hami_pod("default", "quarter-0", "tenant-a-worker-0",
+                                                      "GPU-MOCK-A0,NVIDIA,2048,25:;")
+    # An ended pod holds nothing any more.
+    cluster.pods[("default", "done")] = hami_pod("default", "done", "tenant-a-worker-0",
+                                                 "GPU-MOCK-A0,NVIDIA,1000,10:;", phase="Succeeded")
+    row = check(platform, clock)["card GPU-MOCK-A0: HAMi vs plan"]
+    assert row.status == "OK"
+    assert row.detail == (
+        "HAMi: 2 pod(s), 2/10 slots, 5048 MiB, 55% cores (gpu-tenancy-smoke/gpu-smoke-test, default/quarter-0) | "
+        "plan: 2 pod(s), 2/10 slots, 5048 MiB, 55% cores (smokeTest/0, quarter/0) → matches the plan")
+
+
+def test_a_difference_from_the_plan_is_shown_not_failed(platform, clock):
+    platform = planned_platform([{"name": "quarter", "replicas": 2, "memoryPercent": 25, "cores": 25}])
+    cluster = platform.tenants["tenant-a"]
+    cluster.pods[("gpu-tenancy-smoke", "gpu-smoke-test")] = hami_pod(
+        "gpu-tenancy-smoke", "gpu-smoke-test", "tenant-a-worker-0", "GPU-MOCK-A0,NVIDIA,3000,30:;")
+    results = check(platform, clock)
+    row = results["card GPU-MOCK-A0: HAMi vs plan"]
+    assert row.status == "OK" and row.detail.startswith("HAMi: 1 pod(s), 1/10 slots, 3000 MiB, 30% cores")
+    assert row.detail.endswith("plan: 3 pod(s), 3/10 slots, 7096 MiB, 80% cores (smokeTest/0, quarter/0, quarter/1) "
+                               "→ differs: declared workloads not (all) running, or HAMi placed them otherwise than "
+                               "the plan")
+    # tenant-b's card is planned too, with its smoke pod only.
+    assert "card GPU-MOCK-B0: HAMi vs plan" in check(platform, clock, tenant="tenant-b")
+
+
+def test_a_card_hami_uses_that_the_plan_lacks_fails(platform, clock):
+    platform = planned_platform([])
+    platform.tenants["tenant-a"].pods[("default", "odd")] = hami_pod("default", "odd", "tenant-a-worker-0",
+                                                                     "GPU-OTHER,NVIDIA,100,1:;")
+    row = check(platform, clock)["card GPU-OTHER: HAMi vs plan"]
+    assert row.status == "FAIL" and "the plan has no such card" in row.detail
+
+
+def test_outputs_without_a_gpu_plan_add_no_rows(platform, clock):
+    assert not [name for name in check(platform, clock) if "HAMi vs plan" in name]

@@ -329,6 +329,9 @@ class FakeSession:
     def list(self, kind: str, namespace: str | None = None) -> list[Json]:
         if kind == "Node":
             return copy.deepcopy(self._enter("list nodes").nodes)
+        if kind == "Pod" and namespace is None:
+            # Every pod of the cluster (verify's allocation table reads HAMi's annotations on each).
+            return copy.deepcopy(list(self._enter("list pods").pods.values()))
         if kind == "Pod":
             cluster = self._enter("list pods", "pods", namespace)
             agents = [copy.deepcopy(pod) for pod in cluster.agent_pods.values()] if namespace == AGENT_NAMESPACE else []
