@@ -48,7 +48,36 @@ def _image_pulls() -> str:
     return table(rows([2, 8, 32])) + "\n"
 
 
-GENERATORS: dict[str, Callable[[], str]] = {"status": _status, "image-pulls": _image_pulls}
+PLAN_INPUT = "<!-- plan-input:{name} -->"
+PLAN_EXAMPLES = ("plan-two-teams", "plan-spread", "plan-slots")
+
+
+def plan_example(name: str, text: str | None = None) -> dict:
+    """The stack configuration of the README's worked example `name`: the YAML block after its
+    `<!-- plan-input:NAME -->` marker, written as a stack file (`gpu-tenancy:<key>` under `config:`)."""
+    import yaml
+
+    text = README.read_text() if text is None else text
+    start = text.index(PLAN_INPUT.format(name=name))
+    block = re.search(r"```yaml\n(.*?)```", text[start:], re.S)
+    assert block is not None, f"no yaml block after the plan-input marker of {name}"
+    document = yaml.safe_load(block.group(1))
+    return {key.split(":", 1)[1]: value for key, value in document["config"].items()}
+
+
+def _plan(name: str) -> Callable[[], str]:
+    def generate() -> str:
+        from components.plan import gpu_plan
+        from config import load_stack_config
+        from ops.plan import render as render_plan
+
+        return f"```text\n$ make plan\n{render_plan(gpu_plan(load_stack_config(plan_example(name))))}```\n"
+
+    return generate
+
+
+GENERATORS: dict[str, Callable[[], str]] = {"status": _status, "image-pulls": _image_pulls,
+                                            **{name: _plan(name) for name in PLAN_EXAMPLES}}
 
 
 def shell_commands(section: str, text: str | None = None) -> list[str]:
