@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from components.gpu.capacity import SMOKE_WORKLOAD, plan_stack, unplaced
+from components.tenant.spec import GPU_QUOTA_NAME
 from config import ConfigError, ConfigIssue, StackConfig
 from config.models import SMOKE_TEST_NAMESPACE
 
@@ -41,7 +42,7 @@ def plan_summary(config: StackConfig) -> dict[str, Any]:
 
 def gpu_plan(config: StackConfig) -> dict[str, Any]:
     """Output `gpuPlan`: where HAMi would place the smoke pod and every declared workload (components/gpu/capacity)."""
-    return plan_stack(config, SMOKE_TEST_NAMESPACE)
+    return plan_stack(config, SMOKE_TEST_NAMESPACE, GPU_QUOTA_NAME)
 
 
 def capacity_issues(config: StackConfig, plan: dict[str, Any]) -> list[ConfigIssue]:

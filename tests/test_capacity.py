@@ -237,3 +237,15 @@ def test_percentage_memory_is_a_share_of_each_card():
     nodes = {"n": [card("GPU-0", memory=10000)]}
     decision = capacity.schedule(nodes, capacity.container_request(1, memory_percent=30, cores=10))
     assert decision.grants[0].usedmem == 3000
+
+
+def test_the_planner_is_pure_python():
+    # No Pulumi and no configuration package: it runs anywhere, from data alone.
+    import subprocess
+    import sys
+
+    code = "import sys, components.gpu.capacity; print(sorted(m for m in sys.modules if m.split('.')[0] in " \
+           "('pulumi', 'config', 'pydantic')))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1], capture_output=True,
+                          text=True, check=True)
+    assert done.stdout.strip() == "[]"

@@ -124,8 +124,10 @@ def test_quota_figures_count_memory_times_gpus_and_admitted_pods():
     # The second pod would bring HAMi's count to 4000 MiB (2 GPUs x 1000 each, twice) > 3000.
     assert "ResourceQuotaNotFit" in pair[1]["unplaced"]
     # The third is refused by the API server: the pending second already counts 2 of the 4 GPUs.
-    assert pair[2]["unplaced"].startswith("forbidden by the API server: exceeded quota in namespace default, "
-                                          "requested: requests.nvidia.com/gpu=2, used: requests.nvidia.com/gpu=4")
+    assert pair[2]["unplaced"] == ("forbidden by the API server in namespace default: exceeded quota: gpu-quota, "
+                                   "requested: "
+                                   "requests.nvidia.com/gpu=2, used: requests.nvidia.com/gpu=4, limited: "
+                                   "requests.nvidia.com/gpu=4")
     figures = tenant["quota"]["namespaces"]["default"]
     assert figures == {"gpus": {"used": 4, "limit": 4}, "memoryMiB": {"used": 2000, "limit": 3000},
                        "cores": {"used": 20, "limit": None}}

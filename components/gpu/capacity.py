@@ -509,15 +509,15 @@ def _placement(workload: str, replica: int, namespace: str, decision: Decision |
     }
 
 
-def _api_quota_refusal(namespace: str, requested: int, used: int, limit: int) -> str:
-    """kube-apiserver's ResourceQuota admission refuses the pod itself (k8s.io/apiserver
-    pkg/admission/plugin/resourcequota/controller.go: "exceeded quota: ..., requested: ..., used: ..., limited: ...");
+def _api_quota_refusal(quota: str, namespace: str, requested: int, used: int, limit: int) -> str:
+    """kube-apiserver's ResourceQuota admission refuses the pod itself (kubernetes/apiserver
+    pkg/admission/plugin/resourcequota/controller.go "exceeded quota: %s, requested: %s, used: %s, limited: %s");
     a refused pod never exists, so it holds nothing."""
-    return (f"forbidden by the API server: exceeded quota in namespace {namespace}, requested: {QUOTA_GPUS}="
-            f"{requested}, used: {QUOTA_GPUS}={used}, limited: {QUOTA_GPUS}={limit}")
+    return (f"forbidden by the API server in namespace {namespace}: exceeded quota: {quota}, requested: "
+            f"{QUOTA_GPUS}={requested}, used: {QUOTA_GPUS}={used}, limited: {QUOTA_GPUS}={limit}")
 
 
-def plan_tenant(tenant: Any, smoke: Any, smoke_namespace: str) -> dict[str, Any]:
+def plan_tenant(tenant: Any, smoke: Any, smoke_namespace: str, quota_name: str) -> dict[str, Any]:
     """Placements, card usage and quota figures of one tenant (its own HAMi, its own cards)."""
     nodes = _nodes_of(tenant)
     scheduling = tenant.scheduling
@@ -541,7 +541,8 @@ def plan_tenant(tenant: Any, smoke: Any, smoke_namespace: str) -> dict[str, Any]
         for replica in range(workload.replicas):
             if quota is not None and quota.gpus is not None \
                     and admitted_gpus[namespace] + workload.gpus > quota.gpus:
-                refusal = _api_quota_refusal(namespace, workload.gpus, admitted_gpus[namespace], quota.gpus)
+                refusal = _api_quota_refusal(quota_name, namespace, workload.gpus, admitted_gpus[namespace],
+                                             quota.gpus)
                 placements.append(_placement(workload.name, replica, namespace, None, refusal))
                 continue
             admitted_gpus[namespace] += workload.gpus
@@ -612,9 +613,11 @@ def _overcommit(granted: dict[str, int | None], capacity: dict[str, int]) -> dic
                            "cores": _ratio(granted["cores"], capacity["cores"])}}
 
 
-def plan_stack(config: Any, smoke_namespace: str) -> dict[str, Any]:
-    """`gpuPlan`: every tenant's plan, and the sum of all tenants' quotas against the pool of every card."""
-    tenants = {tenant.name: plan_tenant(tenant, config.smoke_test, smoke_namespace) for tenant in config.tenants}
+def plan_stack(config: Any, smoke_namespace: str, quota_name: str) -> dict[str, Any]:
+    """`gpuPlan`: every tenant's plan, and the sum of all tenants' quotas against the pool of every card.
+    `smoke_namespace` is the smoke pod's namespace, `quota_name` the workload namespaces' ResourceQuota."""
+    tenants = {tenant.name: plan_tenant(tenant, config.smoke_test, smoke_namespace, quota_name)
+               for tenant in config.tenants}
     capacity = {key: sum(_capacity(plan["cards"])[key] for plan in tenants.values())
                 for key in ("slots", "memoryMiB", "cores")}
     granted: dict[str, int | None] = {"gpus": 0, "memoryMiB": 0, "cores": 0}
