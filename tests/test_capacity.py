@@ -39,11 +39,13 @@ def _device(data: dict) -> Device:
 def test_fit_follows_hamis_fit_tests(case):
     if "skip" in case:
         pytest.skip(case["skip"])
-    ok, grants, reason = capacity.fit([_device(d) for d in case["devices"]], Request(**case["request"]))
+    ok, grants, reason = capacity.fit([_device(d) for d in case["devices"]], Request(**case["request"]),
+                                      gpu_policy=case.get("gpuPolicy", ""))
     assert ok is case["fit"]
     if case["fit"]:
         assert [g.uuid for g in grants] == case["cards"]
-    assert reason == case["reason"]
+    if "reason" in case:
+        assert reason == case["reason"]
 
 
 @pytest.mark.parametrize("case", CASES["deviceLess"]["cases"], ids=_ids("deviceLess"))
@@ -89,6 +91,12 @@ def test_quota_follows_hamis_fit_quota_tests(case):
     if cores:
         quota.cores = capacity.Limit(used=cores[0], limit=cores[1], limit_set=True)
     assert quota.fits(case["memreq"], case["coresreq"], case["factor"]) is case["fits"]
+
+
+@pytest.mark.parametrize("case", CASES["containerQuota"]["cases"], ids=_ids("containerQuota"))
+def test_a_pods_cards_count_together_against_the_quota_as_in_hamis_tests(case):
+    quota = NamespaceQuota.of(memory_mib=CASES["containerQuota"]["limit"], cores=None)
+    assert quota.fits(sum(case["taken"]) + case["memreq"], 1) is case["fits"]
 
 
 @pytest.mark.parametrize("case", CASES["calcScore"]["cases"], ids=_ids("calcScore"))
