@@ -113,21 +113,27 @@ def test_the_plan_places_the_smoke_pod_first_and_then_each_replica_in_order():
     assert plan["cards"]["GPU-MOCK-A0"]["slots"] == {"used": 3, "free": 7, "total": 10}
 
 
-def test_quota_figures_count_memory_times_gpus_and_admitted_pods():
-    raw = stack([{"name": "pair", "gpus": 2, "memoryMiB": 1000, "cores": 10, "replicas": 3}],
+def test_quota_is_checked_at_admission_by_hami_and_the_api_server_and_at_scheduling():
+    raw = stack([{"name": "pair", "gpus": 2, "memoryMiB": 1000, "cores": 10, "replicas": 2},
+                 {"name": "share", "memoryPercent": 25, "cores": 10, "replicas": 2},
+                 {"name": "late", "memoryPercent": 10, "cores": 10}],
                 quota={"gpus": 4, "memoryMiB": 3000})
     raw["tenants"][0]["workers"][0]["gpus"].append(card("GPU-MOCK-A1"))
     plan = gpu_plan(load_stack_config(raw))
     tenant = plan["tenants"]["tenant-a"]
-    pair = [p for p in tenant["placements"] if p["workload"] == "pair"]
-    assert pair[0]["node"] == "tenant-a-worker-0" and sorted(pair[0]["cards"]) == ["GPU-MOCK-A0", "GPU-MOCK-A1"]
-    # The second pod would bring HAMi's count to 4000 MiB (2 GPUs x 1000 each, twice) > 3000.
-    assert "ResourceQuotaNotFit" in pair[1]["unplaced"]
-    # The third is refused by the API server: the pending second already counts 2 of the 4 GPUs.
-    assert pair[2]["unplaced"] == ("forbidden by the API server in namespace default: exceeded quota: gpu-quota, "
-                                   "requested: "
-                                   "requests.nvidia.com/gpu=2, used: requests.nvidia.com/gpu=4, limited: "
-                                   "requests.nvidia.com/gpu=4")
+    pods = {f"{p['workload']}/{p['replica']}": p for p in tenant["placements"]}
+    assert pods["pair/0"]["node"] == "tenant-a-worker-0"
+    assert sorted(pods["pair/0"]["cards"]) == ["GPU-MOCK-A0", "GPU-MOCK-A1"]
+    # 2000 held + 2 GPUs x 1000 > 3000: HAMi's webhook denies the second pair; it never exists.
+    assert pods["pair/1"]["unplaced"] == 'admission webhook "vgpu.hami.io" denied the request: exceeding resource quota'
+    # A percentage is 0 MiB to the webhook; the scheduler makes it 2048 MiB, and 2000 + 2048 > 3000 on every card.
+    for name in ("share/0", "share/1"):
+        assert pods[name]["unplaced"] == ("no available node, 1 nodes do not meet "
+                                          "(tenant-a-worker-0: 2/2 ResourceQuotaNotFit)")
+    # The two Pending shares count against requests.nvidia.com/gpu with the pair: 4 of 4, so `late` is refused.
+    assert pods["late/0"]["unplaced"] == ("forbidden by the API server in namespace default: exceeded quota: gpu-quota, "
+                                          "requested: requests.nvidia.com/gpu=1, used: requests.nvidia.com/gpu=4, "
+                                          "limited: requests.nvidia.com/gpu=4")
     figures = tenant["quota"]["namespaces"]["default"]
     assert figures == {"gpus": {"used": 4, "limit": 4}, "memoryMiB": {"used": 2000, "limit": 3000},
                        "cores": {"used": 20, "limit": None}}
@@ -135,6 +141,13 @@ def test_quota_figures_count_memory_times_gpus_and_admitted_pods():
     assert tenant["quota"]["overcommit"] == {"gpus": 0.2, "memoryMiB": 0.18, "cores": None}
     # tenant-b sets no quota, so the pool's sums are unbounded.
     assert plan["pool"]["granted"] == {"gpus": None, "memoryMiB": None, "cores": None}
+
+
+def test_the_webhook_counts_cores_times_gpus_too():
+    raw = stack([{"name": "pair", "gpus": 2, "memoryMiB": 100, "cores": 30}], quota={"cores": 50})
+    raw["tenants"][0]["workers"][0]["gpus"].append(card("GPU-MOCK-A1"))
+    placement = gpu_plan(load_stack_config(raw))["tenants"]["tenant-a"]["placements"][1]
+    assert placement["unplaced"] == 'admission webhook "vgpu.hami.io" denied the request: exceeding resource quota'
 
 
 def test_pool_overcommit_sums_every_namespace_of_every_tenant():

@@ -21,15 +21,16 @@ def test_every_example_is_a_valid_stack():
         assert plan(name)["tenants"]
 
 
-def test_a_quota_exceeded_by_memory_times_gpus_and_a_node_with_too_few_cards():
+def test_a_quota_exceeded_by_memory_times_gpus():
     team_a = pods(plan("plan-two-teams"), "team-a")
     assert all(team_a[f"quarter/{i}"]["node"] == "team-a-server-1" for i in range(4))
-    refused = team_a["pair/0"]["unplaced"]
-    # 40960 MiB of quarters + 8000 fits 50000 for the first card, not for the second.
-    assert "team-a-server-1: 1/2 AllocatedCardsInsufficientRequest, 1/2 ResourceQuotaNotFit" in refused
-    assert "team-a-server-2: NodeInsufficientDevice" in refused
+    # 40960 MiB of quarters + 2 x 8000 > 50000: HAMi's webhook refuses the pod before it exists.
+    assert team_a["pair/0"]["unplaced"] == 'admission webhook "vgpu.hami.io" denied the request: exceeding resource quota'
+    # A percentage passes the webhook as 0 MiB; the scheduler resolves it and no card passes the quota.
+    assert "team-a-server-1: 2/2 ResourceQuotaNotFit" in team_a["extra/0"]["unplaced"]
     quota = plan("plan-two-teams")["tenants"]["team-a"]["quota"]["namespaces"]["default"]
-    assert quota["gpus"]["used"] == 6 and quota["memoryMiB"]["used"] == 40960
+    # The Pending extra counts against requests.nvidia.com/gpu, the refused pair does not.
+    assert quota["gpus"]["used"] == 5 and quota["memoryMiB"]["used"] == 40960
 
 
 def test_a_multi_gpu_pod_fits_only_on_the_node_with_two_cards():

@@ -517,6 +517,23 @@ def _api_quota_refusal(quota: str, namespace: str, requested: int, used: int, li
             f"{QUOTA_GPUS}={requested}, used: {QUOTA_GPUS}={used}, limited: {QUOTA_GPUS}={limit}")
 
 
+# charts/hami/templates/scheduler/webhook.yaml: the name kube-apiserver quotes when HAMi's webhook denies a pod.
+WEBHOOK_NAME = "vgpu.hami.io"
+
+
+def webhook_quota_refusal(request: Request, quota: NamespaceQuota | None) -> str | None:
+    """HAMi's admission webhook denies a pod whose memory x GPUs or cores x GPUs would exceed the namespace's
+    limits (pkg/scheduler/webhook.go fitResourceQuota, against what HAMi has scheduled so far). It reads the
+    request as GenerateResourceRequests does, so a percentage (or whole-card) memory request counts 0 MiB here and
+    is only caught later, by the scheduler's Fit. A denied pod is never created."""
+    if quota is None:
+        return None
+    memory, cores = request.memreq * request.nums, request.coresreq * request.nums
+    if (memory == 0 and cores == 0) or quota.fits(memory, cores):
+        return None
+    return f'admission webhook "{WEBHOOK_NAME}" denied the request: exceeding resource quota'
+
+
 def plan_tenant(tenant: Any, smoke: Any, smoke_namespace: str, quota_name: str) -> dict[str, Any]:
     """Placements, card usage and quota figures of one tenant (its own HAMi, its own cards)."""
     nodes = _nodes_of(tenant)
@@ -539,6 +556,12 @@ def plan_tenant(tenant: Any, smoke: Any, smoke_namespace: str, quota_name: str) 
         namespace = workload.namespace or tenant.namespaces[0]
         request = container_request(workload.gpus, workload.memory_mib, workload.memory_percent, workload.cores)
         for replica in range(workload.replicas):
+            ns_quota = hami_quota.get(namespace)
+            # Admission: mutating webhooks (HAMi's) before kube-apiserver's ResourceQuota, a validating plugin.
+            denied = webhook_quota_refusal(request, ns_quota)
+            if denied is not None:
+                placements.append(_placement(workload.name, replica, namespace, None, denied))
+                continue
             if quota is not None and quota.gpus is not None \
                     and admitted_gpus[namespace] + workload.gpus > quota.gpus:
                 refusal = _api_quota_refusal(quota_name, namespace, workload.gpus, admitted_gpus[namespace],
@@ -546,7 +569,6 @@ def plan_tenant(tenant: Any, smoke: Any, smoke_namespace: str, quota_name: str) 
                 placements.append(_placement(workload.name, replica, namespace, None, refusal))
                 continue
             admitted_gpus[namespace] += workload.gpus
-            ns_quota = hami_quota.get(namespace)
             decision = schedule(nodes, request, ns_quota, node_policy, gpu_policy)
             commit(nodes, decision, f"{workload.name}/{replica}", ns_quota)
             placements.append(_placement(workload.name, replica, namespace, decision))
