@@ -176,6 +176,9 @@ def test_an_ssh_worker_removed_leaves_a_clean_server():
     sim.up()
     tenant = sim.config["tenants"][0]
     removed = tenant["workers"].pop()
+    # The example's declared workloads fill both servers and it sets strictCapacity: with one server left the
+    # preview refuses them (tests/test_gpu_plan.py); this story is about the server, not the plan.
+    tenant.pop("workloads", None)
     node = f"{tenant['name']}-{removed['name']}"
     address = removed["ssh"]["host"]
     assert [line for line in sim.world.leftovers() if address in line] != []  # the tenant ran there
