@@ -4,7 +4,8 @@ Everything that talks to a tenant's API (or Kamaji's) for the program runs here,
 holds the credentials, never on a worker: minting a worker's one-time join token and removing its Node
 when it leaves, waiting for the Node to register, the simulated GPU capacity on the Node status, waiting
 for the Konnectivity agents, for the admission webhooks of Kamaji, MetalLB and HAMi to answer, and for the
-mock device plugin's resources on a Node.
+mock device plugin's resources on a Node. One of them calls no API: `TenantVersionProvider` keeps the version of a
+tenant's control plane in the state and refuses, in every preview, a change to it that cannot be made.
 
 The calls go through `components.kube` (credentials stay in memory). Module import has no side effects:
 Pulumi's dynamic-provider host imports this module by name (dill pickles the provider classes by
@@ -27,6 +28,7 @@ from pulumi.dynamic import CreateResult, DiffResult, Resource, ResourceProvider,
 from components import kube
 from components.kube import ApiError, UnreachableError
 from components.naming import HAMI_SCHEDULER_NAME
+from config import upgrade
 
 # --------------------------------------------------------------------------- #
 # The seam: how a provider reaches an API server, and what time it is
@@ -552,6 +554,32 @@ class GpuPluginReadyProvider(_WaitProvider):
                     "nvidia.com/gpu capacity and its hami.io/node-nvidia-register annotation") from None
 
 
+class TenantVersionProvider(HostOperationProvider):
+    """The Kubernetes version of a tenant's control plane, as the stack last deployed it.
+
+    Its diff sees the version in the state (olds) and the one the config asks for (news): the engine diffs every
+    resource that has a state in a preview as well as in an update (pulumi/pulumi v3.259.0
+    pkg/resource/deploy/step_generator.go generateSteps -> sg.diff -> prov.Diff), and the dynamic provider host
+    hands both to this diff (sdk/python/lib/pulumi/dynamic/__main__.py Diff). A change `config.upgrade`
+    refuses is raised there, so the preview fails with the config key and the allowed next step, and the tenant's
+    control plane and workers, which depend on this resource, are never reached. No live cluster is asked."""
+
+    def create(self, props: dict[str, Any]) -> CreateResult:
+        return CreateResult(id_=props["tenant"], outs=dict(props))
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
+        current, wanted = olds.get("control_plane"), news.get("control_plane")
+        if isinstance(current, str) and isinstance(wanted, str):
+            problem = upgrade.version_change_problem(str(news.get("version_key")), current, wanted)
+            if problem is not None:
+                raise ValueError(problem)
+        # The key moves when tenants are reordered; only the version is a change.
+        return DiffResult(changes=current != wanted)
+
+    def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
+        return UpdateResult(outs=dict(news))
+
+
 # --------------------------------------------------------------------------- #
 # The resources the program declares
 # --------------------------------------------------------------------------- #
@@ -600,6 +628,10 @@ class GpuPluginReady(_HostOperation, module="gpu-tenancy", name="GpuPluginReady"
     pass
 
 
+class TenantVersion(_HostOperation, module="gpu-tenancy", name="TenantVersion"):
+    pass
+
+
 _RESOURCES: dict[type, type] = {
     NodeMembershipProvider: NodeMembership,
     NodeRegistrationProvider: NodeRegistration,
@@ -609,6 +641,7 @@ _RESOURCES: dict[type, type] = {
     MetalLBWebhookReadyProvider: MetalLBWebhookReady,
     HamiWebhookReadyProvider: HamiWebhookReady,
     GpuPluginReadyProvider: GpuPluginReady,
+    TenantVersionProvider: TenantVersion,
 }
 
 

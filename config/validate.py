@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from components import kube
 
+from . import upgrade
 from .cidrs import allocate_ranges, overlapping_pairs
 from .models import (
     KIND_NODE_IMAGES,
@@ -252,6 +253,11 @@ def _tenant_issues(index: int, tenant: Tenant, config: StackConfig) -> list[Conf
             f"built for {tenant.kubernetes_version} (kind build node-image), pinned by digest",
             tenant.kubernetes_version,
         ))
+    kubelet = upgrade.image_version(tenant.node_image) if tenant.node_image is not None and containers else None
+    if kubelet is not None:
+        issues += [ConfigIssue(f"{prefix}.nodeImage", problem, tenant.node_image) for problem in
+                   upgrade.kubelet_problems(f"{prefix}.kubernetesVersion", tenant.kubernetes_version,
+                                            {"its container workers": kubelet})]
     if tenant.node_image is not None and not containers:
         issues.append(ConfigIssue(
             f"{prefix}.nodeImage",

@@ -344,8 +344,8 @@ def test_the_program_reads_like_the_picture_one_tenant_component_each(dev):
     for name in TENANTS:
         tenant = dev.named(name, "gpu-tenancy:index:Tenant")
         parts = {(r.type.rpartition(":")[2], r.name) for r in dev.children(tenant)}
-        assert parts == {("TenantControlPlane", name), ("WorkerNode", f"{name}-worker-0"), ("TenantCni", name),
-                         ("TenantGpus", name)}
+        assert parts == {("TenantVersion", f"{name}-version"), ("TenantControlPlane", name),
+                         ("WorkerNode", f"{name}-worker-0"), ("TenantCni", name), ("TenantGpus", name)}
         mine = {r.name for r in dev.descendants(tenant) if r.custom}
         assert mine == {r.name for r in dev.resources if r.custom and r.name.startswith(f"{name}-")}
 

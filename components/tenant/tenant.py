@@ -15,6 +15,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 import config
+from components import host_operations
 from components.gpu import hami
 from components.gpu.hami import GpuNode, TenantGpus, TenantGpusArgs
 from components.management.cluster import ManagementCluster
@@ -78,6 +79,7 @@ def _formerly_top_level(parent: pulumi.Resource, former_type: str | None = None)
 class Tenant(pulumi.ComponentResource):
     """One tenant: `TenantControlPlane`, a `WorkerNode` per worker, `TenantCni` and `TenantGpus`."""
 
+    version: pulumi.Resource  # the control plane's version as deployed (TenantVersion)
     control_plane: TenantControlPlane
     workers: list[WorkerNode]
     gpus: TenantGpus
@@ -90,6 +92,16 @@ class Tenant(pulumi.ComponentResource):
         super().__init__(f"{COMPONENT_PREFIX}:Tenant", name, None, opts)
         tenant, platform = args.tenant, args.platform
         stack = platform.config
+        # First: the version the state holds against the one asked for. Its diff refuses a downgrade or a skipped
+        # minor version in the preview, and the control plane and the workers wait for it.
+        index = next(i for i, other in enumerate(stack.tenants) if other.name == tenant.name)
+        self.version = host_operations.resource(
+            host_operations.TenantVersionProvider(),
+            f"{tenant.name}-version",
+            {"tenant": tenant.name, "version_key": f"tenants[{index}].kubernetesVersion",
+             "control_plane": tenant.kubernetes_version},
+            pulumi.ResourceOptions(parent=self),
+        )
         self.control_plane = control_plane = TenantControlPlane(
             tenant.name,
             TenantControlPlaneArgs(
@@ -99,7 +111,7 @@ class Tenant(pulumi.ComponentResource):
                 worker_networks=platform.worker_networks(tenant.worker_cidrs),
                 operator_cidrs=stack.management.operator_cidrs,
                 shared_datastore=platform.shared_datastore,
-                depends_on=platform.kamaji_ready,
+                depends_on=[*platform.kamaji_ready, self.version],
                 deleted_with=platform.management_cluster,
                 images_ready=platform.images_ready,
             ),
@@ -130,6 +142,7 @@ class Tenant(pulumi.ComponentResource):
                     configure_containerd=stack.management.configure_containerd,
                     nvidia=NvidiaWorker(stack.nvidia.runtime_class_name if stack.nvidia else None)
                     if stack.gpu_mode == "nvidia" else None,
+                    depends_on=[self.version],
                 ),
                 _formerly_top_level(self),
             )

@@ -131,6 +131,8 @@ class WorkerNodeArgs:
     configure_containerd: bool = False
     # gpuMode nvidia: the join checks what HAMi's device plugin needs on a worker that lists `gpus`.
     nvidia: NvidiaWorker | None = None
+    # What must be done before this worker's first resource changes (the tenant's version check).
+    depends_on: list[pulumi.Resource] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -179,7 +181,7 @@ class WorkerNode(pulumi.ComponentResource):
         else:
             # Another host is another machine.
             machine = self.access.ssh.host
-            depends_on = []
+            depends_on = list(args.depends_on)
 
         host_side = pulumi.ResourceOptions(parent=self, deleted_with=tenant.control_plane)
         # A new machine or a new control plane (endpoint or CA) is a new membership: leave and join again.
@@ -284,7 +286,7 @@ class WorkerNode(pulumi.ComponentResource):
             name=spec.image,
             # The management cluster and other workers use the same image: never delete it.
             keep_locally=True,
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
         )
         return docker.Container(
             f"{name}-container",
@@ -310,7 +312,7 @@ class WorkerNode(pulumi.ComponentResource):
             labels=[docker.ContainerLabelArgs(label=key, value=value) for key, value in spec.labels.items()],
             opts=pulumi.ResourceOptions(
                 parent=self,
-                depends_on=[args.management_cluster],
+                depends_on=[args.management_cluster, *args.depends_on],
                 # The container name is fixed, so the old one must go before a replacement starts.
                 delete_before_replace=True,
             ),

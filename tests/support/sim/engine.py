@@ -149,7 +149,7 @@ class Plan:
                  "delete-replaced": "--", "discard": "< "}
         lines = [f"{title} (simulated):", f"     {'Type':<50} {'Name':<42} Plan"]
         for step in self.steps:
-            if step.op == "same":
+            if step.op == "same" and not step.failed:
                 continue
             info = f" [diff: {', '.join(step.diffs)}]" if step.diffs else ""
             failed = " **failed**" if step.failed else ""
@@ -463,7 +463,13 @@ class _Operation:
             op = "replace" if recreated else "create"
             self.plan.steps.append(Step(op, new.urn, new.type, new.name))
             return self._create(model, new)
-        diff, replace = self._diff(model, old, new)
+        try:
+            diff, replace = self._diff(model, old, new)
+        except ProviderError:
+            # step_generator.go diffResource: a failed Diff fails the resource before any step for it exists; it is
+            # listed unchanged, with the error.
+            self.plan.steps.append(Step("same", new.urn, new.type, new.name))
+            raise
         if not diff.changes and not replace and not old.init_error:
             self.plan.steps.append(Step("same", new.urn, new.type, new.name))
             new.id, new.outputs = old.id, copy.deepcopy(old.outputs)

@@ -931,7 +931,12 @@ class DynamicModel:
                                      else old.inputs)
         # dynamic/__main__.py Diff deserializes with keep_unknowns: an unknown input is an `Unknown` object.
         news = {k: (v if not contains_unknown(v) else Unknown()) for k, v in plain(new.inputs).items()}
-        result = provider.diff(old.id, plain(old.outputs), news)
+        try:
+            result = provider.diff(old.id, plain(old.outputs), news)
+        except Exception as error:  # noqa: BLE001 -- the host answers the Diff call with the exception as an error
+            # step_generator.go diffResource returns the provider's error and the step fails, in a preview as in an
+            # update (pulumi v3.259.0 pkg/resource/deploy/step_generator.go diff: no DryRun exception).
+            raise ProviderError(str(error)) from None
         changed = changed_paths(old.inputs, new.inputs)
         return Diff(changes=result.changes, replace_keys=list(result.replaces or []),
                     changed_keys=sorted({str(p[0]) for p in changed}), detailed=[paths.render(p) for p in changed],

@@ -399,9 +399,22 @@ def _tcp_admission(world: World, api: KubeApi, identity, operation: str, obj: di
                 profile[plural] = [profile.get(singular) or default]
     version = (spec.get("kubernetes") or {}).get("version", "")
     major, minor = (int(x) for x in version.lstrip("v").split(".")[:2])
-    if (major, minor) > MAX_TENANT_VERSION:
-        raise ApiError(400, f'admission webhook "vtenantcontrolplane.kb.io" denied the request: unable to create a '
-                            f'TenantControlPlane with a Kubernetes version greater than the supported one ({version})')
+    denied = 'admission webhook "vtenantcontrolplane.kb.io" denied the request: '
+    if operation == "UPDATE" and old is not None and not obj["metadata"].get("deletionTimestamp"):
+        # internal/webhook/handlers/tcp_version.go OnUpdate, patch versions set to 0 before comparing.
+        before = ((old.get("spec") or {}).get("kubernetes") or {}).get("version", "")
+        old_minor = tuple(int(x) for x in before.lstrip("v").split(".")[:2])
+        supported = "v{}.{}".format(*MAX_TENANT_VERSION)
+        if (major, minor) > MAX_TENANT_VERSION:
+            raise ApiError(400, f"{denied}unable to upgrade to a version greater than the supported one ({supported})")
+        if (major, minor) < old_minor:
+            raise ApiError(400, f"{denied}unable to downgrade a TenantControlPlane from {old_minor[0]}.{old_minor[1]}.0 "
+                                f"to {major}.{minor}.0")
+        if minor - old_minor[1] > 1:
+            raise ApiError(400, f"{denied}unable to upgrade to a minor version in a non-sequential mode")
+    elif (major, minor) > MAX_TENANT_VERSION:
+        raise ApiError(400, f'{denied}unable to create a TenantControlPlane with a Kubernetes version greater than the '
+                            f'supported one ({version})')
     datastore = spec.get("dataStore") or "default"
     if api.find("DataStore", None, datastore) is None:
         # internal/webhook/handlers/tcp_datastore.go
