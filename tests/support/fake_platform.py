@@ -339,8 +339,14 @@ class FakeSession:
         assert kind == "NetworkPolicy", f"verify lists no {kind}"
         return copy.deepcopy(self._enter("list networkpolicies").network_policies.get(namespace or "", []))
 
+    def patch(self, kind: str, name: str, patch: Json, namespace: str | None = None) -> Json:
+        raise AssertionError("verify patches nothing")
+
     def patch_status(self, kind: str, name: str, patch: Json, namespace: str | None = None) -> Json:
         raise AssertionError("verify patches nothing")
+
+    def evict(self, name: str, namespace: str) -> None:
+        raise AssertionError("verify evicts nothing")
 
     def create(self, obj: Json, dry_run: bool = False) -> Json:
         if obj["kind"] == "NetworkPolicy":

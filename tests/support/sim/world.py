@@ -50,6 +50,23 @@ def _key(kind: str, namespace: str | None, name: str) -> Key:
     return (kind, namespace or "", name)
 
 
+def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """A label selector's matchLabels and matchExpressions (In, NotIn, Exists, DoesNotExist) against `labels`; an
+    empty selector matches nothing here (eviction.go getPodDisruptionBudgets: "it should match nothing")."""
+    match, expressions = selector.get("matchLabels") or {}, selector.get("matchExpressions") or []
+    if not match and not expressions:
+        return False
+    if any(labels.get(key) != value for key, value in match.items()):
+        return False
+    for expression in expressions:
+        key, operator, values = expression["key"], expression["operator"], expression.get("values") or []
+        if operator == "In" and labels.get(key) not in values or operator == "NotIn" and labels.get(key) in values:
+            return False
+        if operator == "Exists" and key not in labels or operator == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
 # --------------------------------------------------------------------------- #
 # A Kubernetes API server
 # --------------------------------------------------------------------------- #
@@ -184,6 +201,36 @@ class KubeApi:
         obj["status"] = _merge(obj.get("status") or {}, patch, delete_nulls=True)
         self._react("update", obj)
         return copy.deepcopy(obj)
+
+    def evict(self, identity: pki.Identity | None, namespace: str, name: str) -> None:
+        """POST pods/<name>/eviction (kubernetes pkg/registry/core/pod/storage/eviction.go Create): a terminal pod is
+        deleted at once; otherwise the one PodDisruptionBudget whose non-empty selector matches the pod's labels must
+        have caught up with its generation and allow a disruption (its status, as the disruption controller wrote
+        it), which the eviction takes; more than one matching budget is an error. The simulator has no disruption
+        controller: a budget without status.disruptionsAllowed is refused rather than guessed."""
+        if identity is not None:
+            self.authorize(identity, "create", "Pod/eviction", namespace, name)
+        pod = self.objects.get(_key("Pod", namespace, name))
+        if pod is None:
+            raise ApiError(404, f'pods "{name}" not found')
+        if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+            labels = (pod.get("metadata") or {}).get("labels") or {}
+            budgets = [pdb for pdb in self.list("PodDisruptionBudget", namespace) if labels
+                       and _selects(((pdb.get("spec") or {}).get("selector") or {}), labels)]
+            if len(budgets) > 1:
+                raise ApiError(500, "This pod has more than one PodDisruptionBudget, which the eviction subresource "
+                                    "does not support.")
+            if budgets:
+                budget = budgets[0]
+                status = budget.get("status") or {}
+                if "disruptionsAllowed" not in status:
+                    raise ApiError(500, f"simulator: PodDisruptionBudget {namespace}/{budget['metadata']['name']} has "
+                                        "no status.disruptionsAllowed; the simulator runs no disruption controller")
+                generation = budget["metadata"].get("generation", 1)
+                if status.get("observedGeneration", generation) < generation or int(status["disruptionsAllowed"]) <= 0:
+                    raise ApiError(429, "Cannot evict pod as it would violate the pod's disruption budget.")
+                status["disruptionsAllowed"] = int(status["disruptionsAllowed"]) - 1
+        self.remove("Pod", namespace, name)
 
     def delete(self, identity: pki.Identity | None, kind: str, namespace: str | None, name: str) -> None:
         if identity is not None:
@@ -322,6 +369,9 @@ class Machine:
     # What HAMi's device plugin needs and this server lacks, as node-join.sh names it in gpuMode nvidia
     # ("driver", "toolkit", "nvidia runtime", "nvidia default runtime", "other device plugin": one that runs).
     nvidia_missing: set[str] = field(default_factory=set)
+    # The kubelet an SSH machine has installed ("v1.35.0"); None: not modelled, and its Node reports no version.
+    # A container's kubelet is its kindest/node image's.
+    kubelet_version: str | None = None
 
 
 @dataclass
