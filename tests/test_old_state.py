@@ -163,9 +163,11 @@ OLD_TYPES = {"gpu-tenancy:index:ManagementCluster": "gpu-tenancy:index:KindManag
 NEW_PARENTS = {"gpu-tenancy:index:Tenant"}
 # The readiness gates of issue 20 #1, and the input that made Kamaji's probe follow upgrades: the old program had
 # neither, so the first `up` of this one creates the gates and probes Kamaji's webhook once more.
-# Issue 23 adds each tenant's TenantVersion, which the first `up` creates the same way.
+# Issue 23 adds each tenant's TenantVersion and each worker's NodeDrain and NodeReady, which the first `up` creates
+# the same way (they wait for nothing on create).
 NEW_GATES = {f"pulumi-python:dynamic/gpu-tenancy:{name}"
-             for name in ("MetalLBWebhookReady", "HamiWebhookReady", "GpuPluginReady", "TenantVersion")}
+             for name in ("MetalLBWebhookReady", "HamiWebhookReady", "GpuPluginReady", "TenantVersion", "NodeDrain",
+                          "NodeReady")}
 NEW_INPUTS = {"pulumi-python:dynamic/gpu-tenancy:KamajiWebhookReady": ("revision",)}
 # Issue 20 #3: every chart is a local directory of `make charts`, each release describes its chart files, and
 # Kamaji's crds/ are the program's own CRD patches (the release skips them). The old program installed these charts

@@ -129,8 +129,12 @@ class Tenant(pulumi.ComponentResource):
             control_plane=control_plane.tcp,
         )
         image = worker_image(tenant) if any(worker.ssh is None for worker in tenant.workers) else None
-        self.workers = [
-            WorkerNode(
+        # One at a time: a worker is drained for an upgrade only after kube-proxy follows the control plane and the
+        # worker before it is back in service (README "Upgrading a tenant").
+        self.workers = []
+        for worker in tenant.workers:
+            previous = [self.workers[-1].ready] if self.workers else []
+            self.workers.append(WorkerNode(
                 node_name(tenant.name, worker.name),
                 WorkerNodeArgs(
                     tenant=access,
@@ -143,11 +147,10 @@ class Tenant(pulumi.ComponentResource):
                     nvidia=NvidiaWorker(stack.nvidia.runtime_class_name if stack.nvidia else None)
                     if stack.gpu_mode == "nvidia" else None,
                     depends_on=[self.version],
+                    drain_after=[*control_plane.kube_proxy, *previous],
                 ),
                 _formerly_top_level(self),
-            )
-            for worker in tenant.workers
-        ]
+            ))
         cni = TenantCni(
             tenant.name,
             TenantCniArgs(
@@ -187,6 +190,11 @@ class Tenant(pulumi.ComponentResource):
             # Who may open a connection to the tenant's API and Konnectivity server (loadBalancerSourceRanges).
             "sourceRanges": control_plane.source_ranges,
             "nodes": self.gpus.node_names,
+            # The kubelet version each Node reports (status.nodeInfo.kubeletVersion), read when it joined or was
+            # last upgraded.
+            "nodeVersions": pulumi.Output.all(*(node.ready.reported for node in self.workers)).apply(  # type: ignore
+                lambda versions: {node.access.node_name: version
+                                  for node, version in zip(self.workers, versions, strict=True)}),
             "gpuCapacity": self.gpus.gpu_capacity,
             "smokeTest": self.gpus.smoke_test,
         }

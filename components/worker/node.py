@@ -19,6 +19,7 @@ running kubelet cannot register it again.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import pulumi
@@ -39,6 +40,7 @@ from components.naming import (
     node_name,
 )
 from components.worker.access import NodeAccess, NodeScript, node_access, run_on_node
+from config import upgrade
 from config.models import KIND_NODE_IMAGES
 
 
@@ -133,6 +135,9 @@ class WorkerNodeArgs:
     nvidia: NvidiaWorker | None = None
     # What must be done before this worker's first resource changes (the tenant's version check).
     depends_on: list[pulumi.Resource] = field(default_factory=list)
+    # What the drain before an upgrade waits for: the objects that follow the control plane's version (kube-proxy)
+    # and the previous worker of the tenant back in service, so that workers roll one at a time.
+    drain_after: list[pulumi.Resource] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -162,9 +167,12 @@ class WorkerNode(pulumi.ComponentResource):
     access: NodeAccess
     container: docker.Container | None  # None for an SSH worker
     mirrors: pulumi.Resource | None  # the node's image-mirror configuration, if it uses mirrors
+    drain: pulumi.Resource  # cordon and drain before an upgrade
     membership: pulumi.Resource
     join: command.local.Command | command.remote.Command
     registered: pulumi.Resource
+    ready: pulumi.Resource  # back in service after an upgrade
+    kubelet_version: str | None  # what a container worker's kubelet runs (None: an SSH worker's own packages)
 
     def __init__(self, name: str, args: WorkerNodeArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(f"{COMPONENT_PREFIX}:WorkerNode", name, None, opts)
@@ -172,6 +180,17 @@ class WorkerNode(pulumi.ComponentResource):
         self.access = node_access(tenant.name, args.worker)
         node = self.access.node_name
         self.container = None
+
+        host_side = pulumi.ResourceOptions(parent=self, deleted_with=tenant.control_plane)
+        # Before the machine moves to another version: cordon and drain its Node (nothing to do on a first build).
+        self.drain = host_operations.resource(
+            host_operations.NodeDrainProvider(),
+            f"{name}-drain",
+            {"kubeconfig": tenant.operator_kubeconfig, "node_name": node, "version": tenant.kubernetes_version},
+            pulumi.ResourceOptions.merge(host_side, pulumi.ResourceOptions(
+                depends_on=[*args.depends_on, *args.drain_after])),
+        )
+        args = dataclasses.replace(args, depends_on=[*args.depends_on, self.drain])
 
         if self.access.ssh is None:
             self.container = self._container(name, args)
@@ -183,7 +202,6 @@ class WorkerNode(pulumi.ComponentResource):
             machine = self.access.ssh.host
             depends_on = list(args.depends_on)
 
-        host_side = pulumi.ResourceOptions(parent=self, deleted_with=tenant.control_plane)
         # A new machine or a new control plane (endpoint or CA) is a new membership: leave and join again.
         self.membership = host_operations.resource(
             host_operations.NodeMembershipProvider(),
@@ -264,6 +282,17 @@ class WorkerNode(pulumi.ComponentResource):
                 "token_id": self.membership.token_id,  # type: ignore[attr-defined]
             },
             host_side,
+        )
+        # After an upgrade: the new Node Ready at its version, uncordoned; the tenant's next worker waits for it.
+        self.kubelet_version = (upgrade.image_version(args.image) or tenant.kubernetes_version) \
+            if self.container is not None and args.image is not None else None
+        self.ready = host_operations.resource(
+            host_operations.NodeReadyProvider(),
+            f"{name}-ready",
+            {"kubeconfig": tenant.operator_kubeconfig, "node_name": node, "version": tenant.kubernetes_version,
+             "kubelet_version": self.kubelet_version, "registration": self.registered.id},
+            host_side,
+            outputs=("reported",),
         )
         # Resolves only once the Node has registered, so whatever uses the name waits for it.
         self.node_name = self.registered.id.apply(lambda _: node)

@@ -17,6 +17,7 @@ from typing import Any
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from components.kube import ApiError, UnreachableError
+from config import upgrade
 from tests.support.sim import pki
 from tests.support.sim.world import (
     CLUSTER_ADMINS,
@@ -814,13 +815,29 @@ def join(world: World, machine: Machine, *, endpoint: str, token: str, ca_hash: 
     return node_name
 
 
+def kubelet_version(world: World, node_name: str) -> str | None:
+    """The kubelet a node runs: a container's is its kindest/node image's tag, an SSH machine's what it has installed
+    (None when a scenario did not say: the simulator does not guess)."""
+    container = world.docker.containers.get(node_name)
+    if container is not None:
+        reference = world.docker.image_names.get(container.image, container.image)
+        return upgrade.image_version(reference)
+    machine = world.machines.get(node_name)
+    return machine.kubelet_version if machine is not None else None
+
+
 def _register_node(world: World, tenant: Tenant, node_name: str) -> None:
     api = tenant.api
     if api.find("Node", None, node_name) is None:
+        status: dict[str, Any] = {"capacity": {"cpu": "4"}, "allocatable": {"cpu": "4"}}
+        version = kubelet_version(world, node_name)
+        if version is not None:
+            # pkg/kubelet/nodestatus/setters.go VersionInfo: status.nodeInfo.kubeletVersion.
+            status["nodeInfo"] = {"kubeletVersion": version}
         api.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name, "annotations": {},
                  # The kubelet's own well-known labels (pkg/kubelet/kubelet_node_status.go initialNode).
                  "labels": {"kubernetes.io/hostname": node_name, "kubernetes.io/os": "linux"}},
-                 "status": {"capacity": {"cpu": "4"}, "allocatable": {"cpu": "4"}}})
+                 "status": status})
     refresh_nodes(world, api)
 
 
@@ -1005,6 +1022,9 @@ def schedule(world: World, api: KubeApi, pod: dict[str, Any]) -> None:
         # "NVIDIA" (case-insensitively); fitInDevices needs `gpu` cards with enough memory and cores each.
         for node in _ready_nodes(api):
             allocatable = (node.get("status") or {}).get("allocatable") or {}
+            # HAMi's scheduler is kube-scheduler with an extender: its NodeUnschedulable filter runs first.
+            if (node.get("spec") or {}).get("unschedulable"):
+                continue
             if not _selected(pod, node) or int(allocatable.get(GPU, 0) or 0) <= 0:
                 continue
             cards = [d for d in _devices(node) if "nvidia" in str(d.get("type", "")).lower()
@@ -1021,8 +1041,11 @@ def schedule(world: World, api: KubeApi, pod: dict[str, Any]) -> None:
             _run(pod, node)
             return
         return
-    # default-scheduler: any Ready node with the extended resources it advertises.
+    # default-scheduler: any Ready node with the extended resources it advertises, not cordoned (the NodeUnschedulable
+    # filter, pkg/scheduler/framework/plugins/nodeunschedulable).
     for node in _ready_nodes(api):
+        if (node.get("spec") or {}).get("unschedulable"):
+            continue
         allocatable = (node.get("status") or {}).get("allocatable") or {}
         if _selected(pod, node) and all(int(allocatable.get(k, 0) or 0) >= v for k, v in requests.items() if k == GPU):
             spec["nodeName"] = node["metadata"]["name"]
