@@ -33,7 +33,7 @@ TENANT ?=
 DISRUPTIVE ?=
 ADMIN ?=
 
-.PHONY: help venv lint test preflight upstream charts backend pulumi-cli secret preview up down status verify plan graph bench docs e2e kubeconfig
+.PHONY: help venv lint test preflight upstream charts backend pulumi-cli secret preview up down status verify plan graph bench docs snapshots e2e kubeconfig
 
 help:
 	@echo "make up          preflight, the pinned Helm charts, local backend, stack '$(STACK)', pulumi up"
@@ -54,6 +54,7 @@ help:
 	@echo "make graph       resources, longest dependency chain and tenant coupling, without a cluster (build/)"
 	@echo "make bench       graph and image-pull benchmark for 2, 8 and 32 tenants"
 	@echo "make docs        regenerate docs/dependency-graph.md and the README's samples from the reference stack"
+	@echo "make snapshots   rewrite tests/fixtures/snapshots/ (generated objects, whole) from the code; review with git diff"
 	@echo "make e2e         full lifecycle on this Docker host (up, verify, update, no-op, destroy)"
 	@echo "make venv, make backend, make pulumi-cli: the steps the targets above use"
 
@@ -154,6 +155,9 @@ endif
 docs: venv
 	$(PY) -m ops.graph --stack-file $(REFERENCE_STACK) --mermaid docs/dependency-graph.md
 	$(PY) -m tests.support.readme
+
+snapshots: venv
+	$(PY) -m tests.support.snapshots
 
 bench: venv
 	$(PY) -m bench.graph_bench
