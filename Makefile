@@ -25,26 +25,36 @@ endif
 
 # `make graph TENANTS=32` analyses N generated tenants instead of the stack file.
 TENANTS ?=
-# `make kubeconfig TENANT=<name> [ADMIN=1]`
+# `make secret KEY=<key path> FILE=<file>`
+KEY ?=
+FILE ?=
+# `make kubeconfig TENANT=<name> [ADMIN=1]`; `make verify DISRUPTIVE=1 [TENANT=<name>]`
 TENANT ?=
+DISRUPTIVE ?=
 ADMIN ?=
 
-.PHONY: help venv lint test preflight upstream charts backend pulumi-cli up down status verify graph bench docs e2e kubeconfig
+.PHONY: help venv lint test preflight upstream charts backend pulumi-cli secret preview up down status verify plan graph bench docs snapshots e2e kubeconfig
 
 help:
-	@echo "make up          preflight, the pinned Kamaji chart, local backend, stack '$(STACK)', pulumi up"
+	@echo "make up          preflight, the pinned Helm charts, local backend, stack '$(STACK)', pulumi up"
 	@echo "make down        pulumi destroy the stack '$(STACK)'"
+	@echo "make secret      KEY=<key path> FILE=<file>: the file's content as an encrypted config value, via stdin"
+	@echo "make preview     preflight, the pinned Helm charts, local backend, pulumi preview of stack '$(STACK)'"
 	@echo "make status      one table per tenant: endpoint, nodes, cards and slots, what the smoke test proved"
 	@echo "make verify      check the running platform of stack '$(STACK)' (exit 0 = every check holds)"
+	@echo "make verify DISRUPTIVE=1 [TENANT=<name>]  also cut one tenant's Konnectivity tunnel (a GPU pod must be"
+	@echo "                 rejected), then restore it; the tenant's GPU pods cannot be created meanwhile"
 	@echo "make kubeconfig TENANT=<name> [ADMIN=1]  write the tenant's user (or admin) kubeconfig, mode 600"
 	@echo "make test        create .venv, install pinned dependencies, lint, run the tests"
 	@echo "make lint        ruff on the Python code, shellcheck on components/*/scripts/*.sh"
 	@echo "make preflight   check this host and Pulumi.$(STACK).yaml (about a second)"
 	@echo "make upstream    download the pinned upstream reference files (CRDs, chart values), check their sha256"
-	@echo "make charts      download the pinned Kamaji chart (and kamaji-etcd), check every file"
+	@echo "make charts      download every pinned Helm chart into .cache/charts, check each file's sha256"
+	@echo "make plan        where HAMi would place each declared GPU workload, quota figures; a picture (build/)"
 	@echo "make graph       resources, longest dependency chain and tenant coupling, without a cluster (build/)"
 	@echo "make bench       graph and image-pull benchmark for 2, 8 and 32 tenants"
 	@echo "make docs        regenerate docs/dependency-graph.md and the README's samples from the reference stack"
+	@echo "make snapshots   rewrite tests/fixtures/snapshots/ (generated objects, whole) from the code; review with git diff"
 	@echo "make e2e         full lifecycle on this Docker host (up, verify, update, no-op, destroy)"
 	@echo "make venv, make backend, make pulumi-cli: the steps the targets above use"
 
@@ -87,6 +97,15 @@ backend: pulumi-cli venv
 	@$(PY) -m ops.passphrase --stack $(STACK) --state-dir $(STATE_DIR)
 	pulumi stack select $(STACK) --create
 
+# A credential goes in from a file on pulumi's stdin (pulumi config set reads the value from stdin when it is not a
+# terminal, dropping one trailing newline: pulumi/pulumi pkg/cmd/pulumi/config/config_set.go), so it is never on a
+# command line (ps, /proc/<pid>/cmdline), in the shell history or in /tmp; the make variables carry only its path.
+# After `backend`, so pulumi encrypts with this stack's passphrase file.
+secret: backend
+	@test -n '$(KEY)' && test -n '$(FILE)' || { echo "usage: make secret STACK=$(STACK) KEY='<key path, e.g. management.kubeconfig>' FILE=<file>" >&2; exit 2; }
+	@test -r '$(FILE)' || { echo "make secret: cannot read FILE=$(FILE)" >&2; exit 2; }
+	pulumi config set --secret --stack $(STACK) --path 'gpu-tenancy:$(KEY)' < '$(FILE)'
+
 # pulumi-kubernetes writes each provider's kubeconfig to a temporary file and never removes it (provider/pkg/
 # provider/provider.go writeKubeconfigToFile): Pulumi runs with a private TMPDIR (mktemp -d: mode 700) that is
 # removed when it ends.
@@ -102,6 +121,14 @@ up: venv
 	$(PRIVATE_TMP) pulumi up --stack $(STACK) $(PULUMI_FLAGS)
 	@$(PY) -m ops.status --stack $(STACK) || true
 
+# What `make up` would do, with the same steps before it (and the same private TMPDIR: the kubeconfig file).
+preview: venv
+	@$(PY) -m ops.preflight --stack $(STACK)
+	$(PY) -m ops.upstream fetch --group chart
+	@$(PY) -m ops.upstream verify --group chart
+	@$(MAKE) --no-print-directory backend
+	$(PRIVATE_TMP) pulumi preview --stack $(STACK) $(PULUMI_FLAGS)
+
 # A cluster that no longer answers cannot stop a tear-down: its objects are dropped from the state
 # (pulumi-kubernetes reads PULUMI_K8S_DELETE_UNREACHABLE; an adopted cluster's provider refuses it explicitly).
 down: pulumi-cli venv backend
@@ -111,7 +138,11 @@ status: pulumi-cli venv
 	$(PY) -m ops.status --stack $(STACK)
 
 verify: pulumi-cli venv
-	$(PY) -m ops.verify --stack $(STACK)
+	$(PY) -m ops.verify --stack $(STACK) $(if $(DISRUPTIVE),--disruptive $(if $(TENANT),--disrupt-tenant '$(TENANT)'))
+
+plan: venv
+	@mkdir -p $(BUILD)
+	$(PY) -m ops.plan --stack $(STACK) --svg $(BUILD)/gpu-plan-$(STACK).svg
 
 graph: venv
 	@mkdir -p $(BUILD)
@@ -124,6 +155,9 @@ endif
 docs: venv
 	$(PY) -m ops.graph --stack-file $(REFERENCE_STACK) --mermaid docs/dependency-graph.md
 	$(PY) -m tests.support.readme
+
+snapshots: venv
+	$(PY) -m tests.support.snapshots
 
 bench: venv
 	$(PY) -m bench.graph_bench

@@ -8,14 +8,21 @@ other.
 
 import pulumi
 
+from components.helm import require_charts
 from components.management.cluster import COMPONENT_NAME, ManagementCluster, ManagementClusterArgs
 from components.management.image_cache import RegistryMirror, RegistryMirrorArgs, mirror_outputs
 from components.management.kamaji import Kamaji, KamajiArgs
-from components.plan import plan_summary
+from components.plan import check_capacity, gpu_plan, plan_summary
 from components.tenant.tenant import Platform, Tenant, TenantArgs
 from config import read_stack_config
 
 config = read_stack_config()
+# Every chart is a local directory: a checkout without them fails here, in one line naming `make charts`.
+require_charts(config.versions)
+# Where HAMi would place each declared GPU pod: a pod that does not fit is a warning, or with strictCapacity an error
+# before any resource exists.
+planned_gpus = gpu_plan(config)
+check_capacity(config, planned_gpus, pulumi.get_stack(), pulumi.log.warn)
 
 management = ManagementCluster(
     COMPONENT_NAME,
@@ -55,6 +62,7 @@ platform = Platform.of(config, management, kamaji, mirror)
 tenants = {tenant.name: Tenant(tenant.name, TenantArgs(tenant=tenant, platform=platform)) for tenant in config.tenants}
 
 pulumi.export("plan", plan_summary(config))
+pulumi.export("gpuPlan", planned_gpus)
 pulumi.export("managementKubeconfig", management.kubeconfig)
 pulumi.export("kindSubnet", management.kind_subnet)
 pulumi.export("workerNetworks", management.worker_networks)

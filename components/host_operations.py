@@ -4,7 +4,8 @@ Everything that talks to a tenant's API (or Kamaji's) for the program runs here,
 holds the credentials, never on a worker: minting a worker's one-time join token and removing its Node
 when it leaves, waiting for the Node to register, the simulated GPU capacity on the Node status, waiting
 for the Konnectivity agents, for the admission webhooks of Kamaji, MetalLB and HAMi to answer, and for the
-mock device plugin's resources on a Node.
+mock device plugin's resources on a Node. One of them calls no API: `TenantVersionProvider` keeps the version of a
+tenant's control plane in the state and refuses, in every preview, a change to it that cannot be made.
 
 The calls go through `components.kube` (credentials stay in memory). Module import has no side effects:
 Pulumi's dynamic-provider host imports this module by name (dill pickles the provider classes by
@@ -28,6 +29,7 @@ from components import kube
 from components.kube import ApiError, UnreachableError
 from components.naming import HAMI_SCHEDULER_NAME
 from components.tenant import spec
+from config import upgrade
 
 # --------------------------------------------------------------------------- #
 # The seam: how a provider reaches an API server, and what time it is
@@ -586,6 +588,171 @@ class GpuPluginReadyProvider(_WaitProvider):
                     "nvidia.com/gpu capacity and its hami.io/node-nvidia-register annotation") from None
 
 
+# kubectl drain's default is no timeout; a blocked eviction must stop the update with the pod named instead.
+DRAIN_TIMEOUT = 300.0
+DRAIN_INTERVAL = 5.0  # kubectl drain retries a refused eviction after 5 s
+# A static pod's mirror on the API server (kubernetes pkg/kubelet/types/pod_update.go ConfigMirrorAnnotationKey).
+MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
+
+
+def _drained_pods(pods: list[dict[str, Any]], node: str) -> list[dict[str, Any]]:
+    """The pods `kubectl drain --ignore-daemonsets --delete-emptydir-data --force` evicts from `node`: all bound to
+    it but DaemonSet pods (their controller ignores the cordon and would put them back) and static pods' mirrors
+    (the kubelet owns them). Pods without a controller are evicted too: they would not survive the node anyway."""
+    drained = []
+    for pod in pods:
+        metadata = pod.get("metadata") or {}
+        if (pod.get("spec") or {}).get("nodeName") != node:
+            continue
+        if any(owner.get("kind") == "DaemonSet" for owner in metadata.get("ownerReferences") or []):
+            continue
+        if MIRROR_POD_ANNOTATION in (metadata.get("annotations") or {}):
+            continue
+        drained.append(pod)
+    return drained
+
+
+class NodeDrainProvider(HostOperationProvider):
+    """Before a worker moves to another Kubernetes version: its Node cordoned, then its pods evicted.
+
+    Evictions go through the Eviction API, so the API server applies each pod's PodDisruptionBudget and answers
+    429 while it allows no disruption (kubernetes pkg/registry/core/pod/storage/eviction.go checkAndDecrement);
+    a refused eviction is retried, bounded by DRAIN_TIMEOUT, and then the update stops naming the pod. The Node
+    stays cordoned, and this resource keeps its old version in the state, so the next `up` drains again and goes
+    on from this worker. A first build (or a new worker) has nothing to drain; neither has a Node that is gone.
+    """
+
+    def create(self, props: dict[str, Any]) -> CreateResult:
+        return CreateResult(id_=props["node_name"], outs=dict(props))
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
+        return DiffResult(changes=_inputs_changed(olds, news))
+
+    def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
+        if olds.get("version") != news.get("version"):
+            self._drain(news)
+        return UpdateResult(outs=dict(news))
+
+    def _drain(self, props: dict[str, Any]) -> None:
+        node = props["node_name"]
+        with self._api(props["kubeconfig"]) as tenant:
+            if tenant.find("Node", node) is None:
+                return
+            tenant.patch("Node", node, {"spec": {"unschedulable": True}})
+            refused: dict[str, str] = {}
+
+            def drained() -> str | None:
+                left = _drained_pods(tenant.list("Pod"), node)
+                for pod in left:
+                    name, namespace = pod["metadata"]["name"], pod["metadata"].get("namespace") or "default"
+                    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+                        continue  # evicted, still terminating
+                    try:
+                        tenant.evict(name, namespace)
+                        refused.pop(f"{namespace}/{name}", None)
+                    except ApiError as error:
+                        if error.status == 404:
+                            continue
+                        if error.status != 429:
+                            raise RuntimeError(f"cannot evict pod {namespace}/{name} from Node {node}: {error}") \
+                                from None
+                        refused[f"{namespace}/{name}"] = error.message
+                if not left:
+                    return None
+                return f"{len(left)} pod(s) left on Node {node}: {', '.join(sorted(refused) or ['terminating'])}"
+
+            try:
+                poll(drained, self.clock, timeout=DRAIN_TIMEOUT, interval=DRAIN_INTERVAL)
+            except TimeoutError as error:
+                blocking = ", ".join(f"pod {pod} ({message})" for pod, message in sorted(refused.items()))
+                namespaces = sorted({pod.split("/")[0] for pod in refused}) or ["<namespace>"]
+                raise RuntimeError(
+                    f"the drain of Node {node} before its upgrade to {props['version']} is blocked: "
+                    f"{blocking or error}. The Node stays cordoned and the worker keeps its version. Let the "
+                    f"PodDisruptionBudget allow one disruption (kubectl -n {namespaces[0]} get pdb) or move the pod, "
+                    f"then run `pulumi up` again: it drains this worker again and goes on from here") from None
+
+
+NODE_READY_TIMEOUT = 300.0
+
+
+class NodeReadyProvider(HostOperationProvider):
+    """After a worker moved to another Kubernetes version: its new Node Ready, its kubelet at that version (when
+    `kubelet_version` is set), then uncordoned, before the next worker of the tenant is drained.
+
+    On a first build nothing waits here (the Nodes become Ready only with the CNI, which is installed after every
+    worker has joined); a changed registration alone (a rejoin at the same version) waits for nothing either."""
+
+    def create(self, props: dict[str, Any]) -> CreateResult:
+        return CreateResult(id_=props["node_name"], outs={**props, "reported": self._reported(props)})
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
+        return DiffResult(changes=_inputs_changed(olds, {**news, "reported": olds.get("reported")}))
+
+    def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
+        if olds.get("version") != news.get("version"):
+            self._wait(news)
+        return UpdateResult(outs={**news, "reported": self._reported(news)})
+
+    def _reported(self, props: dict[str, Any]) -> str | None:
+        """The kubelet version the Node reports (status.nodeInfo.kubeletVersion), for the tenant's outputs."""
+        with self._api(props["kubeconfig"]) as tenant:
+            found = tenant.find("Node", props["node_name"]) or {}
+        return ((found.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion")
+
+    def _wait(self, props: dict[str, Any]) -> None:
+        node, kubelet = props["node_name"], props.get("kubelet_version")
+        uid = str(props.get("registration") or "").rpartition("/")[2]
+        with self._api(props["kubeconfig"]) as tenant:
+            def ready() -> str | None:
+                found = tenant.find("Node", node)
+                if found is None:
+                    return f"Node {node} does not exist"
+                if uid and (found.get("metadata") or {}).get("uid") != uid:
+                    return f"Node {node} is not the one that registered after the upgrade"
+                status = found.get("status") or {}
+                running = ((status.get("nodeInfo") or {}).get("kubeletVersion"))
+                if kubelet and running != kubelet:
+                    return f"Node {node} runs kubelet {running}, not {kubelet}"
+                conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+                return None if conditions.get("Ready") == "True" else f"Node {node} is not Ready"
+
+            try:
+                poll(ready, self.clock, timeout=NODE_READY_TIMEOUT)
+            except TimeoutError as error:
+                raise RuntimeError(
+                    f"{error}. The next worker is not drained until this one is back; check the kubelet on {node} "
+                    "(journalctl -u kubelet) and run `pulumi up` again") from None
+            if (tenant.find("Node", node) or {}).get("spec", {}).get("unschedulable"):
+                tenant.patch("Node", node, {"spec": {"unschedulable": False}})
+
+
+class TenantVersionProvider(HostOperationProvider):
+    """The Kubernetes version of a tenant's control plane, as the stack last deployed it.
+
+    Its diff sees the version in the state (olds) and the one the config asks for (news): the engine diffs every
+    resource that has a state in a preview as well as in an update (pulumi/pulumi v3.259.0
+    pkg/resource/deploy/step_generator.go generateSteps -> sg.diff -> prov.Diff), and the dynamic provider host
+    hands both to this diff (sdk/python/lib/pulumi/dynamic/__main__.py Diff). A change `config.upgrade`
+    refuses is raised there, so the preview fails with the config key and the allowed next step, and the tenant's
+    control plane and workers, which depend on this resource, are never reached. No live cluster is asked."""
+
+    def create(self, props: dict[str, Any]) -> CreateResult:
+        return CreateResult(id_=props["tenant"], outs=dict(props))
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
+        current, wanted = olds.get("control_plane"), news.get("control_plane")
+        if isinstance(current, str) and isinstance(wanted, str):
+            problem = upgrade.version_change_problem(str(news.get("version_key")), current, wanted)
+            if problem is not None:
+                raise ValueError(problem)
+        # The key moves when tenants are reordered; only the version is a change.
+        return DiffResult(changes=current != wanted)
+
+    def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
+        return UpdateResult(outs=dict(news))
+
+
 # --------------------------------------------------------------------------- #
 # The resources the program declares
 # --------------------------------------------------------------------------- #
@@ -634,6 +801,18 @@ class GpuPluginReady(_HostOperation, module="gpu-tenancy", name="GpuPluginReady"
     pass
 
 
+class TenantVersion(_HostOperation, module="gpu-tenancy", name="TenantVersion"):
+    pass
+
+
+class NodeDrain(_HostOperation, module="gpu-tenancy", name="NodeDrain"):
+    pass
+
+
+class NodeReady(_HostOperation, module="gpu-tenancy", name="NodeReady"):
+    pass
+
+
 _RESOURCES: dict[type, type] = {
     NodeMembershipProvider: NodeMembership,
     NodeRegistrationProvider: NodeRegistration,
@@ -643,6 +822,9 @@ _RESOURCES: dict[type, type] = {
     MetalLBWebhookReadyProvider: MetalLBWebhookReady,
     HamiWebhookReadyProvider: HamiWebhookReady,
     GpuPluginReadyProvider: GpuPluginReady,
+    TenantVersionProvider: TenantVersion,
+    NodeDrainProvider: NodeDrain,
+    NodeReadyProvider: NodeReady,
 }
 
 

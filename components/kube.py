@@ -51,6 +51,7 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     "Node": ("/api/v1", "nodes", False),
     "Pod": ("/api/v1", "pods", True),
     "Secret": ("/api/v1", "secrets", True),
+    "Service": ("/api/v1", "services", True),
     "DaemonSet": ("/apis/apps/v1", "daemonsets", True),
     "Deployment": ("/apis/apps/v1", "deployments", True),
     "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies", True),
@@ -59,6 +60,7 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     "TenantControlPlane": ("/apis/kamaji.clastix.io/v1alpha1", "tenantcontrolplanes", True),
     "DataStore": ("/apis/kamaji.clastix.io/v1alpha1", "datastores", False),
     "IPAddressPool": ("/apis/metallb.io/v1beta1", "ipaddresspools", True),
+    "PodDisruptionBudget": ("/apis/policy/v1", "poddisruptionbudgets", True),
 }
 
 
@@ -263,8 +265,10 @@ class KubeClient(Protocol):
     """What the project reads and writes in one cluster, as the API's JSON; every failure is an `ApiError`.
 
     `find` is None for a missing object (404) and `delete` False for one already gone; `create` posts to the
-    collection of the object's kind and metadata.namespace (a dry run stores nothing); `patch_status` sends a JSON
-    merge patch (RFC 7386) to the status subresource; `close` releases connections and credentials (repeatable).
+    collection of the object's kind and metadata.namespace (a dry run stores nothing); `patch` and `patch_status`
+    send a JSON merge patch (RFC 7386) to the object or its status subresource; `evict` posts a policy/v1 Eviction
+    for a pod, which the API server refuses with 429 while a PodDisruptionBudget forbids it (kubernetes
+    pkg/registry/core/pod/storage/eviction.go); `close` releases connections and credentials (repeatable).
     """
 
     def find(self, kind: str, name: str, namespace: str | None = None) -> Json | None: ...
@@ -276,7 +280,11 @@ class KubeClient(Protocol):
     def delete(self, kind: str, name: str, namespace: str | None = None, *,
                grace_period_seconds: int | None = None) -> bool: ...
 
+    def patch(self, kind: str, name: str, patch: Json, namespace: str | None = None) -> Json: ...
+
     def patch_status(self, kind: str, name: str, patch: Json, namespace: str | None = None) -> Json: ...
+
+    def evict(self, name: str, namespace: str) -> None: ...
 
     def close(self) -> None: ...
 
@@ -364,9 +372,17 @@ class Client:
             raise
         return True
 
+    def patch(self, kind: str, name: str, patch: Json, namespace: str | None = None) -> Json:
+        return self.request("PATCH", path_for(kind, name, namespace), patch,
+                            content_type="application/merge-patch+json")
+
     def patch_status(self, kind: str, name: str, patch: Json, namespace: str | None = None) -> Json:
         return self.request("PATCH", path_for(kind, name, namespace) + "/status", patch,
                             content_type="application/merge-patch+json")
+
+    def evict(self, name: str, namespace: str) -> None:
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+        self.request("POST", path_for("Pod", name, namespace) + "/eviction", body)
 
 
 def _status_message(text: str) -> str:

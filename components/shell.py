@@ -52,11 +52,16 @@ NODE_JOIN_ENV = (
     TENANT_VERSION_ENV,
     NODE_KIND_ENV,
 )
+# node-join.sh in gpuMode nvidia, on a worker that lists `gpus` (HAMi's device plugin will run there): what to check.
+GPU_MODE_ENV = "GPU_MODE"  # "nvidia"; unset otherwise
+NVIDIA_RUNTIME_CLASS_ENV = "NVIDIA_RUNTIME_CLASS"  # nvidia.runtimeClassName, "" when nvidia must be the default
+GPU_UUIDS_ENV = "GPU_UUIDS"  # the configured cards' UUIDs, space-separated
 # node-mirrors.sh (run on the kind node and on workers).
 REGISTRY_MIRRORS_ENV = "REGISTRY_MIRRORS"  # lines "<registry> <upstream server URL> <mirror URL>"
+CONFIGURE_CONTAINERD_ENV = "CONFIGURE_CONTAINERD"  # "true": containerd 2.x may get our drop-in and a restart
 
 # Test-only knobs of the node scripts (never set in production, so the scripts' defaults apply).
-NODE_ROOT_ENV = "GPU_TENANCY_NODE_ROOT"  # prefix for /etc, /proc and /sys
+NODE_ROOT_ENV = "GPU_TENANCY_NODE_ROOT"  # prefix for /etc, /opt, /var, /proc and /sys
 JOIN_ATTEMPTS_ENV = "JOIN_ATTEMPTS"  # default 12
 JOIN_PAUSE_ENV = "JOIN_RETRY_PAUSE_SECONDS"  # default 10
 RUNTIME_ATTEMPTS_ENV = "RUNTIME_WAIT_ATTEMPTS"  # default 60

@@ -301,6 +301,36 @@ class DataStore(StrictModel):
 NodeImage = Annotated[str, Field(pattern=r"^[^\s:@]+(:[A-Za-z0-9._-]+)?(@sha256:[0-9a-f]{64})?$")]
 
 
+class Workload(StrictModel):
+    """A GPU workload the tenant plans to run: `replicas` pods of one container each, planned at preview time the way
+    HAMi's scheduler would place them (components/gpu/capacity.py). Nothing is deployed from it."""
+
+    name: Annotated[str, Field(min_length=1, max_length=63), AfterValidator(_dns1123_label)]
+    replicas: int = Field(default=1, ge=1, le=1000)
+    # nvidia.com/gpu: cards per pod. 1 is HAMi's defaultGPUNum (Project-HAMi/HAMi v2.10.0 charts/hami/values.yaml
+    # devices.nvidia / pkg/device/nvidia/device.go mutateContainerResource).
+    gpus: int = Field(default=1, ge=1, le=64)
+    # nvidia.com/gpumem (MiB per card) or nvidia.com/gpumem-percentage; neither: the whole card's memory
+    # (defaultMemory 0 -> 100 percent, pkg/device/nvidia/device.go GenerateResourceRequests).
+    memory_mib: int | None = Field(default=None, ge=1, alias="memoryMiB")
+    memory_percent: int | None = Field(default=None, ge=1, le=100)
+    # nvidia.com/gpucores, percent of each card; unset: 100 (the card exclusively) when the whole memory is asked
+    # for, else defaultCores 0 (pkg/device/nvidia/device.go defaultExclusiveCoreIfNeeded).
+    cores: int | None = Field(default=None, ge=0, le=100)
+    # One of tenants[].namespaces (default: the first); its quota applies.
+    namespace: Annotated[str, Field(max_length=63), AfterValidator(_dns1123_label)] | None = None
+
+
+class Scheduling(StrictModel):
+    """HAMi's scheduler policies of the tenant (charts/hami values.yaml scheduler.defaultSchedulerPolicy; the
+    defaults are the chart's and cmd/scheduler/main.go's)."""
+
+    # Which node a pod goes to: binpack the fullest that fits, spread the emptiest.
+    node_policy: Literal["binpack", "spread"] = "binpack"
+    # Which cards of that node: spread the emptiest, binpack the fullest.
+    gpu_policy: Literal["spread", "binpack"] = "spread"
+
+
 class Tenant(StrictModel):
     name: TenantName
     kubernetes_version: KubernetesVersion = DEFAULT_KUBERNETES_VERSION
@@ -322,6 +352,9 @@ class Tenant(StrictModel):
     # The kindest/node image of this tenant's container workers (default: the image published for
     # kubernetesVersion, pinned by digest).
     node_image: NodeImage | None = None
+    # GPU workloads to plan (not deployed): `pulumi preview` shows where each pod would land (output gpuPlan).
+    workloads: list[Workload] = Field(default_factory=list)
+    scheduling: Scheduling = Field(default_factory=Scheduling)
 
     @field_validator("name")
     @classmethod
@@ -386,6 +419,10 @@ class Management(StrictModel):
     docker_hub: DockerHubCredentials | None = None
     # Existing mirrors SSH workers should pull through, by registry host: {"docker.io": "http://mirror:5000"}.
     registry_mirrors: dict[RegistryHost, MirrorUrl] = Field(default_factory=dict)
+    # With registryMirrors: a server's containerd 2.x that does not read /etc/containerd/certs.d gets a drop-in file
+    # that makes it, and a restart (components/worker/scripts/node-mirrors.sh). Off: such a server is refused with
+    # the line to change.
+    configure_containerd: bool = False
 
     @property
     def adopts_existing_cluster(self) -> bool:
@@ -456,3 +493,6 @@ class StackConfig(StrictModel):
     nvidia: Nvidia | None = None
     smoke_test: SmokeTest = Field(default_factory=SmokeTest)
     versions: Versions = Field(default_factory=Versions)
+    # A declared workload the plan cannot place (tenants[].workloads) stops `pulumi preview`/`up` before any resource
+    # is created; false: a warning, and the stack deploys.
+    strict_capacity: bool = False

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from components import kube
 
+from . import upgrade
 from .cidrs import allocate_ranges, overlapping_pairs
 from .models import (
     KIND_NODE_IMAGES,
@@ -252,6 +253,11 @@ def _tenant_issues(index: int, tenant: Tenant, config: StackConfig) -> list[Conf
             f"built for {tenant.kubernetes_version} (kind build node-image), pinned by digest",
             tenant.kubernetes_version,
         ))
+    kubelet = upgrade.image_version(tenant.node_image) if tenant.node_image is not None and containers else None
+    if kubelet is not None:
+        issues += [ConfigIssue(f"{prefix}.nodeImage", problem, tenant.node_image) for problem in
+                   upgrade.kubelet_problems(f"{prefix}.kubernetesVersion", tenant.kubernetes_version,
+                                            {"its container workers": kubelet})]
     if tenant.node_image is not None and not containers:
         issues.append(ConfigIssue(
             f"{prefix}.nodeImage",
@@ -283,7 +289,64 @@ def _tenant_issues(index: int, tenant: Tenant, config: StackConfig) -> list[Conf
         if namespace in seen_namespaces:
             issues.append(ConfigIssue(f"{prefix}.namespaces[{n_index}]", "is listed twice", namespace))
         seen_namespaces.add(namespace)
+    return issues + _workload_issues(prefix, tenant)
+
+
+def _workload_issues(prefix: str, tenant: Tenant) -> list[ConfigIssue]:
+    """Each declared workload on its own: a key it cannot use, or a request no card of the tenant could ever take
+    (empty cards, HAMi's per-card checks in Project-HAMi/HAMi v2.10.0 pkg/device/nvidia/device.go Fit)."""
+    issues: list[ConfigIssue] = []
+    seen: dict[str, int] = {}
+    workers = [w for w in tenant.workers if w.gpus]
+    cards = [(card, worker) for worker in workers for card in worker.gpus]
+    for index, workload in enumerate(tenant.workloads):
+        path = f"{prefix}.workloads[{index}]"
+        if workload.name in seen:
+            issues.append(ConfigIssue(f"{path}.name", f"duplicates {prefix}.workloads[{seen[workload.name]}].name; "
+                                      "workload names must be unique within a tenant", workload.name))
+        seen.setdefault(workload.name, index)
+        if workload.memory_mib is not None and workload.memory_percent is not None:
+            issues.append(ConfigIssue(f"{path}.memoryPercent", "set memoryMiB or memoryPercent, not both (HAMi "
+                                      "ignores the percentage when nvidia.com/gpumem is given)"))
+        if workload.namespace is not None and workload.namespace not in tenant.namespaces:
+            issues.append(ConfigIssue(f"{path}.namespace", f"is not one of {prefix}.namespaces "
+                                      f"({', '.join(tenant.namespaces)}); add it there or pick one of those",
+                                      workload.namespace))
+        if not cards:
+            issues.append(ConfigIssue(path, f"this tenant has no GPU cards ({prefix}.workers[].gpus), so no pod of "
+                                      "it could ever be scheduled; add cards or remove the workload"))
+            continue
+        issues += _unsatisfiable(path, workload, workers, cards)
     return issues
+
+
+def _unsatisfiable(path: str, workload: Any, workers: list[Any], cards: list[tuple[Any, Any]]) -> list[ConfigIssue]:
+    most = max(workers, key=lambda w: len(w.gpus))
+    if workload.gpus > len(most.gpus):
+        return [ConfigIssue(f"{path}.gpus", f"asks for {workload.gpus} cards per pod, and HAMi gives a pod cards of "
+                            f"one node only; the most on one worker is {len(most.gpus)} (worker '{most.name}'): lower "
+                            "gpus or put more cards on one worker", workload.gpus)]
+    memory = workload.memory_mib or 0
+    largest, on = max(cards, key=lambda pair: pair[0].memory_mib)
+    if memory > largest.memory_mib:
+        return [ConfigIssue(f"{path}.memoryMiB", f"no card of this tenant has that much memory (largest: "
+                            f"{largest.uuid} on worker '{on.name}', {largest.memory_mib} MiB): lower memoryMiB, use "
+                            "memoryPercent, or add a larger card", memory)]
+    # No cores: the whole card (100) when the whole memory is asked for (defaultExclusiveCoreIfNeeded).
+    whole = workload.memory_mib is None and workload.memory_percent in (None, 100)
+    cores = workload.cores if workload.cores is not None else (100 if whole else 0)
+    strongest, on = max(cards, key=lambda pair: pair[0].cores)
+    if cores > strongest.cores:
+        implied = "" if workload.cores is not None else " (unset with the whole memory: HAMi makes it 100)"
+        return [ConfigIssue(f"{path}.cores", f"no card of this tenant has {cores}% cores{implied}; most: "
+                            f"{strongest.uuid} on worker '{on.name}', {strongest.cores}%: lower cores or use a card "
+                            "with more", cores)]
+    if not any(sum(card.memory_mib >= memory and card.cores >= cores for card in w.gpus) >= workload.gpus
+               for w in workers):
+        return [ConfigIssue(path, f"no worker has {workload.gpus} cards with at least {memory} MiB and {cores}% "
+                            "cores each (HAMi gives a pod cards of one node only): lower the request or put such "
+                            "cards on one worker")]
+    return []
 
 
 # charts/hami values.yaml devicePlugin.deviceSplitCount (v2.10.0): how many pods share a card in nvidia mode.
@@ -400,7 +463,7 @@ def _pod_room_issues(tenants: Indexed) -> list[ConfigIssue]:
 
 def _secret_hint(path: str) -> str:
     return (
-        f"store it as a secret: pulumi config set --secret --path '{NAMESPACE}:{path}' \"$(cat <file>)\" "
+        f"store it as a secret, read from its file on stdin: make secret STACK=<stack> KEY='{path}' FILE=<file> "
         "(a plain value would sit unencrypted in Pulumi.<stack>.yaml)"
     )
 
@@ -603,6 +666,12 @@ def _mirror_issues(config: StackConfig, secret_keys: Collection[str]) -> list[Co
         issues.append(ConfigIssue(
             "management.registryMirrors",
             "only applies to SSH workers (container workers use the stack's own mirror); remove it",
+        ))
+    if management.configure_containerd and not management.registry_mirrors:
+        issues.append(ConfigIssue(
+            "management.configureContainerd",
+            "only applies with management.registryMirrors (it lets SSH workers' containerd read their hosts.toml "
+            "files); remove it or set registryMirrors",
         ))
     return issues
 

@@ -624,7 +624,8 @@ def check_stack_secrets(stack: str, stack_config: dict) -> CheckResult:
     return CheckResult(
         name, False,
         f"{', '.join(leaks)} in plain text: anyone with the file has the credential",
-        " && ".join(f"pulumi config set --secret --path '{PROJECT}:{leak}' \"$(cat <file>)\"" for leak in leaks),
+        # The value from its file on stdin, never on a command line (the Makefile's `secret` target).
+        " && ".join(f"make secret STACK={stack} KEY='{leak}' FILE=<file>" for leak in leaks),
     )
 
 
@@ -659,6 +660,21 @@ def _unseal(node: Any, path: str, key: str | None, opaque: list[str]) -> tuple[A
     return node, False
 
 
+def unsealed_config(stack_config: dict) -> tuple[dict[str, Any], set[str], list[str]]:
+    """The stack file's `gpu-tenancy` keys with encrypted values replaced by placeholders, the keys holding a
+    secret, and the paths of encrypted values no placeholder can stand for (`_unseal`)."""
+    raw: dict[str, Any] = {}
+    secret_keys: set[str] = set()
+    opaque: list[str] = []
+    for key, value in project_config(stack_config).items():
+        raw[key], secret = _unseal(value, key, key, opaque)
+        # Keys with a plain-text credential count as secret here: check_stack_secrets already reports them with
+        # the exact command, so the validator does not repeat it.
+        if secret or plaintext_secrets({key: value}):
+            secret_keys.add(key)
+    return raw, secret_keys, opaque
+
+
 def _hidden(issue: Any, opaque: Sequence[str]) -> bool:
     """An issue about a value preflight could not decrypt (unknown keys are reported all the same)."""
     if str(issue.message).startswith("unknown key"):
@@ -678,15 +694,7 @@ def check_stack_config(stack: str, stack_config: dict) -> CheckResult:
     except Exception as error:  # any import failure means this venv cannot run the program either
         return CheckResult(name, False, f"cannot load the program's validator: {error}", "rm -rf .venv && make venv")
 
-    raw: dict[str, Any] = {}
-    secret_keys: set[str] = set()
-    opaque: list[str] = []
-    for key, value in project_config(stack_config).items():
-        raw[key], secret = _unseal(value, key, key, opaque)
-        # Keys with a plain-text credential count as secret here: check_stack_secrets already reports them with
-        # the exact command, so the validator does not repeat it.
-        if secret or plaintext_secrets({key: value}):
-            secret_keys.add(key)
+    raw, secret_keys, opaque = unsealed_config(stack_config)
     try:
         config = load_stack_config(raw, secret_keys)
     except ConfigError as error:
@@ -737,28 +745,28 @@ def load_stack(stack: str, root: Path = PROJECT_ROOT) -> tuple[dict | None, Chec
 
 
 def check_charts(root: Path = PROJECT_ROOT) -> CheckResult:
-    """The Kamaji chart `pulumi up` installs: pinned to the image's tag and verified file by file (ops/upstream.py).
+    """The Helm charts `pulumi up` installs: pinned to release tags and verified file by file (ops/upstream.py).
 
     Files not fetched yet are information (`make up` fetches them before it checks them); files that are there
     but differ from the manifest, or that the manifest does not list, are a failure.
     """
     from ops import upstream
 
-    name = "Kamaji chart (pinned, verified)"
+    name = "Helm charts (pinned, verified)"
     problems = upstream.missing_or_invalid("chart", dest=root / ".cache")
     if not problems:
-        return CheckResult(name, True, str(upstream.chart_dir("kamaji", root / ".cache")))
+        return CheckResult(name, True, str(upstream.group_root("chart", root / ".cache") / "charts"))
     wrong = [problem for problem in problems if not problem.endswith(": missing")]
     if not wrong:
         expected = len(upstream.select(upstream.load_manifest(), "chart"))
         count = f"{len(problems)} of {expected} files " if len(problems) < expected else ""
         return CheckResult(
             name, True,
-            f"{count}not fetched yet (`make up` fetches it into .cache/charts; `make charts` fetches it now)",
+            f"{count}not fetched yet (`make up` fetches them into .cache/charts; `make charts` fetches them now)",
             state="info",
         )
     shown = "; ".join(wrong[:3]) + (f"; and {len(wrong) - 3} more" if len(wrong) > 3 else "")
-    return CheckResult(name, False, shown, "make charts   # downloads charts/kamaji at the pinned tag and checks it")
+    return CheckResult(name, False, shown, "make charts   # downloads the pinned charts and checks every file")
 
 
 def needs_local_lab(stack_config: dict) -> bool:
@@ -791,7 +799,7 @@ def render(results: Sequence[CheckResult]) -> str:
 def main(argv: Sequence[str] | None = None, probes: Probes = HOST, root: Path = PROJECT_ROOT) -> int:
     parser = argparse.ArgumentParser(prog="make preflight", description=__doc__.splitlines()[0])
     parser.add_argument("--stack", help="also check Pulumi.<stack>.yaml, and only what it needs on this host")
-    parser.add_argument("--charts", action="store_true", help="also check the pinned Kamaji chart (`make charts`)")
+    parser.add_argument("--charts", action="store_true", help="also check the pinned Helm charts (`make charts`)")
     args = parser.parse_args(argv)
     local_lab = True
     provider_config: dict[str, str] = {}

@@ -5,21 +5,40 @@ full commit id and checked by hash. Each entry is
 
     {"group": "reference" | "chart", "repo": "owner/name", "ref": "<40-hex commit>",
      "path": "<path in the repository>", "dest": "<relative destination>",
-     "sha256": "<64 hex>"  or  "git_blob": "<40 hex git blob id>"}   (exactly one of the two)
+     "sha256": "<64 hex>"  or  "git_blob": "<40 hex git blob id>",   (exactly one of the two)
+     "edits": [{"line": "<a whole line>", "with": ["<line>", ...]}, ...],   (optional, with result_sha256)
+     "result_sha256": "<64 hex>"}
+
+`sha256` / `git_blob` pin the upstream file as the repository holds it. `edits` are the release step a chart
+repository applies before it publishes a package and that its git copy lacks (cert-manager and Calico keep a
+placeholder `version:` in Chart.yaml and set the real one at `helm package` time): each `line` must occur exactly
+once, as a whole line, and is replaced by the lines of `with`. `result_sha256` pins the file as written after
+the edits, so the edit step is deterministic and `verify` checks the edited file.
 
 Groups and where they land (relative to the project root unless `--dest DIR` is given):
 
     reference  .cache/upstream/vendor/<folder>/<file>
                The upstream reference files the tests compare generated manifests with; the same layout as
                ../shared/vendor (tests/conftest.py uses this copy when ../shared is absent). Checked by sha256.
-    chart      .cache/charts/kamaji/...
-               The Helm chart directory charts/kamaji of clastix/kamaji at tag 26.8.2-edge, with its dependency
-               kamaji-etcd (charts/kamaji-etcd of clastix/kamaji-etcd at tag v0.15.0, the version Kamaji's
-               Chart.lock locks) unpacked as the subchart directory .cache/charts/kamaji/charts/kamaji-etcd.
-               Checked by git blob id. The Pulumi program installs this directory instead of the moving
-               `0.0.0+latest` package; it is fetched before `pulumi up` and never committed.
+    chart      .cache/charts/<chart>/...
+               Every Helm chart the program installs, as a chart directory taken file by file from the chart's
+               git repository at the release tag of the pinned version, checked by sha256:
+                 kamaji                    clastix/kamaji charts/kamaji, tag 26.8.2-edge (the pinned image), with
+                                           kamaji-etcd (clastix/kamaji-etcd charts/kamaji-etcd, tag v0.15.0, the
+                                           version Kamaji's Chart.lock locks) as its subchart charts/kamaji-etcd
+                 cert-manager              cert-manager/cert-manager deploy/charts/cert-manager, tag v1.21.1
+                 metallb                   metallb/metallb charts/metallb, tag v0.15.3
+                 crd.projectcalico.org.v1  projectcalico/calico charts/crd.projectcalico.org.v1, tag v3.32.1 (its
+                                           templates/calico symlink is libcalico-go/config/crd, as `helm package`
+                                           follows it)
+                 tigera-operator           projectcalico/calico charts/tigera-operator, tag v3.32.1
+                 hami                      Project-HAMi/HAMi charts/hami, tag v2.10.0
+               The files are those the published package holds (not the repositories' tests or build files);
+               Chart.yaml of cert-manager and of both Calico charts gets the version its release step sets (see
+               `edits` above). The Pulumi program installs these directories, so neither a preview nor `pulumi
+               up` downloads a chart; they are fetched by `make charts` and never committed.
 
-    With `--dest DIR` the selected groups land under DIR instead (DIR/vendor/..., DIR/charts/kamaji/...).
+    With `--dest DIR` the selected groups land under DIR instead (DIR/vendor/..., DIR/charts/<chart>/...).
 
 Command line:
 
@@ -35,8 +54,10 @@ Files already present and valid are skipped. `verify` only checks what is on dis
 selected file is present and valid, and 1 otherwise, naming each failing file (expected vs actual hash,
 download error, missing, or a file in the chart directory that the manifest does not list).
 
-Run time (the Pulumi program): `chart_dir("kamaji")` is where the chart is, `missing_or_invalid("chart")` lists
-what is wrong with it (empty = fine), and `require("chart")` raises UpstreamError ("... run `make charts`").
+Callers: `chart_dir(name)` is where a chart is, `missing_or_invalid("chart")` lists what is wrong with the charts
+(empty = fine; preflight), and `require("chart")` raises UpstreamError ("... run `make charts`"). The Pulumi program
+itself only checks that each chart is there (components/helm.py require_charts) and reads the manifest's pins to
+describe each release's chart files (chart_digest).
 """
 
 from __future__ import annotations
@@ -106,7 +127,7 @@ def manifest_problems(entries: object) -> list[str]:
         return ["the manifest must be a JSON list of entries"]
     problems: list[str] = []
     seen: dict[str, int] = {}
-    allowed = {"group", "repo", "ref", "path", "dest", "sha256", "git_blob"}
+    allowed = {"group", "repo", "ref", "path", "dest", "sha256", "git_blob", "edits", "result_sha256"}
     for index, entry in enumerate(entries):
         where = f"entry {index}"
         if not isinstance(entry, dict):
@@ -137,10 +158,36 @@ def manifest_problems(entries: object) -> list[str]:
             problems.append(f"{where}: sha256 must be 64 lower-case hex digits")
         elif "git_blob" in entry and not (isinstance(entry["git_blob"], str) and _GIT_ID.fullmatch(entry["git_blob"])):
             problems.append(f"{where}: git_blob must be 40 lower-case hex digits")
+        problems += [f"{where}: {problem}" for problem in _edit_problems(entry)]
         key = f"{entry['group']}:{PurePosixPath(entry['dest'])}"
         if key in seen:
             problems.append(f"{where}: same destination as entry {seen[key]}")
         seen.setdefault(key, index)
+    return problems
+
+
+def _edit_problems(entry: dict) -> list[str]:
+    """What is wrong with an entry's `edits` / `result_sha256` (both or neither)."""
+    if "edits" not in entry and "result_sha256" not in entry:
+        return []
+    if ("edits" in entry) != ("result_sha256" in entry):
+        return ["edits and result_sha256 go together (the edited file needs its own hash)"]
+    problems = []
+    result = entry["result_sha256"]
+    if not (isinstance(result, str) and _SHA256.fullmatch(result)):
+        problems.append("result_sha256 must be 64 lower-case hex digits")
+    edits = entry["edits"]
+    if not isinstance(edits, list) or not edits:
+        return [*problems, "edits must be a non-empty list of {\"line\": ..., \"with\": [...]}"]
+    for number, edit in enumerate(edits):
+        ok = (
+            isinstance(edit, dict) and set(edit) == {"line", "with"}
+            and isinstance(edit["line"], str) and edit["line"] and "\n" not in edit["line"]
+            and isinstance(edit["with"], list)
+            and all(isinstance(line, str) and "\n" not in line for line in edit["with"])
+        )
+        if not ok:
+            problems.append(f"edit {number} must be {{\"line\": \"<one line>\", \"with\": [\"<line>\", ...]}}")
     return problems
 
 
@@ -211,6 +258,38 @@ def hash_problem(entry: dict, data: bytes) -> str | None:
     return f"{kind} mismatch: expected {expected}, actual {actual} ({len(data)} bytes)"
 
 
+def apply_edits(entry: dict, data: bytes) -> bytes:
+    """The file as `fetch` writes it: `data` with the entry's `edits` applied (unchanged without edits).
+
+    Raises UpstreamError when a line to replace does not occur exactly once (the upstream file is not the one
+    the edits were written for).
+    """
+    edits = entry.get("edits")
+    if not edits:
+        return data
+    try:
+        lines = data.decode("utf-8").split("\n")
+    except UnicodeDecodeError as err:
+        raise UpstreamError(f"{entry['dest']}: edits need a UTF-8 text file ({err})") from None
+    for edit in edits:
+        found = [number for number, line in enumerate(lines) if line == edit["line"]]
+        if len(found) != 1:
+            raise UpstreamError(f"{entry['dest']}: the line {edit['line']!r} to edit occurs {len(found)} times, "
+                                "not once")
+        lines[found[0]:found[0] + 1] = edit["with"]
+    return "\n".join(lines).encode("utf-8")
+
+
+def written_problem(entry: dict, data: bytes) -> str | None:
+    """None when `data` is the file as `fetch` writes it: the pinned upstream file, or its edited form."""
+    if "edits" not in entry:
+        return hash_problem(entry, data)
+    expected, actual = entry["result_sha256"], hashlib.sha256(data).hexdigest()
+    if actual == expected:
+        return None
+    return f"sha256 mismatch after the manifest's edits: expected {expected}, actual {actual} ({len(data)} bytes)"
+
+
 def _file_problem(entry: dict, path: Path) -> str | None:
     if path.is_symlink() or (path.exists() and not path.is_file()):
         return "not a regular file"
@@ -220,7 +299,7 @@ def _file_problem(entry: dict, path: Path) -> str | None:
         return "missing"
     except OSError as err:
         return f"unreadable: {err}"
-    return hash_problem(entry, data)
+    return written_problem(entry, data)
 
 
 # --------------------------------------------------------------------------------------------------- verify
@@ -411,6 +490,15 @@ def fetch(
         problem = hash_problem(entry, data)
         if problem:
             failures.append(f"{entry['dest']}: {problem} from {url}; not written")
+            continue
+        try:
+            data = apply_edits(entry, data)
+        except UpstreamError as err:
+            failures.append(f"{err}; not written")
+            continue
+        problem = written_problem(entry, data)
+        if problem:
+            failures.append(f"{entry['dest']}: {problem}; not written")
             continue
         try:
             write_atomic(path, data)

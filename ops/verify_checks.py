@@ -16,10 +16,11 @@ from typing import Any
 from kubernetes.utils import parse_quantity
 
 from components import kube
-from components.gpu.smoke import hami_evidence
+from components.gpu.smoke import DEVICES_ALLOCATED_ANNOTATION, VGPU_NODE_ANNOTATION, hami_evidence
 from components.gpu.values import HAMI_NAMESPACE, HAMI_RELEASE
 from components.images import PAUSE_IMAGE
 from components.kube import ApiError, Connect, Json, KubeClient
+from components.management import image_cache
 from components.management.kamaji import etcd_network_policy
 from components.naming import KAMAJI_NAMESPACE
 from components.tenant.spec import (
@@ -76,7 +77,22 @@ ETCD_POLICY_NAME = ETCD_POLICY["metadata"]["name"]
 ETCD_POLICY_NAMESPACE = ETCD_POLICY["metadata"].get("namespace") or KAMAJI_NAMESPACE
 ETCD_POD_SELECTOR = ETCD_POLICY["spec"]["podSelector"]
 
-OK, FAIL, SKIP = "OK", "FAIL", "SKIP"
+OK, FAIL, SKIP, NOT_ENFORCED = "OK", "FAIL", "SKIP", "NOT ENFORCED"
+
+# HAMi v2.10.0 charts/hami/values.yaml scheduler.service: the node ports the chart publishes the scheduler extender
+# (/filter, /bind, no authentication) and its metrics on by default. Probed on another tenant's nodes even when its
+# Service is a ClusterIP, so a node port left over from an older release shows up too.
+HAMI_DEFAULT_NODE_PORTS = (31998, 31993)
+HAMI_SCHEDULER_SERVICE = HAMI_SCHEDULER
+# The management cluster's CNI, by the DaemonSet that runs it (namespace, name) -> what enforces NetworkPolicy.
+# kind v0.32.0 images/kindnetd/cmd/kindnetd/main.go builds kube-network-policies' dataplane with FailOpen: true:
+# kube-network-policies (go.mod f67f0fb35e2b) pkg/dataplane/controller.go queues with the `bypass` flag and accepts
+# a packet it cannot judge, so every packet passes while kindnetd is not reading the queue, or the queue is full.
+KINDNET = ("kube-system", "kindnet")
+CNI_DAEMONSETS = {KINDNET: "kindnetd", ("calico-system", "calico-node"): "Calico",
+                  ("kube-system", "calico-node"): "Calico", ("kube-system", "cilium"): "Cilium"}
+# Where the management-side probe runs: a namespace no NetworkPolicy of the program admits anything from.
+ENFORCEMENT_PROBE_NAMESPACE = "default"
 
 
 @dataclass(frozen=True)
@@ -90,14 +106,17 @@ class CheckResult:
     detail: str
     fix: str = ""
     skipped: bool = False
+    # NOT ENFORCED: what should hold held when tried, but the platform does not guarantee it (a fail-open CNI);
+    # printed apart, does not fail the run, never counted as OK.
+    unenforced: bool = False
 
     def __post_init__(self) -> None:
-        if self.ok and self.skipped:
-            raise ValueError(f"{self.name}: a check is either OK or skipped")
+        if self.ok and (self.skipped or self.unenforced):
+            raise ValueError(f"{self.name}: a check is either OK, skipped or not enforced")
 
     @property
     def status(self) -> str:
-        return SKIP if self.skipped else OK if self.ok else FAIL
+        return SKIP if self.skipped else NOT_ENFORCED if self.unenforced else OK if self.ok else FAIL
 
     @property
     def failed(self) -> bool:
@@ -106,6 +125,10 @@ class CheckResult:
 
 def skip(name: str, detail: str, fix: str = "") -> CheckResult:
     return CheckResult(name, False, detail, fix, skipped=True)
+
+
+def not_enforced(name: str, detail: str, fix: str = "") -> CheckResult:
+    return CheckResult(name, False, detail, fix, unenforced=True)
 
 
 def calico_node_image(calico_version: str) -> str:
@@ -144,6 +167,18 @@ class TenantTarget:
     data_store: str | None = None
     # Its pod and service networks (plan): an address inside them is the tenant's own, not another cluster's.
     own_networks: tuple[str, ...] = ()
+    # The cards of output gpuPlan (uuid -> node, slots, memoryMiB, cores, holders); empty: outputs of an older run.
+    planned_cards: Mapping[str, Json] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ImageCache:
+    """One pull-through cache of the lab: what its URL names and the address Docker gave it on the kind network."""
+
+    registry: str
+    host: str
+    port: int
+    address: str | None = None
 
 
 @dataclass(frozen=True)
@@ -155,6 +190,7 @@ class Platform:
     # tenant -> what the stack outputs lack for it
     incomplete: Mapping[str, str] = field(default_factory=dict)
     network_probe_image: str = calico_node_image(Versions().calico)
+    image_caches: tuple[ImageCache, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -329,8 +365,9 @@ def check_network_policies(management: KubeClient, tenant: TenantTarget) -> Chec
         return CheckResult(name, False, "; ".join(problems), fix)
     setup = (f"; {tenant.namespace}/{ETCD_SETUP_POLICY_NAME} lets its etcd's setup Jobs reach the management API"
              if dedicated else "")
-    return CheckResult(name, True, f"{tenant.namespace}/{ISOLATION_POLICY_NAME} fences every pod (Ingress and "
-                                   f"Egress); {ETCD_POLICY_NAMESPACE}/{ETCD_POLICY_NAME} fences the etcd pods{setup}")
+    return CheckResult(name, True, f"exist: {tenant.namespace}/{ISOLATION_POLICY_NAME} selects every pod (Ingress "
+                                   f"and Egress); {ETCD_POLICY_NAMESPACE}/{ETCD_POLICY_NAME} the etcd pods{setup} "
+                                   "(the objects only: see 'NetworkPolicy enforced')")
 
 
 # --- tenant cluster ---------------------------------------------------------------------------
@@ -443,6 +480,71 @@ def check_gpu_capacity(node: Json, cards: list[Json], gpu_mode: str) -> CheckRes
         f"in the tenant: kubectl -n {HAMI_NAMESPACE} logs ds/hami-mock-device-plugin; check the node annotation "
         "hami.io/node-nvidia-register",
     )
+
+
+# HAMi's pod manager forgets a pod once it has ended (Project-HAMi/HAMi v2.10.0 pkg/scheduler/scheduler.go onAddPod /
+# onUpdatePod, pkg/util/util.go IsPodInTerminatedState): its cards are free again.
+ENDED_PHASES = ("Succeeded", "Failed")
+
+
+def hami_allocations(pods: Iterable[Json]) -> dict[str, dict[str, Any]]:
+    """Per card uuid: what HAMi's scheduler has given out, from its pod annotations (hami.io/vgpu-node and
+    hami.io/vgpu-devices-allocated, "<uuid>,<type>,<MiB>,<cores>:...;" per container, Project-HAMi/HAMi v2.10.0
+    pkg/device/devices.go EncodePodSingleDevice), as scheduler.go getNodesUsage counts them: a slot per grant."""
+    cards: dict[str, dict[str, Any]] = {}
+    for pod in pods:
+        annotations = _dig(pod, "metadata", "annotations") or {}
+        devices = annotations.get(DEVICES_ALLOCATED_ANNOTATION)
+        if not devices or not annotations.get(VGPU_NODE_ANNOTATION) or _dig(pod, "status", "phase") in ENDED_PHASES:
+            continue
+        who = f"{_dig(pod, 'metadata', 'namespace') or '?'}/{_name(pod)}"
+        for container in devices.split(";"):
+            for grant in filter(None, container.split(":")):
+                parts = grant.split(",")
+                if len(parts) < 4 or not parts[2].isdigit() or not parts[3].isdigit():
+                    continue
+                card = cards.setdefault(parts[0], {"node": annotations[VGPU_NODE_ANNOTATION], "slots": 0,
+                                                   "memoryMiB": 0, "cores": 0, "pods": []})
+                card["slots"] += 1
+                card["memoryMiB"] += int(parts[2])
+                card["cores"] += int(parts[3])
+                card["pods"].append(who)
+    return cards
+
+
+def _usage(slots: int, total: Any, memory: int, cores: int, pods: Sequence[str]) -> str:
+    return f"{len(pods)} pod(s), {slots}/{total} slots, {memory} MiB, {cores}% cores ({', '.join(pods) or 'none'})"
+
+
+def check_plan_allocations(api: KubeClient, planned: Mapping[str, Json]) -> list[CheckResult]:
+    """Per card, HAMi's actual allocations next to the plan's (output gpuPlan): rows to read, not a verdict, as the
+    plan also counts declared workloads that may not run yet. They show where the scheduler and the planner part."""
+    if not planned:
+        return []
+    try:
+        actual = hami_allocations(api.list("Pod"))
+    except ApiError as error:
+        return [CheckResult("GPU allocations vs plan", False, f"cannot list the tenant's pods ({error})",
+                            "kubectl get pods -A -o wide")]
+    rows = []
+    for uuid in [*planned, *(u for u in actual if u not in planned)]:
+        plan = planned.get(uuid)
+        real = actual.get(uuid) or {"slots": 0, "memoryMiB": 0, "cores": 0, "pods": []}
+        total = plan["slots"]["total"] if plan else "?"
+        hami = _usage(real["slots"], total, real["memoryMiB"], real["cores"], real["pods"])
+        if plan is None:
+            rows.append(CheckResult(f"card {uuid}: HAMi vs plan", False, f"HAMi: {hami}; the plan has no such card",
+                                    "declare the card in tenants[].workers[].gpus, then make up"))
+            continue
+        planned_usage = _usage(plan["slots"]["used"], total, plan["memoryMiB"]["used"], plan["cores"]["used"],
+                               [h["pod"] for h in plan["holders"]])
+        same = (real["slots"], real["memoryMiB"], real["cores"]) == (
+            plan["slots"]["used"], plan["memoryMiB"]["used"], plan["cores"]["used"])
+        verdict = "matches the plan" if same else ("differs: declared workloads not (all) running, or HAMi placed "
+                                                   "them otherwise than the plan")
+        rows.append(CheckResult(f"card {uuid}: HAMi vs plan", True,
+                                f"HAMi: {hami} | plan: {planned_usage} → {verdict}"))
+    return rows
 
 
 def check_konnectivity_agent(api: KubeClient) -> CheckResult:
@@ -790,6 +892,16 @@ class _Reach:
     workers: tuple[str, ...] = ()
     # What was deliberately not probed: (address, why).
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    # Set for a path no tenant pod may ever open, whatever the source ranges say: the fix a connection calls for.
+    never: str = ""
+    # Whose endpoint it is, in messages (default: the other tenant's name).
+    owner: str = ""
+    # Why there is nothing to probe and that is the safe state (e.g. no node port exists): the row is OK.
+    nothing_open: str = ""
+
+    @property
+    def whose(self) -> str:
+        return self.owner or self.other.name
 
 
 def split_host_port(endpoint: str) -> tuple[str, int]:
@@ -862,7 +974,107 @@ def _inside(address: str, networks: Iterable[str]) -> str | None:
     return None
 
 
-def _reach_targets(tenant: TenantTarget, platform: Platform, management: KubeClient) -> list[_Reach]:
+DATA_STORE_FIX = ("the DataStore must not be exposed beyond the management cluster: on the management cluster "
+                  "kubectl get svc -A -o wide | grep -E 'LoadBalancer|NodePort' and check the routes to its pod "
+                  "network")
+
+
+def _internal_addresses(nodes: Iterable[Json]) -> list[str]:
+    """Each node's InternalIP, in the order listed (the address kube-proxy serves node ports on)."""
+    found = []
+    for node in nodes:
+        for address in _dig(node, "status", "addresses") or []:
+            if address.get("type") == "InternalIP" and address.get("address"):
+                found.append(str(address["address"]))
+                break
+    return found
+
+
+def _node_port_reach(other: TenantTarget, management: KubeClient) -> _Reach:
+    """The other tenant's API and Konnectivity through the management nodes' node ports. kube-proxy applies
+    loadBalancerSourceRanges only to traffic addressed to the LoadBalancer IP (kubernetes pkg/proxy/iptables/
+    proxier.go, the firewall chain: "For loadbalancers which direct traffic to service NodePort, the firewall rules
+    will not apply"), so a node port admits every source; Kamaji allocates none with
+    spec.controlPlane.service.allocateLoadBalancerNodePorts false (internal/resources/k8s_service_resource.go)."""
+    row = f"pod → {other.name} node ports"
+    what = "API and Konnectivity node ports"
+    fix = (f"set allocateLoadBalancerNodePorts: false on the control plane Service ({other.namespace}/"
+           f"{other.control_plane}; `make up` writes it into the TenantControlPlane) so no node port exists")
+    try:
+        service = management.find("Service", other.control_plane, other.namespace)
+        nodes = management.list("Node") if service else []
+    except ApiError as error:
+        return _Reach(row, other, what, [], error=(f"cannot read Service {other.namespace}/{other.control_plane} "
+                                                   f"or the management nodes ({error})",
+                                                   "see the control plane rows"), never=fix)
+    if service is None:
+        return _Reach(row, other, what, [], error=(f"Service {other.namespace}/{other.control_plane} not found on "
+                                                   "the management cluster", "see the control plane rows"),
+                      never=fix)
+    ports = {int(p["nodePort"]): p.get("name") or str(p.get("port")) for p in _dig(service, "spec", "ports") or []
+             if p.get("nodePort")}
+    allocate = _dig(service, "spec", "allocateLoadBalancerNodePorts")
+    if not ports:
+        return _Reach(row, other, what, [], never=fix, nothing_open=(
+            f"Service {other.namespace}/{other.control_plane} has no node port (allocateLoadBalancerNodePorts "
+            f"{str(allocate).lower() if allocate is not None else 'unset'}): only its LoadBalancer address leads "
+            "to 6443 and 8132, where the source ranges apply"))
+    addresses = _internal_addresses(nodes)
+    if not addresses:
+        return _Reach(row, other, what, [], error=(f"node ports {', '.join(map(str, sorted(ports)))} exist but "
+                                                   "the management nodes list no InternalIP", fix), never=fix)
+    probes = [_Probe(address, port) for address in addresses[:1] for port in sorted(ports)]
+    return _Reach(row, other, f"{what} ({', '.join(f'{p} for {n}' for p, n in sorted(ports.items()))})", probes,
+                  never=fix)
+
+
+def _extender_reach(other: TenantTarget, connect: Connect) -> _Reach:
+    """The other tenant's HAMi scheduler extender and metrics on its nodes' node ports: the chart's defaults
+    (HAMI_DEFAULT_NODE_PORTS) and whatever node port its Service has. One node stands for all: kube-proxy serves
+    a node port on every node."""
+    row = f"pod → {other.name} HAMi extender"
+    what = "HAMi scheduler extender"
+    fix = (f"in {other.name}: kubectl -n {HAMI_NAMESPACE} get svc {HAMI_SCHEDULER_SERVICE} must be a ClusterIP "
+           "Service (HAMi's scheduler.service.type; `make up` sets it)")
+    try:
+        api = connect(other.kubeconfig)
+    except ValueError as error:
+        return _Reach(row, other, what, [], error=(f"{other.name}'s admin kubeconfig is unusable ({error})",
+                                                   "run `make up` to refresh the stack outputs"), never=fix)
+    try:
+        nodes = api.list("Node")
+        service = api.find("Service", HAMI_SCHEDULER_SERVICE, HAMI_NAMESPACE)
+    except ApiError as error:
+        return _Reach(row, other, what, [], error=(f"cannot read {other.name}'s nodes and its Service "
+                                                   f"{HAMI_NAMESPACE}/{HAMI_SCHEDULER_SERVICE} ({error})",
+                                                   f"see {other.name}'s table"), never=fix)
+    finally:
+        api.close()
+    ports = set(HAMI_DEFAULT_NODE_PORTS) | {int(p["nodePort"]) for p in _dig(service, "spec", "ports") or []
+                                            if p.get("nodePort")}
+    addresses = _internal_addresses(nodes)
+    if not addresses:
+        return _Reach(row, other, what, [], error=(f"{other.name}'s nodes list no InternalIP",
+                                                   f"see {other.name}'s table"), never=fix)
+    return _Reach(row, other, what, [_Probe(addresses[0], port) for port in sorted(ports)], never=fix)
+
+
+def _cache_reach(tenant: TenantTarget, platform: Platform) -> _Reach | None:
+    """The lab's pull-through caches, which only the nodes' containerd needs: a tenant pod reaching them can fill
+    the host's disk and spend the operator's registry quota. The address Docker gave each cache is probed (a pod
+    may not resolve its container name), on the cache's port and on the debug server's."""
+    if not platform.image_caches:
+        return None
+    probes = [_Probe(cache.address or cache.host, port) for cache in platform.image_caches
+              for port in dict.fromkeys((cache.port, image_cache.DEBUG_PORT))]
+    fix = ("the caches must answer the nodes only: keep tenant pods from the caches' addresses (a NetworkPolicy "
+           "or Calico policy in every tenant denying egress to them; the nodes' containerd is not a pod and "
+           "is not affected)")
+    return _Reach("pod → image caches", tenant, "image caches", probes, never=fix, owner="the lab")
+
+
+def _reach_targets(tenant: TenantTarget, platform: Platform, management: KubeClient,
+                   connect: Connect | None = None) -> list[_Reach]:
     targets: list[_Reach] = []
     for other in platform.tenants.values():
         if other.name == tenant.name:
@@ -875,7 +1087,7 @@ def _reach_targets(tenant: TenantTarget, platform: Platform, management: KubeCli
         except ValueError as error:
             store_reach = _Reach(f"pod → {other.name} data store", other, "data store", [],
                                  error=(str(error), "see the control plane rows; kubectl get datastores on the "
-                                                    "management cluster"))
+                                                    "management cluster"), never=DATA_STORE_FIX)
         else:
             probes, bad, skipped = [], [], []
             for endpoint in endpoints:
@@ -893,7 +1105,7 @@ def _reach_targets(tenant: TenantTarget, platform: Platform, management: KubeCli
                 elif address:
                     probes.append(_Probe(address, port))
             store_reach = _Reach(f"pod → {other.name} data store", other, f"data store {store}", probes,
-                                 skipped=skipped)
+                                 skipped=skipped, never=DATA_STORE_FIX)
             if bad and not probes:
                 store_reach.error = (f"DataStore {store} endpoints {', '.join(bad)} are not host:port",
                                      "kubectl get datastore " + store + " -o yaml on the management cluster")
@@ -911,6 +1123,9 @@ def _reach_targets(tenant: TenantTarget, platform: Platform, management: KubeCli
                                workers=workers),
                         _Reach(f"pod → {other.name} Konnectivity", other, "Konnectivity server",
                                [_Probe(host, int(konnectivity_port))], shared, workers=workers)]
+        targets.append(_node_port_reach(other, management))
+        if connect is not None:
+            targets.append(_extender_reach(other, connect))
         targets.append(store_reach)
     return targets
 
@@ -946,17 +1161,25 @@ def _unfinished(probe: _Probe, waiting: Waiting) -> str:
 def _run_probes(api: KubeClient, namespace: str, image: str, targets: list[_Reach], waiting: Waiting,
                 tenant: str) -> list[CheckResult]:
     """Create every probe pod, poll them together until each has a verdict, delete them all."""
-    probes = [(reach, probe) for reach in targets if reach.error is None for probe in reach.probes]
+    probes = [(f"{reach.whose} {reach.what}", probe) for reach in targets if reach.error is None
+              for probe in reach.probes]
+    problems = _run_probe_pods(api, namespace, image, probes, waiting)
+    return [_reach_result(reach, tenant, namespace, image) for reach in targets] + problems
+
+
+def _run_probe_pods(api: KubeClient, namespace: str, image: str, probes: list[tuple[str, _Probe]],
+                    waiting: Waiting, where: str = "in the tenant") -> list[CheckResult]:
+    """Create a pod per (target, probe), poll them together until each has a verdict (bounded by the wait),
+    delete them all; the rows of pods that could not be deleted."""
     problems: list[CheckResult] = []
     try:
         refusal: str | None = None
-        for reach, probe in probes:
+        for target, probe in probes:
             if refusal is not None:  # the same pod in the same namespace: the next one would be refused too
                 probe.verdict = ("not run", refusal)
                 continue
             try:
-                created = api.create(network_probe_pod(
-                    image, probe.host, probe.port, namespace, f"{reach.other.name} {reach.what}"))
+                created = api.create(network_probe_pod(image, probe.host, probe.port, namespace, target))
             except ApiError as error:
                 refusal = f"could not create the probe pod in {namespace} ({error})"
                 probe.verdict = ("not run", refusal)
@@ -982,8 +1205,8 @@ def _run_probes(api: KubeClient, namespace: str, image: str, targets: list[_Reac
                 except ApiError as error:
                     problems.append(CheckResult(
                         f"probe pod {probe.pod} deleted", False, f"could not delete {probe.pod} ({error})",
-                        f"in the tenant: kubectl -n {namespace} delete pod {probe.pod}"))
-    return [_reach_result(reach, tenant, namespace, image) for reach in targets] + problems
+                        f"{where}: kubectl -n {namespace} delete pod {probe.pod}"))
+    return problems
 
 
 def _outcomes(verdicts: list[tuple[_Probe, tuple[str, str]]]) -> list[str]:
@@ -1018,17 +1241,15 @@ def _reach_result(reach: _Reach, tenant: str, namespace: str, image: str) -> Che
                           *(f"{', '.join(addresses)} not probed ({why})" for why, addresses in skipped.items())])
     # A name the pod cannot resolve, or an address it was not sent to, tested nothing.
     tried = [probe for probe, (outcome, _) in verdicts if outcome not in ("unresolvable", "not run")]
-    untested = skip(reach.row, f"not tested: {outcomes or 'no endpoint to try'} → no address of {other.name}'s "
+    if not reach.probes and reach.nothing_open:
+        return CheckResult(reach.row, True, reach.nothing_open)
+    untested = skip(reach.row, f"not tested: {outcomes or 'no endpoint to try'} → no address of {reach.whose}'s "
                                f"{reach.what} was tried from {tenant}'s pods")
-    if reach.what.startswith("data store"):
+    if reach.never:
         if connected:
             return CheckResult(
-                reach.row, False, f"{tenant}'s pod connected to {', '.join(connected)} → {other.name}'s "
-                f"{reach.what} is reachable from tenant workloads",
-                "the DataStore must not be exposed beyond the management cluster: on the management cluster "
-                "kubectl get svc -A -o wide | grep -E 'LoadBalancer|NodePort' and check the routes to its pod "
-                "network",
-            )
+                reach.row, False, f"{tenant}'s pod connected to {', '.join(connected)} → {reach.whose}'s "
+                f"{reach.what} is reachable from tenant workloads", reach.never)
         if not_run:
             return CheckResult(reach.row, False, f"not tested: {'; '.join(not_run)}", _not_run_fix(namespace, image))
         if not tried:
@@ -1067,9 +1288,14 @@ def _reach_result(reach: _Reach, tenant: str, namespace: str, image: str) -> Che
 
 def check_network_isolation(platform: Platform, tenant: TenantTarget, management: KubeClient, connect: Connect,
                             waiting: Waiting) -> list[CheckResult]:
-    """From a pod in this tenant (as its restricted user), try every other tenant's API, Konnectivity and data
-    store endpoints; a connection the source ranges do not explain is a failure."""
-    targets = _reach_targets(tenant, platform, management)
+    """From a pod in this tenant (as its restricted user), try every path into the other tenants: API and
+    Konnectivity on the LoadBalancer address (a connection the source ranges do not explain fails) and on the
+    management nodes' node ports, the HAMi extender's node ports, the data store; then the lab's image caches.
+    Any connection on the last four fails."""
+    targets = _reach_targets(tenant, platform, management, connect)
+    cache = _cache_reach(tenant, platform)
+    if cache is not None:
+        targets.append(cache)
     if not targets:
         return []
     if tenant.user_kubeconfig is None:
@@ -1087,6 +1313,96 @@ def check_network_isolation(platform: Platform, tenant: TenantTarget, management
         api.close()
 
 
+# --- isolation: is NetworkPolicy enforced on the management cluster? --------------------------
+
+
+def management_cni(management: KubeClient) -> tuple[str, tuple[str, str] | None]:
+    """(name, (namespace, DaemonSet)) of the CNI the management cluster runs, ("unknown", None) when none of
+    CNI_DAEMONSETS is found."""
+    for (namespace, name), cni in CNI_DAEMONSETS.items():
+        try:
+            if management.find("DaemonSet", name, namespace) is not None:
+                return cni, (namespace, name)
+        except ApiError:
+            continue
+    return "unknown", None
+
+
+def _enforcement_targets(management: KubeClient, tenant: TenantTarget) -> tuple[list[tuple[str, _Probe]], str]:
+    """The tenant's control-plane pods on the API port and its data store's etcd pods on 2379, by pod address:
+    both are fenced against a pod of `default` (tenant-isolation admits its own namespace, Kamaji and the worker
+    networks; kamaji-etcd-clients Kamaji and the control planes' namespaces)."""
+    probes: list[tuple[str, _Probe]] = []
+    problems = []
+    try:
+        pods = management.list("Pod", tenant.namespace)
+    except ApiError as error:
+        return [], f"cannot list the pods of {tenant.namespace} ({error})"
+    control_plane = [pod for pod in pods if _dig(pod, "status", "podIP") and _dig(pod, "status", "phase") == "Running"
+                     and any(c.get("name") == "kube-apiserver" for c in _dig(pod, "spec", "containers") or [])]
+    probes += [(f"{tenant.name} control plane", _Probe(str(pod["status"]["podIP"]), API_SERVER_PORT))
+               for pod in control_plane[:1]]
+    if not control_plane:
+        problems.append(f"no running kube-apiserver pod in {tenant.namespace}")
+    try:
+        store, endpoints, _ = _data_store_endpoints(management, tenant)
+    except ValueError as error:
+        problems.append(str(error))
+    else:
+        for endpoint in endpoints:
+            try:
+                host, port = split_host_port(endpoint)
+            except ValueError:
+                continue
+            address = _pod_address(management, host)
+            if address:
+                probes.append((f"{tenant.name} data store {store}", _Probe(address, port)))
+                break
+        else:
+            problems.append(f"no pod address for DataStore {store}")
+    return probes, "; ".join(problems)
+
+
+def check_policy_enforced(platform: Platform, tenant: TenantTarget, management: KubeClient,
+                          waiting: Waiting) -> CheckResult:
+    """Observe the management NetworkPolicies at work: a pod in `default` on the management cluster must not
+    connect to this tenant's control-plane pod or its etcd. A connection fails the row; a refusal proves
+    enforcement, except under a CNI that fails open (kindnetd), which is NOT ENFORCED."""
+    name = "NetworkPolicy enforced (management)"
+    cni, where = management_cni(management)
+    probes, problem = _enforcement_targets(management, tenant)
+    if not probes:
+        return skip(name, f"not tested: {problem or 'nothing to probe'} → enforcement was not observed",
+                    "see the control plane rows")
+    namespace, image = ENFORCEMENT_PROBE_NAMESPACE, platform.network_probe_image
+    problems = _run_probe_pods(management, namespace, image, probes, waiting, "on the management cluster")
+    verdicts = [(target, probe, probe.verdict or ("not run", "no verdict")) for target, probe in probes]
+    connected = [f"{target} at {probe.where}" for target, probe, (outcome, _) in verdicts if outcome == "connected"]
+    not_run = [f"{probe.where}: {detail}" for _, probe, (outcome, detail) in verdicts if outcome == "not run"]
+    blocked = "; ".join(f"{target} at {probe.where} {outcome}" for target, probe, (outcome, _) in verdicts
+                        if outcome in ("filtered", "refused"))
+    deletion = "; ".join(p.detail for p in problems)
+    if connected:
+        return CheckResult(
+            name, False, f"a pod in the management cluster's {namespace} namespace connected to "
+            f"{', '.join(connected)} → NetworkPolicy is not enforced (CNI: {cni}): {tenant.namespace}/"
+            f"{ISOLATION_POLICY_NAME} and {ETCD_POLICY_NAMESPACE}/{ETCD_POLICY_NAME} exist but fence nothing",
+            "run a CNI that enforces NetworkPolicy on the management cluster (Calico, Cilium); in kind, kindnetd "
+            f"must be running: kubectl -n {KINDNET[0]} get ds {KINDNET[1]}")
+    if not_run or deletion:
+        return CheckResult(name, False, f"not tested: {'; '.join([*not_run, *([deletion] if deletion else [])])}",
+                           f"on the management cluster: kubectl -n {namespace} get events; the probe needs {image}")
+    if not blocked:
+        return skip(name, "not tested: no probe got a verdict")
+    if where == KINDNET:
+        return not_enforced(
+            name, f"{blocked} from a pod in {namespace}, but kind's kindnetd runs kube-network-policies with "
+            "FailOpen: packets pass unfiltered whenever kindnetd is not reading its queue (restarting, crashed, "
+            "queue full), so the fence holds only while kindnetd does",
+            "for a fence that fails closed, run a management cluster whose CNI enforces NetworkPolicy (Calico)")
+    return CheckResult(name, True, f"{blocked} from a pod in {namespace} (CNI: {cni})")
+
+
 # --- one tenant -------------------------------------------------------------------------------
 
 
@@ -1101,6 +1417,8 @@ def verify_tenant(
         present = {_name(node): node for node in nodes}
         results += [check_gpu_capacity(present[node], cards, platform.gpu_mode)
                     for node, cards in tenant.workers.items() if node in present]
+        # Before the probe: its pod is not in the plan.
+        results += check_plan_allocations(api, tenant.planned_cards)
         results += [check_konnectivity_agent(api), check_hami_scheduler(api), check_hami_webhook(api)]
         results += probe_gpu_pod(api, platform.probe, waiting)
         api.close()
@@ -1110,11 +1428,12 @@ def verify_tenant(
         results.append(CheckResult("network isolation probes", False,
                                    f"not run: {tenant.name}'s API server does not answer (see 'tenant API answers')",
                                    "fix the tenant API first, then verify again"))
-    elif others:
+    elif others or platform.image_caches:
         network = check_network_isolation(platform, tenant, management, connect, waiting)
         # Each other tenant's rows next to its credential row.
         results = _grouped(results, network, [other.name for other in others])
     results.append(check_network_policies(management, tenant))
+    results.append(check_policy_enforced(platform, tenant, management, waiting))
     return results
 
 

@@ -87,6 +87,20 @@ def vendor_dir() -> Path:
     return path
 
 
+@pytest.fixture(scope="session", autouse=True)
+def fetched_charts(tmp_path_factory):
+    """Every test runs as if `make charts` had run: the program (and the simulator's Helm model) look for the charts
+    in a stand-in project directory holding their Chart.yaml and crds/ files (tests/support/charts.py). A test that
+    wants a fresh clone points `components.helm.PROJECT_DIR` elsewhere with monkeypatch."""
+    from components import helm
+    from tests.support.charts import write_fake_charts
+
+    saved = helm.PROJECT_DIR
+    helm.PROJECT_DIR = write_fake_charts(tmp_path_factory.mktemp("project"))
+    yield helm.PROJECT_DIR
+    helm.PROJECT_DIR = saved
+
+
 @pytest.fixture
 def recorder(monkeypatch):
     """Records, in order, every `kubeadm reset` on a simulated machine and every Node delete sent from the Pulumi

@@ -96,5 +96,8 @@ def test_destroy_leaves_the_cluster_as_it_was_found(adopted):
     running.destroy()
     assert running.resources() == [] and running.world.leftovers() == []
     left = running.world.adopted.objects
-    assert {k for k in left if k not in found} == set(), "objects of ours left on the adopted cluster"
+    # Only the charts' CRDs stay: Helm never deletes a chart's crds/ (helm pkg/action/uninstall.go), and the
+    # program's CRD patches give up their fields only (components/management/kamaji.py).
+    assert {k for k in left if k not in found and k[0] != "CustomResourceDefinition"} == set(), (
+        "objects of ours left on the adopted cluster")
     assert {k for k in found if k not in left} == set(), "objects of the cluster's own removed"

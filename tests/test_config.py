@@ -186,6 +186,8 @@ INVALID = [
     ("node-image-with-spaces", _set(f"{T0}.nodeImage", "kindest/node v1.35.0"), f"{T0}.nodeImage", "pattern"),
     ("nvidia-runtime-class-not-a-label", _many(_set("gpuMode", "nvidia"), _set("nvidia", {"runtimeClassName": "N V"})),
      "nvidia.runtimeClassName", "DNS label"),
+    ("configure-containerd-without-mirrors", _set("management", {"configureContainerd": True}),
+     "management.configureContainerd", "only applies with management.registryMirrors"),
 ]
 
 

@@ -78,14 +78,15 @@ def test_mixed_container_and_ssh_workers_in_the_kind_lab():
 
 def test_kubeconfig_must_be_a_secret():
     found, message = issues(adopted(), secret_keys={"tenants"})
-    assert "--secret" in found["management.kubeconfig"].message
-    assert "pulumi config set --secret --path 'gpu-tenancy:management.kubeconfig'" in message
+    assert "make secret" in found["management.kubeconfig"].message
+    # The value from its file on stdin (make secret), never "$(cat file)" on a command line.
+    assert "make secret STACK=<stack> KEY='management.kubeconfig' FILE=<file>" in message and "$(cat" not in message
 
 
 def test_private_key_must_be_a_secret():
     found, message = issues(adopted(), secret_keys={"management"})
     assert "tenants[*].workers[*].ssh.privateKey" in found
-    assert "--secret" in message
+    assert "make secret" in message
 
 
 def test_one_machine_is_one_worker():
@@ -136,7 +137,7 @@ SSH = "tenants[0].workers[0].ssh"
         # SHA-1 `ssh-rsa` is what pulumi-command would offer for an RSA key: OpenSSH >= 8.8 refuses it.
         (lambda r: r["tenants"][0]["workers"][0]["ssh"].update(hostKey="ssh-rsa AAAAB3NzaC1yc2E"), f"{SSH}.hostKey", "pattern"),
         (lambda r: r["tenants"][0]["workers"][0]["ssh"].update(privateKey="hunter2"), f"{SSH}.privateKey", "PEM"),
-        (lambda r: r["tenants"][0]["workers"][0]["ssh"].pop("privateKey"), f"{SSH}.privateKey", "--secret"),
+        (lambda r: r["tenants"][0]["workers"][0]["ssh"].pop("privateKey"), f"{SSH}.privateKey", "make secret"),
     ],
 )
 def test_invalid_infrastructure_keys_name_the_key(mutate, path, text):
@@ -163,7 +164,7 @@ def test_prod_example_needs_its_secrets_and_says_how_to_set_them():
     found, message = issues(copy.deepcopy(load_stack_file("prod.example")), secret_keys=set())
     keys = [f"tenants[{t}].workers[{w}].ssh.privateKey" for t in (0, 1) for w in (0, 1)]
     assert set(keys) <= set(found)
-    assert "pulumi config set --secret --path 'gpu-tenancy:tenants[1].workers[0].ssh.privateKey'" in message
+    assert "make secret STACK=<stack> KEY='tenants[1].workers[0].ssh.privateKey' FILE=<file>" in message
 
 
 def test_prod_example_validates_once_its_secrets_are_set():

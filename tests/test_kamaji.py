@@ -20,8 +20,7 @@ import yaml
 from components.helm import helm_values_args, null_overrides, without_nulls
 from components.management.cluster import ManagementCluster, ManagementClusterArgs
 from components.management.kamaji import (
-    ETCD_CHART_DIR,
-    KAMAJI_CHART_DIR,
+    KAMAJI_CHART,
     KAMAJI_RELEASE_NAME,
     LB_POOL_NAME,
     Kamaji,
@@ -35,6 +34,7 @@ from components.management.kamaji import (
     pool_bounds,
 )
 from components.naming import COMPONENT_PREFIX, DEFAULT_DATASTORE, KAMAJI_NAMESPACE
+from components.tenant.spec import ETCD_CHART
 from config import Versions
 from ops import upstream
 from ops.registrations import KIND_SUBNET_V4 as MOCKED_KIND_SUBNET
@@ -313,11 +313,11 @@ def _chart_files(repo: str) -> dict[Path, dict[str, Any]]:
 
 
 def test_the_release_installs_the_directory_make_charts_fills_with_the_subchart_inside():
-    assert (PROJECT_ROOT / KAMAJI_CHART_DIR).resolve() == upstream.chart_dir("kamaji").resolve()
-    assert (PROJECT_ROOT / KAMAJI_CHART_DIR / "Chart.yaml").resolve() in _chart_files("clastix/kamaji")
+    assert (PROJECT_ROOT / KAMAJI_CHART.path).resolve() == upstream.chart_dir("kamaji").resolve()
+    assert (PROJECT_ROOT / KAMAJI_CHART.path / "Chart.yaml").resolve() in _chart_files("clastix/kamaji")
     # Helm takes subcharts from charts/ of the chart directory; tenants' dedicated data stores install the same one.
     etcd_files = _chart_files("clastix/kamaji-etcd")
-    etcd_dir = (PROJECT_ROOT / ETCD_CHART_DIR).resolve()
+    etcd_dir = (PROJECT_ROOT / ETCD_CHART.path).resolve()
     assert etcd_dir == upstream.chart_dir("kamaji").resolve() / "charts" / "kamaji-etcd"
     assert {etcd_dir / "Chart.yaml", etcd_dir / "values.yaml", etcd_dir / "templates" / "etcd_sts.yaml"} <= set(etcd_files)
 
@@ -463,7 +463,8 @@ def test_the_datastore_and_the_etcd_policy_use_kamaji_etcds_ports(dev, etcd_char
 # What the component registers (kind mode), under plain mocks: the kind network is the one they answer
 # --------------------------------------------------------------------------- #
 
-# Not the defaults, so the tests show the versions come from the arguments.
+# Not the defaults, so the tests show the versions come from the arguments (the Kamaji image); a chart's version
+# is the one of the chart `make charts` fetched, whatever the component is given (require_charts compares the two).
 VERSIONS = Versions(certManager="v1.21.9", metallb="0.15.9", kamajiImage="26.9.1-edge")
 
 
@@ -519,8 +520,10 @@ def test_every_child_is_on_the_management_cluster_and_goes_with_it(run):
 
 def test_cert_manager_release(run):
     inputs = _releases(run)["cert-manager"].inputs
-    assert inputs["chart"] == "cert-manager" and inputs["version"] == VERSIONS.cert_manager
-    assert inputs["repositoryOpts"] == {"repo": "https://charts.jetstack.io"}
+    # The local chart `make charts` fetched, and no version: the provider's Check sets its Chart.yaml's (plain mocks
+    # run no Check; require_charts compares that version with the config).
+    assert inputs["chart"] == "./.cache/charts/cert-manager" and "repositoryOpts" not in inputs
+    assert "version" not in inputs
     assert inputs["namespace"] == "cert-manager" and inputs["createNamespace"] is True
     assert inputs["values"] == cert_manager_values()
     assert inputs["skipAwait"] is False
@@ -531,9 +534,9 @@ def test_kamaji_release_installs_the_local_chart_with_helm_nulls(run):
     inputs = release.inputs
     # The CRDs hard-code kamaji-system/kamaji-webhook-service and kamaji-serving-cert.
     assert (inputs["name"], inputs["namespace"]) == ("kamaji", "kamaji-system") and inputs["createNamespace"] is True
-    # A local directory: no repository, and no version (Helm takes the one in its Chart.yaml).
-    assert inputs["chart"] == KAMAJI_CHART_DIR == "./.cache/charts/kamaji"
-    assert "repositoryOpts" not in inputs and not inputs.get("version")
+    # A local directory: no repository, and no version (the provider's Check sets its Chart.yaml's, 0.0.0+latest).
+    assert inputs["chart"] == KAMAJI_CHART.path == "./.cache/charts/kamaji"
+    assert "repositoryOpts" not in inputs and "version" not in inputs
     assert inputs["values"] == without_nulls(kamaji_values(VERSIONS))
     assert inputs["values"]["image"]["tag"] == VERSIONS.kamaji_image
     (asset,) = release.raw_inputs["valueYamlFiles"]
@@ -548,8 +551,8 @@ def test_metallb_release_in_its_privileged_namespace(run):
         f"pod-security.kubernetes.io/{mode}": "privileged" for mode in ("enforce", "audit", "warn")}}
     release = _releases(run)["metallb"]
     inputs = release.inputs
-    assert inputs["version"] == VERSIONS.metallb
-    assert inputs["repositoryOpts"] == {"repo": "https://metallb.github.io/metallb"}
+    assert inputs["chart"] == "./.cache/charts/metallb" and "repositoryOpts" not in inputs
+    assert "version" not in inputs  # the provider's Check sets the fetched chart's
     assert inputs["namespace"] == "metallb-system" and not inputs.get("createNamespace")
     assert inputs["values"] == metallb_values() and inputs["skipAwait"] is False
     assert namespace.urn in release.dependencies

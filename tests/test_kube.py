@@ -350,6 +350,8 @@ def test_paths_follow_the_kubernetes_url_layout(api):
         {"apiVersion": "kamaji.clastix.io/v1alpha1", "kind": "DataStore", "metadata": {"name": "default"}},
         {"apiVersion": "metallb.io/v1beta1", "kind": "IPAddressPool",
          "metadata": {"name": "kind-ip-pool", "namespace": "metallb-system"}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "alpha", "namespace": "team-a"}},
+        {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "db", "namespace": "team"}},
     ]
     assert {obj["kind"] for obj in objects} == set(kube.RESOURCES), "a kind of the client is not tried here"
     for obj in objects:
@@ -372,6 +374,8 @@ def test_paths_follow_the_kubernetes_url_layout(api):
         "/apis/kamaji.clastix.io/v1alpha1/namespaces/tenants/tenantcontrolplanes/alpha",
         "/apis/kamaji.clastix.io/v1alpha1/datastores/default",
         "/apis/metallb.io/v1beta1/namespaces/metallb-system/ipaddresspools/kind-ip-pool",
+        "/api/v1/namespaces/team-a/services/alpha",
+        "/apis/policy/v1/namespaces/team/poddisruptionbudgets/db",
         "/api/v1/namespaces/default/secrets/s",
         "/api/v1/nodes",
         "/apis/networking.k8s.io/v1/namespaces/tenant-a/networkpolicies",
@@ -446,6 +450,31 @@ def test_patch_status_sends_a_merge_patch_to_the_status_subresource(api):
     assert seen.headers["Content-Type"] == "application/merge-patch+json"
 
 
+def test_patch_sends_a_merge_patch_to_the_object(api):
+    api.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "w0"}, "spec": {"podCIDR": "10.0.0.0/24"}})
+    with kube.connect(api.kubeconfig()) as client:
+        node = client.patch("Node", "w0", {"spec": {"unschedulable": True}})
+    assert node["spec"] == {"podCIDR": "10.0.0.0/24", "unschedulable": True}
+    seen = api.called("PATCH")[0]
+    assert seen.path == "/api/v1/nodes/w0"
+    assert seen.headers["Content-Type"] == "application/merge-patch+json"
+
+
+def test_evict_posts_an_eviction_to_the_pods_subresource(api):
+    api.put({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team"}})
+    api.fail("POST", "/api/v1/namespaces/team/pods/p/eviction", 429,
+             "Cannot evict pod as it would violate the pod's disruption budget.")
+    with kube.connect(api.kubeconfig()) as client:
+        with pytest.raises(ApiError) as refused:
+            client.evict("p", "team")
+        client.evict("p", "team")
+    assert refused.value.status == 429 and "disruption budget" in refused.value.message
+    seen = api.called("POST")[-1]
+    assert seen.path == "/api/v1/namespaces/team/pods/p/eviction"
+    assert seen.body == {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "p", "namespace": "team"}}
+    assert api.get("Pod", "p", "team") is None
+
+
 def test_a_cluster_scoped_kind_takes_no_namespace():
     with pytest.raises(ValueError, match="Node is cluster-scoped"):
         kube.path_for("Node", "w0", "default")
@@ -454,7 +483,7 @@ def test_a_cluster_scoped_kind_takes_no_namespace():
 @pytest.mark.parametrize("implementation", [kube.Client, SimClient, FakeSession], ids=lambda cls: cls.__name__)
 def test_the_client_and_both_fakes_have_the_one_interface(implementation):
     """One seam: the dynamic providers' simulator and verify's fake platform stand in for exactly `KubeClient`."""
-    for name in ("find", "list", "create", "delete", "patch_status", "close"):
+    for name in ("find", "list", "create", "delete", "patch", "patch_status", "evict", "close"):
         expected = inspect.signature(getattr(kube.KubeClient, name)).parameters
         actual = inspect.signature(getattr(implementation, name)).parameters
         assert [(p.name, p.kind, p.default) for p in actual.values()] == \

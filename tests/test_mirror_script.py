@@ -26,10 +26,10 @@ NODE = "tenant-a-worker-0"
 MIRRORS = stack_mirrors("gpu-tenancy")
 
 
-def run(root: Path, mirrors: str, kind: str = ns.NODE_KIND_CONTAINER, path: str | None = None
-        ) -> subprocess.CompletedProcess[str]:
+def run(root: Path, mirrors: str, kind: str = ns.NODE_KIND_CONTAINER, path: str | None = None,
+        extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     env = {"PATH": path or os.environ["PATH"], ns.NODE_NAME_ENV: NODE, ns.REGISTRY_MIRRORS_ENV: mirrors,
-           ns.NODE_ROOT_ENV: str(root), ns.NODE_KIND_ENV: kind}
+           ns.NODE_ROOT_ENV: str(root), ns.NODE_KIND_ENV: kind, **(extra or {})}
     # As dispatch.sh runs it on a node: `bash -c <text> <name>`, stdin from /dev/null.
     return subprocess.run([shutil.which("bash"), "-c", ns.script_text(ns.NODE_MIRRORS), ns.NODE_MIRRORS],
                           stdin=subprocess.DEVNULL, env=env,
@@ -106,35 +106,193 @@ def test_malformed_entries_are_refused_before_any_file_is_written(tmp_path, line
     assert not (tmp_path / "etc").exists() or files(tmp_path) == {}
 
 
-def _containerd_stub(tmp_path: Path, dump: str) -> str:
-    """A PATH with a `containerd` whose `config dump` prints `dump` (and the host's tools)."""
+# containerd's own files (tests/fixtures/containerd/README.txt): 1.7's default configuration as its
+# `config dump` prints it (double-quoted strings), and 2.x's documented default (single-quoted, config version 3).
+FIXTURES = Path(__file__).parent / "fixtures" / "containerd"
+DUMP_1_7 = (FIXTURES / "1.7-config-default.toml").read_text()
+DUMP_2 = (FIXTURES / "2.x-cri-config-default.toml").read_text()
+V2_REGISTRY = '[plugins."io.containerd.grpc.v1.cri".registry]\n      config_path = ""\n'
+V3_REGISTRY = "[plugins.'io.containerd.cri.v1.images'.registry]\n      config_path = ''\n"
+DROP_IN = "etc/containerd/conf.d/99-gpu-tenancy-mirrors.toml"
+
+
+def with_config_path(dump: str, value: str) -> str:
+    """`dump` with the CRI registry's config_path set to `value`: the one line an operator changes."""
+    for section in (V2_REGISTRY, V3_REGISTRY):
+        if section in dump:
+            quote = section[section.index("=") + 2]
+            return dump.replace(section, section.replace(f"{quote}{quote}", f"{quote}{value}{quote}"))
+    raise AssertionError("no registry section in the dump")
+
+
+def _node(tmp_path: Path, dump: str, *, imports_conf_d: bool = True) -> str:
+    """A PATH with a `containerd` whose `config dump` prints `dump` -- with our drop-in's config_path merged in once
+    the file exists, if config.toml imports conf.d -- and a `systemctl` that records what it is asked."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
+    (tmp_path / "dump.toml").write_text(dump)
     stub = bin_dir / "containerd"
-    stub.write_text(f"#!/bin/bash\n[[ \"$1 $2\" == 'config dump' ]] && cat <<'EOF'\n{dump}\nEOF\n")
-    stub.chmod(0o755)
+    drop_in = tmp_path / "root" / DROP_IN
+    merge = (f"[[ -f '{drop_in}' && {int(imports_conf_d)} == 1 ]] && exec sed "
+             f"\"/^ *\\[plugins.'io.containerd.cri.v1.images'.registry\\]/{{n;s|config_path = .*|"
+             f"config_path = '/etc/containerd/certs.d'|}}\" '{tmp_path}/dump.toml'\n")
+    stub.write_text("#!/bin/bash\n[[ \"$1 $2\" == 'config dump' ]] || exit 2\n" + merge
+                    + f"cat '{tmp_path}/dump.toml'\n")
+    systemctl = bin_dir / "systemctl"
+    systemctl.write_text(f"#!/bin/bash\necho \"$*\" >>'{tmp_path}/systemctl.log'\n")
+    for tool in (stub, systemctl):
+        tool.chmod(0o755)
     return f"{bin_dir}:{os.environ['PATH']}"
 
 
-# What `containerd config dump` prints for the registry section: 1.x's generated default, and 2.x's default
-# (containerd docs/hosts.md; internal/cri/config/config_unix.go).
-CONTAINERD_1 = '[plugins."io.containerd.grpc.v1.cri".registry]\n  config_path = ""'
-CONTAINERD_2 = '[plugins."io.containerd.cri.v1.images".registry]\n  config_path = "/etc/containerd/certs.d:/etc/docker/certs.d"'
+def machine(tmp_path: Path, dump: str, mirrors: str | None = None, *, configure: bool = False,
+            imports_conf_d: bool = True) -> subprocess.CompletedProcess[str]:
+    env = {ns.CONFIGURE_CONTAINERD_ENV: "true"} if configure else {}
+    return run(tmp_path / "root", mirror_lines(MIRRORS) if mirrors is None else mirrors, ns.NODE_KIND_MACHINE,
+               _node(tmp_path, dump, imports_conf_d=imports_conf_d), env)
 
 
-def test_a_server_whose_containerd_ignores_certs_d_is_refused_with_the_change_to_make(tmp_path):
-    done = run(tmp_path / "root", mirror_lines(MIRRORS), ns.NODE_KIND_MACHINE, _containerd_stub(tmp_path, CONTAINERD_1))
+def systemctl_calls(tmp_path: Path) -> list[str]:
+    log = tmp_path / "systemctl.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def test_containerd_1_7s_default_ignores_certs_d_and_is_refused_with_the_line_to_change(tmp_path):
+    done = machine(tmp_path, DUMP_1_7)
+
     assert done.returncode == 1
-    assert 'config_path = "/etc/containerd/certs.d"' in done.stderr and "restart containerd" in done.stderr
+    assert "its config_path is '', which does not name /etc/containerd/certs.d" in done.stderr
+    assert '    config_path = "/etc/containerd/certs.d"\nunder\n    [plugins."io.containerd.grpc.v1.cri".registry]' \
+        in done.stderr
+    assert "restart containerd" in done.stderr and "management.configureContainerd" not in done.stderr
     assert not (tmp_path / "root" / "etc").exists()
 
 
-def test_a_server_whose_containerd_reads_certs_d_gets_the_files(tmp_path):
-    done = run(tmp_path / "root", mirror_lines(MIRRORS), ns.NODE_KIND_MACHINE, _containerd_stub(tmp_path, CONTAINERD_2))
+def test_containerd_1_7_with_certs_d_in_its_list_gets_the_files(tmp_path):
+    done = machine(tmp_path, with_config_path(DUMP_1_7, "/etc/containerd/certs.d:/etc/docker/certs.d"))
+
     assert done.returncode == 0, done.stderr
     assert set(files(tmp_path / "root")) == {f"{registry}/hosts.toml" for registry in MIRRORS}
 
 
-def test_removing_the_files_needs_no_containerd_check(tmp_path):
-    done = run(tmp_path / "root", "", ns.NODE_KIND_MACHINE, _containerd_stub(tmp_path, CONTAINERD_1))
+def test_containerd_2s_default_is_refused_with_the_single_quoted_line(tmp_path):
+    done = machine(tmp_path, DUMP_2)
+
+    assert done.returncode == 1
+    assert "config_path is empty and it pulls through the transfer service" in done.stderr
+    assert "    config_path = '/etc/containerd/certs.d'\nunder\n    [plugins.'io.containerd.cri.v1.images'.registry]" \
+        in done.stderr
+    assert "management.configureContainerd: true" in done.stderr
+    assert not (tmp_path / "root" / "etc").exists()
+
+
+def test_containerd_2s_two_directory_list_is_refused_where_the_transfer_service_pulls(tmp_path):
+    # containerd 2.2.0's default: the transfer service takes the whole list as one directory (containerd#12415).
+    done = machine(tmp_path, with_config_path(DUMP_2, "/etc/containerd/certs.d:/etc/docker/certs.d"))
+
+    assert done.returncode == 1
+    assert "reads config_path as one directory, and config_path is '/etc/containerd/certs.d:/etc/docker/certs.d'" \
+        in done.stderr
+
+
+@pytest.mark.parametrize("local_pull", ["use_local_image_pull = true", "discard_unpacked_layers = true"])
+def test_containerd_2_pulling_locally_reads_the_list(tmp_path, local_pull):
+    dump = with_config_path(DUMP_2, "/etc/containerd/certs.d:/etc/docker/certs.d")
+    key = local_pull.split(" = ")[0]
+    dump = dump.replace(f"{key} = false", local_pull)
+    assert local_pull in dump
+
+    done = machine(tmp_path, dump)
+
     assert done.returncode == 0, done.stderr
+
+
+def test_containerd_2_with_certs_d_single_quoted_gets_the_files(tmp_path):
+    done = machine(tmp_path, with_config_path(DUMP_2, "/etc/containerd/certs.d"))
+
+    assert done.returncode == 0, done.stderr
+    assert set(files(tmp_path / "root")) == {f"{registry}/hosts.toml" for registry in MIRRORS}
+    assert systemctl_calls(tmp_path) == []
+
+
+@pytest.mark.parametrize(("main", "expected"), [
+    (None, "version = 3\n\n[plugins.'io.containerd.cri.v1.images'.registry]\n  config_path = '/etc/containerd/certs.d'\n"),
+    ("version = 3\nimports = ['/etc/containerd/conf.d/*.toml']\n",
+     "version = 3\n\n[plugins.'io.containerd.cri.v1.images'.registry]\n  config_path = '/etc/containerd/certs.d'\n"),
+    ('version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n',
+     'version = 2\n\n[plugins."io.containerd.grpc.v1.cri".registry]\n  config_path = "/etc/containerd/certs.d"\n'),
+])
+def test_when_allowed_containerd_2_gets_a_drop_in_of_its_config_version_and_a_restart(tmp_path, main, expected):
+    if main is not None:
+        (tmp_path / "root/etc/containerd").mkdir(parents=True)
+        (tmp_path / "root/etc/containerd/config.toml").write_text(main)
+
+    done = machine(tmp_path, DUMP_2, configure=True)
+
+    assert done.returncode == 0, done.stderr
+    drop_in = (tmp_path / "root" / DROP_IN).read_text()
+    assert drop_in.startswith("# gpu-tenancy image mirror:") and drop_in.split("\n", 1)[1] == expected
+    assert tomllib.loads(drop_in)["version"] == int(expected[10])
+    assert systemctl_calls(tmp_path) == ["restart containerd", "is-active --quiet containerd"]
+    assert set(files(tmp_path / "root")) == {f"{registry}/hosts.toml" for registry in MIRRORS}
+
+    # Once containerd reads certs.d, a second run changes nothing and restarts nothing.
+    done = run(
+        tmp_path / "root", mirror_lines(MIRRORS), ns.NODE_KIND_MACHINE, f"{tmp_path / 'bin'}:{os.environ['PATH']}",
+        {ns.CONFIGURE_CONTAINERD_ENV: "true"})
+    assert done.returncode == 0, done.stderr
+    assert systemctl_calls(tmp_path) == ["restart containerd", "is-active --quiet containerd"]
+
+    # The delete action takes the drop-in back and restarts containerd.
+    done = run(tmp_path / "root", "", ns.NODE_KIND_MACHINE, f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    assert done.returncode == 0, done.stderr
+    assert not (tmp_path / "root" / DROP_IN).exists() and files(tmp_path / "root") == {}
+    assert systemctl_calls(tmp_path)[2:] == ["restart containerd", "is-active --quiet containerd"]
+
+
+def test_a_drop_in_containerd_does_not_import_is_taken_back_and_the_imports_line_named(tmp_path):
+    done = machine(tmp_path, DUMP_2, configure=True, imports_conf_d=False)
+
+    assert done.returncode == 1
+    assert "does not import /etc/containerd/conf.d/*.toml" in done.stderr
+    assert "imports = ['/etc/containerd/conf.d/*.toml']" in done.stderr
+    assert not (tmp_path / "root" / DROP_IN).exists()
+    assert systemctl_calls(tmp_path) == []
+
+
+def test_containerd_1_7_is_never_configured(tmp_path):
+    done = machine(tmp_path, DUMP_1_7, configure=True)
+
+    assert done.returncode == 1
+    assert "does not change containerd 1.x" in done.stderr
+    assert not (tmp_path / "root" / DROP_IN).exists() and systemctl_calls(tmp_path) == []
+
+
+def test_a_foreign_file_at_the_drop_ins_path_is_refused(tmp_path):
+    foreign = tmp_path / "root" / DROP_IN
+    foreign.parent.mkdir(parents=True)
+    foreign.write_text("version = 3\n")
+
+    # Someone else's file there (which this containerd does not import): never overwritten.
+    done = machine(tmp_path, DUMP_2, configure=True, imports_conf_d=False)
+
+    assert done.returncode == 1
+    assert "was not written by gpu-tenancy" in done.stderr
+    assert foreign.read_text() == "version = 3\n"
+
+
+def test_removing_the_files_needs_no_containerd_check(tmp_path):
+    done = machine(tmp_path, DUMP_1_7, mirrors="")
+
+    assert done.returncode == 0, done.stderr
+    assert systemctl_calls(tmp_path) == []
+
+
+def test_both_node_scripts_read_containerd_dumps_with_the_same_parser():
+    """node-join.sh and node-mirrors.sh each run alone on the node, so each carries toml_flat: the same text."""
+    def parser(name: str) -> str:
+        text = ns.script_text(name)
+        start = text.index("toml_flat() {")
+        return text[start:text.index("\n}\n", start)]
+
+    assert parser(ns.NODE_JOIN) == parser(ns.NODE_MIRRORS)

@@ -459,7 +459,8 @@ def test_the_registered_leave_runs_node_leave_through_both_scripts(host):
     """End to end: the inputs of a real registration, container-exec.sh, dispatch.sh and node-leave.sh."""
     def program():
         run_on_node("on-node", NodeAccess(node_name="n-0", container_name=CONTAINER),
-                    create=NodeScript(ns.NODE_LEAVE, {ns.NODE_NAME_ENV: "n-0", ns.NODE_ROOT_ENV: str(host.tmp)}))
+                    create=NodeScript(ns.NODE_LEAVE, {ns.NODE_NAME_ENV: "n-0", ns.NODE_KIND_ENV: ns.NODE_KIND_CONTAINER,
+                                                      ns.NODE_ROOT_ENV: str(host.tmp)}))
 
     inputs = run_program({}, program=program, preview=True).named("on-node", LOCAL).inputs
     done = host(inputs, "create")

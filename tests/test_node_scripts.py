@@ -50,7 +50,7 @@ JOIN_ENV = {
     ns.NODE_KIND_ENV: ns.NODE_KIND_CONTAINER,
 }
 # Host tools the scripts and the stubs use besides the stubbed node tools.
-SYSTEM_TOOLS = ("bash", "env", "mktemp", "rm", "wc", "sleep", "cat", "cp", "stat", "mkdir", "chmod", "sed", "ls")
+SYSTEM_TOOLS = ("bash", "env", "mktemp", "rm", "wc", "sleep", "cat", "cp", "stat", "mkdir", "chmod", "sed", "ls", "head", "grep", "mv")
 
 # Shared by every stub: its environment is appended to $CALLS/env.log; rec appends
 # "<argc>\x1f<arg>\x1f<arg>..." to $CALLS/<name>.argv, one line per call.
@@ -146,6 +146,43 @@ echo 1 >"$GPU_TENANCY_NODE_ROOT/proc/sys/net/ipv4/ip_forward"
     "swapoff": r"""
 rec swapoff "$@"
 """,
+    # The kernel's rule set, kept in $CALLS/<family>.rules: -save prints it, -restore replaces it with stdin.
+    "iptables-save": r"""
+rec iptables-save "$@"
+cat "$CALLS/iptables.rules" 2>/dev/null || true
+""",
+    "iptables-restore": r"""
+rec iptables-restore "$@"
+[[ "${IPTABLES_RESTORE_FAILS:-}" == 1 ]] && { echo "iptables-restore: line 3 failed" >&2; exit 1; }
+cat >"$CALLS/iptables.rules"
+""",
+    "ip6tables-save": r"""
+rec ip6tables-save "$@"
+cat "$CALLS/ip6tables.rules" 2>/dev/null || true
+""",
+    "ip6tables-restore": r"""
+rec ip6tables-restore "$@"
+cat >"$CALLS/ip6tables.rules"
+""",
+    # The kernel's ipsets, one name a line in $CALLS/ipsets.
+    "ipset": r"""
+rec ipset "$@"
+case "$1" in
+  list) [[ "$2" == -n ]] && cat "$CALLS/ipsets" 2>/dev/null; exit 0 ;;
+  destroy) grep -vx -- "$2" "$CALLS/ipsets" >"$CALLS/ipsets.new" || true; mv "$CALLS/ipsets.new" "$CALLS/ipsets" ;;
+  *) echo "stub ipset: unexpected $*" >&2; exit 2 ;;
+esac
+""",
+    # The NVIDIA driver's tool: one "<driver version>, <uuid>" line per card for the query the join makes.
+    "nvidia-smi": r"""
+rec nvidia-smi "$@"
+[[ "$*" == "--query-gpu=driver_version,uuid --format=csv,noheader" ]] || { echo "stub nvidia-smi: unexpected $*" >&2; exit 2; }
+[[ "${NVIDIA_SMI_FAILS:-}" == 1 ]] && { echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver." >&2; exit 9; }
+printf '%s\n' "${NVIDIA_SMI_OUTPUT:-550.54.15, GPU-aaaa}"
+""",
+    "nvidia-container-runtime": r"""
+rec nvidia-container-runtime "$@"
+""",
     "kubelet": r"""
 rec kubelet "$@"
 [[ "$1" == --version ]] || { echo "stub kubelet: unexpected $*" >&2; exit 2; }
@@ -156,6 +193,7 @@ echo "Kubernetes ${KUBELET_VERSION:-v1.35.0}"
 rec containerd "$@"
 [[ "$1 $2" == "config dump" ]] || { echo "stub containerd: unexpected $*" >&2; exit 2; }
 [[ "${CONTAINERD_DUMP_FAILS:-}" == 1 ]] && { echo "containerd: unknown command config" >&2; exit 1; }
+[[ -n "${CONTAINERD_DUMP_FILE:-}" ]] && { cat "$CONTAINERD_DUMP_FILE"; exit 0; }
 printf '%s\n' 'version = 3' "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]" \
   "  SystemdCgroup = ${CONTAINERD_SYSTEMD_CGROUP:-true}"
 """,
@@ -250,8 +288,8 @@ class Node:
     def run_join(self, kind: str = ns.NODE_KIND_CONTAINER, **env: str | None) -> subprocess.CompletedProcess[str]:
         return self.run(ns.script_text(ns.NODE_JOIN), **{**JOIN_ENV, ns.NODE_KIND_ENV: kind, **env})
 
-    def run_leave(self, **env: str | None) -> subprocess.CompletedProcess[str]:
-        return self.run(ns.script_text(ns.NODE_LEAVE), **{ns.NODE_NAME_ENV: NODE, **env})
+    def run_leave(self, kind: str = ns.NODE_KIND_CONTAINER, **env: str | None) -> subprocess.CompletedProcess[str]:
+        return self.run(ns.script_text(ns.NODE_LEAVE), **{ns.NODE_NAME_ENV: NODE, ns.NODE_KIND_ENV: kind, **env})
 
 
 @pytest.fixture
@@ -786,6 +824,156 @@ def test_a_containerd_that_cannot_dump_its_config_is_not_held_against_the_node(n
 
 
 # --------------------------------------------------------------------------- #
+# node-join.sh: a GPU server in gpuMode nvidia (what HAMi's device plugin needs)
+# --------------------------------------------------------------------------- #
+
+CONTAINERD_FIXTURES = Path(__file__).parent / "fixtures" / "containerd"
+CARD = "GPU-aaaa"
+# containerd's runc section in 2.x's default (fixture) and 1.x's: the join needs SystemdCgroup = true there, and
+# `nvidia-ctk runtime configure --runtime=containerd [--set-as-default]` adds an nvidia runtime beside it.
+RUNC_OPTIONS = {3: "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]\n",
+                2: '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n'}
+NVIDIA_RUNTIME = {
+    3: "        [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia]\n"
+       "          runtime_type = 'io.containerd.runc.v2'\n\n"
+       "          [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia.options]\n"
+       "            BinaryName = '/usr/bin/nvidia-container-runtime'\n"
+       "            SystemdCgroup = true\n\n",
+    2: '        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n'
+       '          runtime_type = "io.containerd.runc.v2"\n\n'
+       '          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]\n'
+       '            BinaryName = "/usr/bin/nvidia-container-runtime"\n'
+       '            SystemdCgroup = true\n\n',
+}
+FIXTURE = {3: "2.x-cri-config-default.toml", 2: "1.7-config-default.toml"}
+QUOTE = {3: "'", 2: '"'}
+
+
+def containerd_dump(node: Node, version: int = 3, *, nvidia: bool = True, default: bool = True) -> str:
+    """A PATH-visible file holding the fixture dump of containerd 2.x (3) or 1.7 (2) with the systemd cgroup driver,
+    and with the nvidia runtime (as containerd's default) where asked."""
+    text = (CONTAINERD_FIXTURES / FIXTURE[version]).read_text()
+    header = RUNC_OPTIONS[version]
+    assert header in text
+    text = text.replace(header, header + "            SystemdCgroup = true\n")
+    if nvidia:
+        runc_table = header.replace(".options]", "]")
+        text = text.replace(f"        {runc_table}", NVIDIA_RUNTIME[version] + f"        {runc_table}")
+        assert NVIDIA_RUNTIME[version] in text
+    if default:
+        q = QUOTE[version]
+        before = f"default_runtime_name = {q}runc{q}"
+        assert before in text
+        text = text.replace(before, f"default_runtime_name = {q}nvidia{q}")
+    path = node.base / f"containerd-dump-{version}.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def nvidia_env(dump: str, runtime_class: str = "", uuids: str = CARD) -> dict[str, str]:
+    return {ns.GPU_MODE_ENV: "nvidia", ns.NVIDIA_RUNTIME_CLASS_ENV: runtime_class, ns.GPU_UUIDS_ENV: uuids,
+            "CONTAINERD_DUMP_FILE": dump}
+
+
+@pytest.mark.parametrize("version", [3, 2])
+def test_a_gpu_server_ready_for_hamis_device_plugin_joins(node, version):
+    done = node.run_join(ns.NODE_KIND_MACHINE, **nvidia_env(containerd_dump(node, version)))
+
+    assert done.returncode == 0, done.stderr
+    assert node.calls("nvidia-smi") == [["--query-gpu=driver_version,uuid", "--format=csv,noheader"]]
+    assert node.joined()
+
+
+def test_with_a_runtime_class_nvidia_need_not_be_containerds_default(node):
+    dump = containerd_dump(node, default=False)
+
+    done = node.run_join(ns.NODE_KIND_MACHINE, **nvidia_env(dump, runtime_class="nvidia"))
+
+    assert done.returncode == 0, done.stderr
+
+
+def test_without_a_runtime_class_nvidia_must_be_containerds_default(node):
+    done = node.run_join(ns.NODE_KIND_MACHINE, **nvidia_env(containerd_dump(node, default=False)))
+
+    assert done.returncode == 1
+    assert "nvidia is not containerd's default runtime, and no RuntimeClass is configured" in done.stderr
+    assert "sudo nvidia-ctk runtime configure --runtime=containerd --set-as-default" in done.stderr
+    assert "nvidia.runtimeClassName" in done.stderr
+    assert node.calls("kubeadm") == []
+
+
+def test_a_server_without_driver_toolkit_runtime_and_with_another_plugin_is_told_everything_at_once(node):
+    node.remove_tool("nvidia-smi")
+    node.remove_tool("nvidia-container-runtime")
+    plugin = node.root / "proc/4242"
+    plugin.mkdir(parents=True)
+    (plugin / "comm").write_text("nvidia-device-p\n")  # nvidia-device-plugin, as the kernel truncates it
+
+    done = node.run_join(ns.NODE_KIND_MACHINE, **nvidia_env(containerd_dump(node, nvidia=False, default=False),
+                                                          runtime_class="nvidia"))
+
+    assert done.returncode == 1
+    assert "this worker lists gpus, so it gets gpu=on and HAMi's device plugin" in done.stderr
+    assert "no nvidia-smi: the NVIDIA driver is not installed" in done.stderr
+    assert "no nvidia-container-runtime: install the NVIDIA Container Toolkit" in done.stderr
+    assert "containerd has no runtime named nvidia" in done.stderr
+    # With a RuntimeClass, nvidia need not be the default: the fix says so.
+    assert "nvidia-ctk runtime configure --runtime=containerd && sudo systemctl restart containerd" in done.stderr
+    assert "another NVIDIA device plugin runs here (process 4242)" in done.stderr
+    assert node.calls("kubeadm") == [] and node.calls("curl") == []
+    assert_token_never_exposed(node, done)
+
+
+@pytest.mark.parametrize(("smi", "message"), [
+    ("418.87.01, GPU-aaaa", "NVIDIA driver '418.87.01' is older than 440"),
+    ("550.54.15, GPU-bbbb", "this server has no card GPU-aaaa (nvidia-smi lists: 550.54.15, GPU-bbbb)"),
+])
+def test_the_driver_and_the_configured_cards_are_checked(node, smi, message):
+    done = node.run_join(ns.NODE_KIND_MACHINE, NVIDIA_SMI_OUTPUT=smi, **nvidia_env(containerd_dump(node)))
+
+    assert done.returncode == 1
+    assert message in done.stderr
+    assert node.calls("kubeadm") == []
+
+
+def test_a_driver_that_does_not_answer_is_refused(node):
+    done = node.run_join(ns.NODE_KIND_MACHINE, NVIDIA_SMI_FAILS="1", **nvidia_env(containerd_dump(node)))
+
+    assert done.returncode == 1
+    assert "nvidia-smi fails, so the driver does not work (NVIDIA-SMI has failed" in done.stderr
+
+
+def test_in_nvidia_mode_a_containerd_without_dump_is_refused(node):
+    done = node.run_join(ns.NODE_KIND_MACHINE, CONTAINERD_DUMP_FAILS="1", **nvidia_env(containerd_dump(node)))
+
+    assert done.returncode == 1
+    assert "containerd's nvidia runtime cannot be checked" in done.stderr
+
+
+def test_without_gpu_mode_nothing_nvidia_is_checked(node):
+    node.remove_tool("nvidia-smi")
+
+    done = node.run_join(ns.NODE_KIND_MACHINE)
+
+    assert done.returncode == 0, done.stderr
+    assert node.calls("nvidia-container-runtime") == []
+
+
+@pytest.mark.parametrize(("variable", "value", "message"), [
+    (ns.GPU_MODE_ENV, "mock", "GPU_MODE must be 'nvidia' or unset"),
+    (ns.NVIDIA_RUNTIME_CLASS_ENV, "Bad_Class", "NVIDIA_RUNTIME_CLASS must be a RuntimeClass name"),
+    (ns.GPU_UUIDS_ENV, "", "GPU_UUIDS must list the worker's card UUIDs"),
+    (ns.GPU_UUIDS_ENV, "GPU-a;reboot", "GPU_UUIDS must list the worker's card UUIDs"),
+])
+def test_malformed_gpu_inputs_are_rejected_before_touching_the_node(node, variable, value, message):
+    done = node.run_join(ns.NODE_KIND_MACHINE, **{**nvidia_env("unused"), variable: value})
+
+    assert done.returncode == 1
+    assert message in done.stderr
+    assert_nothing_touched(node)
+
+
+# --------------------------------------------------------------------------- #
 # node-join.sh: inputs
 # --------------------------------------------------------------------------- #
 
@@ -884,16 +1072,168 @@ def test_leave_resets_an_interrupted_join(node):
 def test_leave_needs_the_node_name(node):
     node.mark_joined()
 
-    done = node.run_leave(**{ns.NODE_NAME_ENV: None})
+    done = node.run_leave(**{ns.NODE_NAME_ENV: None, ns.NODE_KIND_ENV: None})
 
     assert done.returncode == 1
-    assert "gpu-tenancy: node-leave.sh: required environment variable(s) not set: NODE_NAME" in done.stderr
+    assert "gpu-tenancy: node-leave.sh: required environment variable(s) not set: NODE_NAME NODE_KIND" in done.stderr
+    assert node.calls("kubeadm") == []
+
+
+# What a worker's kernel holds after the tenant ran on it: Docker's chains (not ours), kube-proxy's KUBE-* and
+# Calico's cali-* chains and the rules of the built-in chains that jump to them.
+RULES_BEFORE = """# Generated by iptables-save v1.8.10 (nf_tables)
+*filter
+:INPUT ACCEPT [0:0]
+:FORWARD DROP [0:0]
+:OUTPUT ACCEPT [0:0]
+:DOCKER - [0:0]
+:KUBE-FIREWALL - [0:0]
+:KUBE-FORWARD - [0:0]
+:cali-FORWARD - [0:0]
+:cali-INPUT - [0:0]
+-A INPUT -m comment --comment "cali:Cz_u1IQiXIMmKD4c" -j cali-INPUT
+-A INPUT -j KUBE-FIREWALL
+-A FORWARD -m comment --comment "cali:wUHhoiAYhphO9Mso" -j cali-FORWARD
+-A FORWARD -m comment --comment "kubernetes forwarding rules" -j KUBE-FORWARD
+-A FORWARD -o docker0 -j DOCKER
+-A KUBE-FIREWALL -m mark --mark 0x8000/0x8000 -j DROP
+-A cali-FORWARD -m comment --comment "cali:vjrMJCRpqwy5oRoX" -j MARK --set-xmark 0x0/0xe0000
+-A cali-INPUT -p ipv4 -j ACCEPT
+COMMIT
+*nat
+:PREROUTING ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+:DOCKER - [0:0]
+:KUBE-SERVICES - [0:0]
+:cali-nat-outgoing - [0:0]
+-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A PREROUTING -m addrtype --dst-type LOCAL -j DOCKER
+-A POSTROUTING -s 172.17.0.0/16 ! -o docker0 -j MASQUERADE
+-A cali-nat-outgoing -m set --match-set cali40masq-ipam-pools src -j MASQUERADE
+COMMIT
+"""
+RULES_AFTER = """# Generated by iptables-save v1.8.10 (nf_tables)
+*filter
+:INPUT ACCEPT [0:0]
+:FORWARD DROP [0:0]
+:OUTPUT ACCEPT [0:0]
+:DOCKER - [0:0]
+-A FORWARD -o docker0 -j DOCKER
+COMMIT
+*nat
+:PREROUTING ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+:DOCKER - [0:0]
+-A PREROUTING -m addrtype --dst-type LOCAL -j DOCKER
+-A POSTROUTING -s 172.17.0.0/16 ! -o docker0 -j MASQUERADE
+COMMIT
+"""
+# What Calico's install-cni and calico-node leave on a worker (projectcalico/calico cni-plugin/pkg/install/install.go
+# writes 10-calico.conflist and calico-kubeconfig, and the calico and calico-ipam binaries).
+CALICO_FILES = ("etc/cni/net.d/10-calico.conflist", "etc/cni/net.d/calico-kubeconfig", "opt/cni/bin/calico",
+                "opt/cni/bin/calico-ipam", "var/lib/calico/nodename", "var/run/calico/cni/lock")
+
+
+def _tenant_ran_on(node: Node) -> None:
+    for path in (*CALICO_FILES, "opt/cni/bin/bridge", "opt/cni/bin/loopback", "etc/cni/net.d/99-site.conf"):
+        node.file(path).parent.mkdir(parents=True, exist_ok=True)
+        node.file(path).write_text("x")
+    (node.calls_dir / "iptables.rules").write_text(RULES_BEFORE)
+    (node.calls_dir / "ip6tables.rules").write_text(RULES_BEFORE)
+    (node.calls_dir / "ipsets").write_text("cali40masq-ipam-pools\ncali60all-hosts-net\ndocker-allowed\n")
+
+
+def test_a_machine_that_leaves_is_as_clean_as_before_its_join(node):
+    before = {str(p.relative_to(node.root)) for p in node.root.rglob("*") if p.is_file()}
+    sysctl = node.file("etc/sysctl.d/10-site.conf")
+    sysctl.parent.mkdir(parents=True)
+    sysctl.write_text("vm.swappiness = 10\n")
+    assert node.run_join(ns.NODE_KIND_MACHINE).returncode == 0
+    assert node.file(SYSCTL_PERSIST).exists() and node.file(MODULES_PERSIST).exists()
+    _tenant_ran_on(node)
+
+    done = node.run_leave(ns.NODE_KIND_MACHINE)
+
+    assert done.returncode == 0, done.stderr
+    assert not node.joined()
+    for path in (*CALICO_FILES, SYSCTL_PERSIST, MODULES_PERSIST, "var/lib/calico", "var/run/calico"):
+        assert not node.file(path).exists(), path
+    # Only what the tenant added goes: the standard CNI plugins, another network's configuration, the site's
+    # own sysctl file and Docker's rules and ipsets stay.
+    for path in ("opt/cni/bin/bridge", "opt/cni/bin/loopback", "etc/cni/net.d/99-site.conf"):
+        assert node.file(path).exists(), path
+    assert sysctl.read_text() == "vm.swappiness = 10\n"
+    assert (node.calls_dir / "iptables.rules").read_text() == RULES_AFTER
+    assert (node.calls_dir / "ip6tables.rules").read_text() == RULES_AFTER
+    assert (node.calls_dir / "ipsets").read_text() == "docker-allowed\n"
+    assert node.calls("ipset")[1:] == [["destroy", "cali40masq-ipam-pools"], ["destroy", "cali60all-hosts-net"]]
+    assert "removed: /etc/cni/net.d/10-calico.conflist;" in done.stdout
+    # Every file the join and the tenant added is gone, and only those.
+    left = {str(p.relative_to(node.root)) for p in node.root.rglob("*") if p.is_file()}
+    assert left - set(before) == {"etc/sysctl.d/10-site.conf", "etc/cni/net.d/99-site.conf", "opt/cni/bin/bridge",
+                                  "opt/cni/bin/loopback"}
+
+
+def test_a_second_leave_of_a_clean_machine_changes_nothing(node):
+    node.mark_joined()
+    _tenant_ran_on(node)
+    assert node.run_leave(ns.NODE_KIND_MACHINE).returncode == 0
+    node.calls_dir.joinpath("iptables-restore.argv").unlink()
+
+    done = node.run_leave(ns.NODE_KIND_MACHINE)
+
+    assert done.returncode == 0, done.stderr
+    assert "nothing of the tenant left to remove" in done.stdout
+    assert node.calls("iptables-restore") == [] and node.calls("kubeadm") == [["reset", "-f"]]
+
+
+def test_a_leave_cut_short_after_the_reset_cleans_up_on_the_next_run(node):
+    # The reset happened, then the clean-up did not: the next leave finds no kubelet.conf and still cleans.
+    _tenant_ran_on(node)
+
+    done = node.run_leave(ns.NODE_KIND_MACHINE)
+
+    assert done.returncode == 0, done.stderr
+    assert "never joined" in done.stdout
+    assert not node.file("etc/cni/net.d/10-calico.conflist").exists()
+    assert (node.calls_dir / "iptables.rules").read_text() == RULES_AFTER
+
+
+def test_a_rule_set_that_cannot_be_restored_fails_the_leave_and_stays_as_it_was(node):
+    node.mark_joined()
+    _tenant_ran_on(node)
+
+    done = node.run_leave(ns.NODE_KIND_MACHINE, IPTABLES_RESTORE_FAILS="1")
+
+    assert done.returncode == 1
+    assert "cannot remove the cali- and KUBE- chains (iptables-restore: iptables-restore: line 3 failed)" in done.stderr
+    assert (node.calls_dir / "iptables.rules").read_text() == RULES_BEFORE
+
+
+def test_a_container_leave_only_resets(node):
+    node.mark_joined()
+    _tenant_ran_on(node)
+
+    done = node.run_leave(ns.NODE_KIND_CONTAINER)
+
+    assert done.returncode == 0, done.stderr
+    assert node.calls("iptables-save") == [] and node.calls("ipset") == []
+    assert node.file("etc/cni/net.d/10-calico.conflist").exists()
+
+
+def test_leave_refuses_an_unknown_node_kind(node):
+    node.mark_joined()
+
+    done = node.run_leave("vm")
+
+    assert done.returncode == 1
+    assert "NODE_KIND must be 'container' or 'machine', got 'vm'" in done.stderr
     assert node.calls("kubeadm") == []
 
 
 def test_join_then_leave_then_join_again(node):
     assert node.run_join(ns.NODE_KIND_MACHINE).returncode == 0
-    assert node.run_leave().returncode == 0
+    assert node.run_leave(ns.NODE_KIND_MACHINE).returncode == 0
     assert not node.joined()
 
     done = node.run_join(ns.NODE_KIND_MACHINE)

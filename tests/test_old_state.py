@@ -163,8 +163,11 @@ OLD_TYPES = {"gpu-tenancy:index:ManagementCluster": "gpu-tenancy:index:KindManag
 NEW_PARENTS = {"gpu-tenancy:index:Tenant"}
 # The readiness gates of issue 20 #1, and the input that made Kamaji's probe follow upgrades: the old program had
 # neither, so the first `up` of this one creates the gates and probes Kamaji's webhook once more.
+# Issue 23 adds each tenant's TenantVersion and each worker's NodeDrain and NodeReady, which the first `up` creates
+# the same way (they wait for nothing on create).
 NEW_GATES = {f"pulumi-python:dynamic/gpu-tenancy:{name}"
-             for name in ("MetalLBWebhookReady", "HamiWebhookReady", "GpuPluginReady")}
+             for name in ("MetalLBWebhookReady", "HamiWebhookReady", "GpuPluginReady", "TenantVersion", "NodeDrain",
+                          "NodeReady")}
 NEW_INPUTS = {"pulumi-python:dynamic/gpu-tenancy:KamajiWebhookReady": ("revision",)}
 # The management component was named after the cluster (`gpu-tenancy` in both recorded stacks), its children after
 # it; now it is COMPONENT_NAME whatever the cluster is called (issue 20 #6), its former name an alias.
@@ -183,10 +186,38 @@ def old_name(resource: Resource, state: dict[str, Resource]) -> str:
     return resource.name
 
 
+# Issue 20 #3: every chart is a local directory of `make charts`, each release describes its chart files, and
+# Kamaji's crds/ are the program's own CRD patches (the release skips them). The old program installed these charts
+# from their repositories (at a7c63e6: CERT_MANAGER_CHART, METALLB_CHART, HAMI_CHART_REPO and CALICO_CHART_REPO);
+# Kamaji and kamaji-etcd were local already.
+RELEASE = "kubernetes:helm.sh/v3:Release"
+CRD_PATCH = "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinitionPatch"
+CALICO_REPO = "https://docs.tigera.io/calico/charts"
+OLD_REPO_CHARTS = {
+    "./.cache/charts/cert-manager": ("cert-manager", "https://charts.jetstack.io"),
+    "./.cache/charts/metallb": ("metallb", "https://metallb.github.io/metallb"),
+    "./.cache/charts/crd.projectcalico.org.v1": ("crd.projectcalico.org.v1", CALICO_REPO),
+    "./.cache/charts/tigera-operator": ("tigera-operator", CALICO_REPO),
+    "./.cache/charts/hami": ("hami", "https://project-hami.github.io/HAMi/"),
+}
+NEW_RELEASE_INPUTS = ("description", "skipCrds")
+NEW_RESOURCES = NEW_GATES | {CRD_PATCH}
+
+
+def old_release_inputs(props: dict[str, Any]) -> None:
+    """A Release's inputs (or outputs) as the old program left them: its repository chart, no description."""
+    for key in NEW_RELEASE_INPUTS:
+        props.pop(key, None)
+    if (old := OLD_REPO_CHARTS.get(plain(props.get("chart")))) is not None:
+        props["chart"], props["repositoryOpts"] = old[0], {"repo": old[1]}
+
+
 def first_up_changes(sim: Lifecycle) -> dict[str, set[str]]:
-    """What this program changes on the old state: the gates it adds, and Kamaji's probe with its new input."""
-    created = {r.name for r in sim.engine.state.values() if r.type in NEW_GATES}
-    updated = {r.name for r in sim.engine.state.values() if r.type in NEW_INPUTS}
+    """What this program changes on the old state: the gates and CRD patches it adds, Kamaji's probe with its new
+    input, and every Helm release in place (its local chart and description; name and namespace stay, so never a
+    replace: pulumi-kubernetes helm_release.go Diff forceNewFields)."""
+    created = {r.name for r in sim.engine.state.values() if r.type in NEW_RESOURCES}
+    updated = {r.name for r in sim.engine.state.values() if r.type in NEW_INPUTS or r.type == RELEASE}
     return {"create": created, "update": updated}
 
 
@@ -196,7 +227,7 @@ def old_state(state: dict[str, Resource]) -> dict[str, Resource]:
     renamed: dict[str, str | None] = {}
     stack = ""
     for resource in state.values():  # parents first (registration order)
-        if resource.type in NEW_GATES:
+        if resource.type in NEW_RESOURCES:
             renamed[resource.urn] = None
             continue
         parent = resource.parent
@@ -217,7 +248,7 @@ def old_state(state: dict[str, Resource]) -> dict[str, Resource]:
 
     old: dict[str, Resource] = {}
     for resource in state.values():
-        if renamed.get(resource.urn, "") is None or resource.type in NEW_GATES:
+        if renamed.get(resource.urn, "") is None or resource.type in NEW_RESOURCES:
             continue
         entry = copy.deepcopy(resource)
         entry.urn, entry.type = fix(resource.urn), OLD_TYPES.get(resource.type, resource.type)
@@ -237,6 +268,8 @@ def old_state(state: dict[str, Resource]) -> dict[str, Resource]:
         for props in (entry.inputs, entry.outputs):
             for key in NEW_INPUTS.get(resource.type, ()):
                 props.pop(key, None)
+            if resource.type == RELEASE:
+                old_release_inputs(props)
             if "__provider" in props:
                 path = f"{OLD_MODULE}.{pickled_class(plain(props['__provider'])).rpartition('.')[2]}"
                 props["__provider"] = RECORDED["pickles"][path]

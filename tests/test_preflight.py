@@ -670,7 +670,8 @@ def test_credentials_in_plain_text_in_a_stack_file_are_flagged():
     assert not result.ok
     assert result.detail.startswith("tenants[0].workers[1].ssh.privateKey in plain text")
     assert "BEGIN" not in result.detail + result.fix
-    assert result.fix == "pulumi config set --secret --path 'gpu-tenancy:tenants[0].workers[1].ssh.privateKey' \"$(cat <file>)\""
+    # The value from its file on stdin (the Makefile's `secret` target), never on a command line.
+    assert result.fix == "make secret STACK=prod KEY='tenants[0].workers[1].ssh.privateKey' FILE=<file>"
     stack["config"]["gpu-tenancy:tenants"][0]["workers"][1]["ssh"]["privateKey"] = {"secure": "v1:ghi"}
     assert check_stack_secrets("prod", stack).ok
 
@@ -735,14 +736,14 @@ def test_non_project_keys_are_not_validated():
     assert check_stack_config("lab", stack).ok
 
 
-# --- the Kamaji chart ------------------------------------------------------------------------------------------------
+# --- the Helm charts -------------------------------------------------------------------------------------------------
 
 def test_a_chart_not_fetched_yet_is_information_since_make_up_fetches_it(tmp_path, capsys):
     # A fresh clone: `make preflight` used to FAIL with "make charts" (maintainer review Part 1 #8).
     assert preflight.main(["--charts"], fake()[0], root=tmp_path) == 0
     out = capsys.readouterr().out
-    assert ("[info] Kamaji chart (pinned, verified): not fetched yet (`make up` fetches it into .cache/charts; "
-            "`make charts` fetches it now)") in out
+    assert ("[info] Helm charts (pinned, verified): not fetched yet (`make up` fetches them into .cache/charts; "
+            "`make charts` fetches them now)") in out
     assert out.rstrip().endswith("preflight passed")
 
 
@@ -786,7 +787,7 @@ def test_a_fetched_chart_passes(tmp_path, chart_manifest):
     for dest, data in CHART_FILES.items():
         put(chart_manifest, dest, data)
     result = preflight.check_charts(tmp_path)
-    assert result.ok and result.state == "" and result.detail.endswith(".cache/charts/kamaji")
+    assert result.ok and result.state == "" and result.detail.endswith(".cache/charts")
 
 
 def test_a_file_the_manifest_does_not_list_fails(tmp_path, chart_manifest):

@@ -22,11 +22,14 @@ from components.management.image_cache import (
     registries_of,
     stack_mirrors,
 )
+from components.shell import CONFIGURE_CONTAINERD_ENV
 from config.models import KIND_NODE_IMAGES
 from ops.graph import generated_config
 from tests.support.lifecycle_support import adopt_lab, kind_lab, running_kind_lab
 from tests.support.mockrun import reference_stack, registered
+from tests.support.sim.state import plain
 from tests.support.sim.world import MIRROR_MARKER
+from tests.support.ssh_worker import program_values
 
 CLUSTER = "gpu-tenancy"
 CERTS_D = "/etc/containerd/certs.d"
@@ -188,6 +191,21 @@ def test_adopt_mode_creates_no_cache_and_ssh_workers_use_the_configured_mirrors(
     sim.destroy()
     assert sim.world.leftovers() == []
     assert all(not any(t.startswith(MIRROR_MARKER) for t in h.machine.files.values()) for h in hosts)
+
+
+@pytest.mark.parametrize("configure", [True, False])
+def test_configure_containerd_reaches_the_mirror_command_of_ssh_workers_only_when_set(configure):
+    sim = adopt_lab()
+    sim.config["management"]["registryMirrors"] = {"docker.io": "http://mirror.corp.example:5000"}
+    if configure:
+        sim.config["management"]["configureContainerd"] = True
+    sim.up()
+    commands = [r for r in sim.resources() if r.name.endswith("-mirrors")]
+    assert commands
+    for command in commands:
+        values = program_values(plain(command.inputs["stdin"]))
+        assert values["create"].get(CONFIGURE_CONTAINERD_ENV) == ("true" if configure else None)
+        assert CONFIGURE_CONTAINERD_ENV not in values["delete"]
 
 
 def test_an_ssh_worker_with_its_own_hosts_toml_fails_the_up_with_the_fix():

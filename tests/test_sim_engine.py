@@ -304,9 +304,12 @@ def test_a_dependent_deleted_with_the_replaced_resource_is_not_deleted_on_its_ow
 def _release_program(world, values=None):
     def program():
         provider = _provider(world)
-        cert_manager = k8s.helm.v3.Release("cm", name="cert-manager", chart="cert-manager", namespace="cert-manager",
+        # Local charts (the provider's Check loads them; tests/conftest.py provides the stand-in chart tree).
+        cert_manager = k8s.helm.v3.Release("cm", name="cert-manager", chart="./.cache/charts/cert-manager",
+                                           namespace="cert-manager",
                                            create_namespace=True, opts=pulumi.ResourceOptions(provider=provider))
-        k8s.helm.v3.Release("kamaji", name="kamaji", chart="kamaji", namespace="kamaji-system", create_namespace=True,
+        k8s.helm.v3.Release("kamaji", name="kamaji", chart="./.cache/charts/kamaji", namespace="kamaji-system",
+                            create_namespace=True,
                             values=values or {}, opts=pulumi.ResourceOptions(provider=provider,
                                                                              depends_on=[cert_manager]))
     return program

@@ -111,7 +111,7 @@ def test_the_join_program_goes_on_the_secret_stdin_and_the_command_line_names_on
             ns.CA_CERT_HASH_ENV: tenant["discoveryHash"], ns.TENANT_CA_CERT_ENV: values["create"][ns.TENANT_CA_CERT_ENV],
             ns.TENANT_VERSION_ENV: "v1.35.0", ns.NODE_KIND_ENV: ns.NODE_KIND_MACHINE,
         },
-        "delete": {ns.NODE_NAME_ENV: NODE},
+        "delete": {ns.NODE_NAME_ENV: NODE, ns.NODE_KIND_ENV: ns.NODE_KIND_MACHINE},
     }
     assert inputs["stdin"] == node_stdin({
         "create": (ns.NODE_JOIN, ns.script_text(ns.NODE_JOIN), values["create"]),
@@ -190,6 +190,9 @@ def test_moving_removing_and_destroying_ssh_workers_resets_every_machine(recorde
     assert {f"{NODE}-membership", f"{NODE}-join", f"{NODE}-registered"} <= plan.names("replace"), plan.render()
     assert recorder == [("reset", SSH_HOST), ("delete Node", NODE)]
     assert machines[SSH_HOST].kubelet_conf is None and machines[new_host].kubelet_conf is not None
+    # The old server is clean: no persisted kernel setting, CNI file or chain of the tenant is left on it.
+    assert [line for line in sim.world.leftovers() if SSH_HOST in line] == []
+    assert any(new_host in line for line in sim.world.leftovers())
     assert api.find("Node", None, NODE)["metadata"]["uid"] != old_uid
     assert _tokens(api) == []
 
@@ -199,6 +202,7 @@ def test_moving_removing_and_destroying_ssh_workers_resets_every_machine(recorde
     plan = sim.up(skip_preview=True)
     assert recorder == [("reset", ROOT_HOST), ("delete Node", "tenant-a-gpu-2")]
     assert machines[ROOT_HOST].kubelet_conf is None and api.find("Node", None, "tenant-a-gpu-2") is None
+    assert [line for line in sim.world.leftovers() if ROOT_HOST in line] == []
 
     # The tenant is deleted out of band (`kubectl delete tcp`): its Node records went with it, the machines still
     # run a kubelet for it.

@@ -21,7 +21,6 @@ import pytest
 import yaml
 from pulumi.runtime import rpc
 
-from components.management.kamaji import ETCD_CHART_DIR
 from components.naming import DEFAULT_DATASTORE
 from components.tenant import spec as tenant_spec
 from components.tenant.control_plane import TenantControlPlane, TenantControlPlaneArgs
@@ -369,7 +368,7 @@ def test_shared_and_dedicated_data_stores_follow_the_config(lab, datastore_schem
     assert not [r for r in lab.run.resources if r.name in ("tenant-a-etcd", "tenant-a-datastore")]
     store = lab.tenants["tenant-b"].data_store
     etcd = lab.run.named("tenant-b-etcd", "kubernetes:helm.sh/v3:Release")
-    assert (etcd.inputs["chart"], etcd.inputs["namespace"]) == (ETCD_CHART_DIR, "tenant-b")
+    assert (etcd.inputs["chart"], etcd.inputs["namespace"]) == ("./.cache/charts/kamaji/charts/kamaji-etcd", "tenant-b")
     assert etcd.inputs["values"] == tenant_spec.dedicated_etcd_values(store)
     assert etcd.inputs["values"]["replicas"] == 3 and etcd.inputs["values"]["persistentVolumeClaim"]["size"] == "4Gi"
     datastore = lab.run.named("tenant-b-datastore")
@@ -493,7 +492,8 @@ def test_calico_goes_in_after_every_join_on_the_tenant_provider(lab, vendor_dir)
         crds, operator = lab.run.named(f"{tenant}-calico-crds"), lab.run.named(f"{tenant}-calico")
         inside = _inside(lab, tenant)
         assert crds in inside and operator in inside
-        assert (crds.inputs["chart"], operator.inputs["chart"]) == (crds_chart, operator_chart)
+        assert (crds.inputs["chart"], operator.inputs["chart"]) == (f"./.cache/charts/{crds_chart}",
+                                                                    f"./.cache/charts/{operator_chart}")
         for release in (crds, operator):
             assert release.inputs["version"] == lab.versions.calico
             assert release.inputs["namespace"] == "tigera-operator"
@@ -520,8 +520,7 @@ def test_an_unresolved_tenant_fails_before_any_tenant_object_is_registered(dev_c
         management = k8s.Provider("management", kubeconfig="management-kubeconfig")
         TenantControlPlane(raw.name, TenantControlPlaneArgs(
             tenant=raw, management_provider=management, management_kubeconfig="management-kubeconfig",
-            worker_networks=["172.18.0.0/16"], operator_cidrs=[], shared_datastore="default",
-            versions=stack.versions, etcd_chart=ETCD_CHART_DIR))
+            worker_networks=["172.18.0.0/16"], operator_cidrs=[], shared_datastore="default"))
 
     sim = Lifecycle({}, world=World(), program=program)
     plan = sim.up(skip_preview=True, expect_error=True)

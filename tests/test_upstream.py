@@ -17,6 +17,7 @@ from urllib.parse import unquote
 
 import pytest
 
+from config import Versions
 from ops import upstream
 from tests.conftest import SHARED, UPSTREAM_MISSING, locate_vendor_dir
 
@@ -192,6 +193,79 @@ def test_git_blob_id_is_checked_for_chart_files(manifest, server, tmp_path):
     good = CONTENT["example/chart"][REF_B]["charts/demo/Chart.yaml"]
     assert failure.startswith("charts/demo/Chart.yaml: git blob id mismatch: expected " + blob(good))
     assert not (tmp_path / "charts/demo/Chart.yaml").exists()
+
+
+TEMPLATED = b"apiVersion: v2\nname: demo\n# set by the release tool\nversion: v0.0\nkeywords: [version: v0.0x]\n"
+EDITED = b"apiVersion: v2\nname: demo\n# set by the release tool\nversion: v1.2.3\nappVersion: v1.2.3\nkeywords: [version: v0.0x]\n"
+
+
+def templated_entry(**change) -> dict:
+    """A Chart.yaml kept with a placeholder version upstream, edited to the release's version when fetched."""
+    entry = {"group": "chart", "repo": "example/chart", "ref": REF_B, "path": "charts/templated/Chart.yaml",
+             "dest": "charts/templated/Chart.yaml", "sha256": sha256(TEMPLATED),
+             "edits": [{"line": "version: v0.0", "with": ["version: v1.2.3", "appVersion: v1.2.3"]}],
+             "result_sha256": sha256(EDITED)}
+    return entry | change
+
+
+def test_edits_turn_the_git_copy_into_the_released_file_and_verify_checks_the_result(server, tmp_path):
+    server.serve("example/chart", REF_B, "charts/templated/Chart.yaml", TEMPLATED)
+    manifest = [templated_entry()]
+    assert run_fetch(manifest, tmp_path, server) == []
+    target = tmp_path / "charts/templated/Chart.yaml"
+    # Only the whole line is replaced: "version: v0.0x" inside another line stays.
+    assert target.read_bytes() == EDITED
+    assert upstream.verify("chart", tmp_path, manifest) == []
+    # Deterministic: a second fetch finds the edited file valid and downloads nothing.
+    requests = len(server.requests)
+    assert run_fetch(manifest, tmp_path, server) == []
+    assert len(server.requests) == requests
+    # The unedited upstream file on disk is not the pinned result.
+    target.write_bytes(TEMPLATED)
+    [problem] = upstream.verify("chart", tmp_path, manifest)
+    assert problem.startswith("charts/templated/Chart.yaml: sha256 mismatch after the manifest's edits")
+
+
+@pytest.mark.parametrize(
+    ("edits", "result", "failure"),
+    [
+        ([{"line": "version: v9.9", "with": ["version: v1.2.3"]}], EDITED,
+         "the line 'version: v9.9' to edit occurs 0 times, not once; not written"),
+        ([{"line": "version: v0.0", "with": ["version: v1.2.4"]}], EDITED,
+         "sha256 mismatch after the manifest's edits: expected " + sha256(EDITED)),
+    ],
+)
+def test_an_edit_that_does_not_apply_or_a_wrong_result_writes_nothing(server, tmp_path, edits, result, failure):
+    server.serve("example/chart", REF_B, "charts/templated/Chart.yaml", TEMPLATED)
+    manifest = [templated_entry(edits=edits, result_sha256=sha256(result))]
+    [problem] = run_fetch(manifest, tmp_path, server)
+    assert problem.startswith("charts/templated/Chart.yaml: ") and failure in problem
+    assert not (tmp_path / "charts/templated/Chart.yaml").exists()
+    assert stray_files(tmp_path) == []
+
+
+def test_a_line_that_occurs_twice_is_not_edited():
+    entry = templated_entry()
+    with pytest.raises(upstream.UpstreamError, match="occurs 2 times, not once"):
+        upstream.apply_edits(entry, TEMPLATED + b"version: v0.0\n")
+    assert upstream.apply_edits({"dest": "x"}, TEMPLATED) == TEMPLATED  # no edits: the file as it is
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"result_sha256": None}, "edits and result_sha256 go together"),
+        ({"edits": None}, "edits and result_sha256 go together"),
+        ({"edits": []}, "edits must be a non-empty list"),
+        ({"edits": [{"line": "a\nb", "with": []}]}, "edit 0 must be"),
+        ({"edits": [{"line": "a", "with": "b"}]}, "edit 0 must be"),
+        ({"result_sha256": "X"}, "result_sha256 must be 64 lower-case hex digits"),
+    ],
+)
+def test_edit_entries_are_validated(change, problem):
+    entry = {key: value for key, value in (templated_entry() | change).items() if value is not None}
+    with pytest.raises(upstream.UpstreamError, match=re.escape(problem)):
+        upstream.load_manifest([entry])
 
 
 def test_git_blob_id_matches_git():
@@ -461,6 +535,37 @@ def real():
     return upstream.load_manifest()
 
 
+# Every chart directory under .cache/charts: (repository, commit of the release tag, chart directory in it).
+CHARTS = {
+    "kamaji": ("clastix/kamaji", KAMAJI_COMMIT, "charts/kamaji"),
+    "kamaji/charts/kamaji-etcd": ("clastix/kamaji-etcd", KAMAJI_ETCD_COMMIT, "charts/kamaji-etcd"),
+    # tag v1.21.1
+    "cert-manager": ("cert-manager/cert-manager", "24e33194fb39488eff2bbf10c6dc640f407cad44",
+                     "deploy/charts/cert-manager"),
+    # tag v0.15.3 (the tag metallb-chart-0.15.3 points at a later commit whose Chart.yaml says 0.0.0)
+    "metallb": ("metallb/metallb", "85bfb4f0e0d35090c514e1e5e1a21a8bbd253518", "charts/metallb"),
+    # tag v3.32.1
+    "crd.projectcalico.org.v1": ("projectcalico/calico", "0ca9d1b93644778cafdf1812f3dda02ac0c361e8",
+                                 "charts/crd.projectcalico.org.v1"),
+    "tigera-operator": ("projectcalico/calico", "0ca9d1b93644778cafdf1812f3dda02ac0c361e8", "charts/tigera-operator"),
+    # tag v2.10.0
+    "hami": ("Project-HAMi/HAMi", "4707fb02c91c545bc7343ce26dba4c32919f9a3e", "charts/hami"),
+}
+# The crd.projectcalico.org.v1 chart's templates/calico is a symlink to this directory; `helm package` follows it.
+CALICO_CRD_LINK = ("templates/calico/", "libcalico-go/config/crd/")
+
+
+def chart_of(entry: dict) -> str:
+    """The chart directory (a key of CHARTS) an entry's dest is in: the deepest one."""
+    rel = entry["dest"].removeprefix("charts/")
+    return max((name for name in CHARTS if rel.startswith(name + "/")), key=len)
+
+
+def chart_files(real: list[dict], name: str) -> dict[str, dict]:
+    """Entries of chart `name`, by path inside the chart directory (a subchart's files are not its own)."""
+    return {e["dest"].removeprefix(f"charts/{name}/"): e for e in real if e["group"] == "chart" and chart_of(e) == name}
+
+
 def test_real_manifest_entries_are_well_formed(real):
     assert upstream.manifest_problems(real) == []
     dests = [PurePosixPath(entry["dest"]) for entry in real]
@@ -468,39 +573,37 @@ def test_real_manifest_entries_are_well_formed(real):
     for entry in real:
         dest = PurePosixPath(entry["dest"])
         assert not dest.is_absolute() and ".." not in dest.parts
+        # S-10: every file, chart or reference, is pinned by sha256.
+        assert set(entry) & {"sha256", "git_blob"} == {"sha256"} and re.fullmatch(r"[0-9a-f]{64}", entry["sha256"])
         if entry["group"] == "reference":
-            assert set(entry) & {"sha256", "git_blob"} == {"sha256"} and re.fullmatch(r"[0-9a-f]{64}", entry["sha256"])
             assert dest.parts[0] == "vendor" and len(dest.parts) >= 3
         else:
-            assert set(entry) & {"sha256", "git_blob"} == {"git_blob"} and re.fullmatch(
-                r"[0-9a-f]{40}", entry["git_blob"]
-            )
-            assert dest.parts[:2] == ("charts", "kamaji")
+            assert dest.parts[0] == "charts" and len(dest.parts) >= 3
     # Reference and chart roots differ, but destinations never overlap even under one --dest DIR.
     assert not {e["dest"].split("/")[0] for e in real if e["group"] == "reference"} & {"charts"}
 
 
-def test_real_chart_entries_cover_both_charts(real):
+def test_every_chart_file_comes_from_its_chart_directory_at_the_release_tag(real):
     charts = [entry for entry in real if entry["group"] == "chart"]
-    kamaji = {e["dest"].removeprefix("charts/kamaji/") for e in charts if e["repo"] == "clastix/kamaji"}
-    etcd = {
-        e["dest"].removeprefix("charts/kamaji/charts/kamaji-etcd/")
-        for e in charts
-        if e["repo"] == "clastix/kamaji-etcd"
-    }
-    assert len(kamaji) + len(etcd) == len(charts)
+    assert {chart_of(entry) for entry in charts} == set(CHARTS)
     for entry in charts:
-        if entry["repo"] == "clastix/kamaji":
-            assert entry["ref"] == KAMAJI_COMMIT
-            assert entry["dest"] == "charts/kamaji/" + entry["path"].removeprefix("charts/kamaji/")
-            assert entry["path"].startswith("charts/kamaji/")
+        name = chart_of(entry)
+        repo, commit, source = CHARTS[name]
+        assert (entry["repo"], entry["ref"]) == (repo, commit), entry["dest"]
+        inside = entry["dest"].removeprefix(f"charts/{name}/")
+        if name == "crd.projectcalico.org.v1" and inside.startswith(CALICO_CRD_LINK[0]):
+            assert entry["path"] == CALICO_CRD_LINK[1] + inside.removeprefix(CALICO_CRD_LINK[0])
         else:
-            assert (entry["repo"], entry["ref"]) == ("clastix/kamaji-etcd", KAMAJI_ETCD_COMMIT)
-            assert entry["path"].startswith("charts/kamaji-etcd/")
-            assert entry["dest"] == "charts/kamaji/charts/kamaji-etcd/" + entry["path"].removeprefix(
-                "charts/kamaji-etcd/"
-            )
-    assert {"Chart.yaml", "Chart.lock", "values.yaml", "templates/_helpers.tpl"} <= kamaji
+            assert entry["path"] == f"{source}/{inside}", entry["dest"]
+    for name in CHARTS:
+        files = chart_files(real, name)
+        assert {"Chart.yaml", "values.yaml"} <= set(files), name
+        assert any(path.startswith("templates/") for path in files), name
+
+
+def test_the_chart_files_are_the_published_packages(real):
+    kamaji = chart_files(real, "kamaji")
+    assert {"Chart.yaml", "Chart.lock", "values.yaml", "templates/_helpers.tpl"} <= set(kamaji)
     assert {
         "crds/kamaji.clastix.io_datastores.yaml",
         "crds/kamaji.clastix.io_kubeconfiggenerators.yaml",
@@ -511,19 +614,62 @@ def test_real_chart_entries_cover_both_charts(real):
         "controller-gen/clusterrole.yaml",
         "controller-gen/mutating-webhook.yaml",
         "controller-gen/validating-webhook.yaml",
-    } <= kamaji
+    } <= set(kamaji)
     assert len([name for name in kamaji if name.startswith("templates/")]) == 12  # all of upstream's templates/
-    assert {
-        "Chart.yaml",
-        "values.yaml",
-        "templates/_helpers.tpl",
-        "templates/etcd_sts.yaml",
-        "templates/etcd_datastore.yaml",
-    } <= etcd
-    assert len([name for name in etcd if name.startswith("templates/")]) == 18  # all of upstream's templates/
-    assert not any(name.startswith("crds/") for name in etcd)  # kamaji-etcd v0.15.0 has no crds/ directory
     # Left out on purpose: what Kamaji's own .helmignore keeps out of its published package.
-    assert not {"Makefile", "README.md.gotmpl", ".helmignore"} & kamaji
+    assert not {"Makefile", "README.md.gotmpl", ".helmignore"} & set(kamaji)
+    etcd = chart_files(real, "kamaji/charts/kamaji-etcd")
+    assert {"templates/_helpers.tpl", "templates/etcd_sts.yaml", "templates/etcd_datastore.yaml"} <= set(etcd)
+    assert len([name for name in etcd if name.startswith("templates/")]) == 18  # all of upstream's templates/
+    # cert-manager's make/manifests.mk (v1.21.1) packages Chart.yaml, values.yaml, values.schema.json, .helmignore,
+    # the README and templates/; its chart tests and release-tool inputs stay out.
+    cert_manager = chart_files(real, "cert-manager")
+    assert {".helmignore", "values.schema.json"} <= set(cert_manager)
+    assert len([name for name in cert_manager if name.startswith("templates/crd-")]) == 6
+    assert not any(name.startswith("tests/") or name in ("signkey_annotation.txt", "README.template.md")
+                   for name in cert_manager)
+    # MetalLB: loading a chart checks that every Chart.yaml dependency is in charts/, enabled or not
+    # (pulumi-kubernetes helm_release.go checkChartDependencies -> action.CheckDependencies), so the vendored
+    # frr-k8s package comes too; the CRDs are the crds subchart's templates.
+    metallb = chart_files(real, "metallb")
+    assert {"Chart.lock", "charts/frr-k8s-0.0.21.tgz", "charts/crds/Chart.yaml", "charts/crds/templates/crds.yaml",
+            "values.schema.json"} <= set(metallb)
+    calico_crds = chart_files(real, "crd.projectcalico.org.v1")
+    assert len([name for name in calico_crds if name.startswith("templates/calico/")]) == 23
+    assert len([name for name in calico_crds if name.startswith("templates/operator.tigera.io_")]) == 9
+    # tigera-operator's .helmignore keeps its Makefile out of the package.
+    assert "Makefile" not in chart_files(real, "tigera-operator")
+    assert len(chart_files(real, "hami")) == 35
+
+
+def test_only_placeholder_versions_are_edited_to_the_pinned_versions(real):
+    """cert-manager (make/manifests.mk: yq .version/.appVersion) and Calico (Makefile: helm package --version
+    --app-version) set the chart version at release time; the git copy says v0.0.0 / v0.0."""
+    versions = Versions()
+    edited = {e["dest"]: e["edits"] for e in real if "edits" in e}
+    assert edited == {
+        "charts/cert-manager/Chart.yaml": [
+            {"line": "version: v0.0.0", "with": [f"version: {versions.cert_manager}"]},
+            {"line": "appVersion: v0.0.0", "with": [f"appVersion: {versions.cert_manager}"]},
+        ],
+        "charts/crd.projectcalico.org.v1/Chart.yaml": [
+            {"line": "version: v0.0", "with": [f"version: {versions.calico}", f"appVersion: {versions.calico}"]},
+        ],
+        "charts/tigera-operator/Chart.yaml": [
+            {"line": "version: v0.0", "with": [f"version: {versions.calico}", f"appVersion: {versions.calico}"]},
+        ],
+    }
+
+
+def test_chart_files_that_are_also_reference_files_agree(real):
+    """Chart.yaml, values.yaml, schemas and CRDs vendored for the tests are the very files of the charts (same
+    commit): two independent pins of one file must agree."""
+    charts = {(e["repo"], e["ref"], e["path"]): e["sha256"] for e in real if e["group"] == "chart"}
+    shared = [e for e in real if e["group"] == "reference" and (e["repo"], e["ref"], e["path"]) in charts]
+    assert len(shared) >= 18
+    assert {e["repo"] for e in shared} == {r for r, _, _ in CHARTS.values()} - {"clastix/kamaji-etcd"}
+    for entry in shared:
+        assert charts[(entry["repo"], entry["ref"], entry["path"])] == entry["sha256"], entry["path"]
 
 
 @NEED_SHARED
@@ -550,17 +696,6 @@ def test_real_reference_sums_match_the_vendor_readmes(real):
             assert sums[f"vendor/{readme.parent.name}/{name}"] == digest
             listed += 1
     assert listed >= 18
-
-
-@NEED_SHARED
-def test_chart_files_that_are_also_reference_files_agree(real):
-    """The chart's Chart.yaml, values.yaml and CRDs are the very files vendored for the tests (same commit)."""
-    blobs = {entry["path"]: entry["git_blob"] for entry in real if entry["group"] == "chart"}
-    shared_kamaji = [e for e in real if e["group"] == "reference" and e["repo"] == "clastix/kamaji"]
-    assert len(shared_kamaji) == 4
-    for entry in shared_kamaji:
-        assert entry["ref"] == KAMAJI_COMMIT
-        assert blobs[entry["path"]] == blob((SHARED / entry["dest"]).read_bytes()), entry["path"]
 
 
 def test_the_readme_shows_the_offline_line_as_make_up_prints_it(monkeypatch):

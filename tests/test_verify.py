@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime
 import json
 import socket
@@ -15,7 +16,7 @@ from components import kube
 from components.images import PAUSE_IMAGE, worker_images
 from components.kube import ApiError, UnreachableError
 from components.management.image_cache import DEBUG_PORT, MIRRORED_REGISTRIES
-from components.plan import plan_summary
+from components.plan import gpu_plan, plan_summary
 from components.tenant.spec import etcd_setup_network_policy, isolation_network_policy
 from config import Versions, load_stack_config
 from ops import verify, verify_checks
@@ -65,7 +66,11 @@ from tests.support.mockrun import reference_stack, run_program
 
 # --- helpers ----------------------------------------------------------------------------------
 
-NETWORK_ROWS = ("pod → tenant-b API", "pod → tenant-b Konnectivity", "pod → tenant-b data store")
+NETWORK_ROWS = ("pod → tenant-b API", "pod → tenant-b Konnectivity", "pod → tenant-b node ports",
+                "pod → tenant-b HAMi extender", "pod → tenant-b data store")
+ENFORCED_ROW = "NetworkPolicy enforced (management)"
+# The lab's summary: kindnetd fails open, so each tenant's enforcement row is NOT ENFORCED.
+LAB_LOOSE = "2 not enforced (tenant-a: 1, tenant-b: 1)"
 
 
 @pytest.fixture
@@ -85,6 +90,8 @@ def waiting_on(clock, timeout=60.0, interval=1.0):
 def check(platform, clock, tenant="tenant-a", **waiting):
     """Run every check of one tenant; results by check name."""
     management_kubeconfig, target = platform_from_outputs(platform.outputs)
+    target = dataclasses.replace(target, image_caches=verify.image_caches(platform.outputs.get("imageMirror"),
+                                                                          platform.docker))
     results = verify_tenant(target, target.tenants[tenant], platform.connect(management_kubeconfig),
                             platform.connect, waiting_on(clock, **waiting))
     names = [r.name for r in results]
@@ -145,15 +152,20 @@ def test_all_green_platform_passes(platform, clock, tmp_path, capsys):
     assert err == ""
     assert "FAIL" not in out
     assert out.rstrip().endswith(
-        "verify passed: 33 checks OK, 1 skipped (tenant-a: 1) in 2 tenant(s) and the image mirror")
+        f"verify passed: 39 checks OK, 1 skipped (tenant-a: 1), {LAB_LOOSE} in 2 tenant(s) and the image mirror")
     (skip_line,) = [line for line in out.splitlines() if "  SKIP  " in line]
     assert skip_line.startswith("pod → tenant-b data store") and "not tested: " in skip_line
     for name, cluster in platform.tenants.items():
         assert f"{name} (management namespace {name})" in out
         assert len(gpu_probes(cluster)) == 1
-        # API, Konnectivity, three etcd names and (tenant-b only) three etcd pod addresses.
-        assert len(network_probes(cluster)) == {"tenant-a": 5, "tenant-b": 8}[name]
+        # API, Konnectivity, the extender's two node ports, three etcd names and (tenant-b only) three etcd pod
+        # addresses; two ports of each of the three caches.
+        assert len(network_probes(cluster)) == {"tenant-a": 13, "tenant-b": 16}[name]
         assert_probe_cleaned_up(cluster)
+    # On the management cluster: each tenant's control-plane pod and its etcd, from `default`.
+    assert len(network_probes(platform.management)) == 4
+    assert platform.management.deleted == [(p["metadata"]["namespace"], p["metadata"]["name"])
+                                           for p in platform.management.created]
     assert "bound to tenant-a-worker-0, devices GPU-MOCK-A0,NVIDIA,3000,30:;" in out
     assert "tenant-b's API server refused tenant-a's admin and user credentials (HTTP 401)" in out
     assert out.index("tenant-b (management") < out.index("image mirror (pull-through caches") < out.index(
@@ -174,12 +186,14 @@ def test_every_check_of_a_tenant_is_reported(platform, clock):
         "probe got a GPU slice",
         "isolated from tenant-b",
         *NETWORK_ROWS,
+        "pod → image caches",
         "NetworkPolicies (management)",
+        ENFORCED_ROW,
     ]
-    assert statuses(results) == LAB_SKIPS
+    assert statuses(results) == {**LAB_SKIPS, ENFORCED_ROW: "NOT ENFORCED"}
     assert results["NetworkPolicies (management)"].detail == (
-        "tenant-a/tenant-isolation fences every pod (Ingress and Egress); kamaji-system/kamaji-etcd-clients fences "
-        "the etcd pods")
+        "exist: tenant-a/tenant-isolation selects every pod (Ingress and Egress); kamaji-system/kamaji-etcd-clients "
+        "the etcd pods (the objects only: see 'NetworkPolicy enforced')")
     assert results["control plane Ready"].detail == (
         "TenantControlPlane tenant-a/tenant-a Ready (v1.35.0 at 172.18.255.200:6443)")
     assert results["node tenant-a-worker-0 GPU capacity"].detail == "gpu=10 gpumem=8192 gpucores=100"
@@ -240,7 +254,7 @@ def test_control_plane_not_ready(platform, clock, tmp_path, capsys):
     assert "kubectl --context kind-gpu-tenancy -n tenant-a describe tcp tenant-a" in result.fix
     code, out, _ = run_main(platform, tmp_path, FakeClock(), capsys)
     assert code == 1
-    assert "verify failed: 1 of 34 checks failed (tenant-a: 1)" in out
+    assert "verify failed: 1 of 42 checks failed (tenant-a: 1)" in out
 
 
 def test_control_plane_without_status_or_missing(platform, clock):
@@ -254,7 +268,9 @@ def test_control_plane_without_status_or_missing(platform, clock):
 def test_management_cluster_down(platform, clock):
     platform.management.down = True
     results = check(platform, clock)
-    assert set(failed(results)) == {"control plane Ready", "NetworkPolicies (management)", "pod → tenant-b data store"}
+    assert set(failed(results)) == {"control plane Ready", "NetworkPolicies (management)", "pod → tenant-b data store",
+                                    "pod → tenant-b node ports"}
+    assert results[ENFORCED_ROW].status == "SKIP"
     assert results["pod → tenant-b data store"].detail.startswith(
         "not tested: cannot read tenant-b's DataStore from the management cluster (no answer: ")
     assert "cannot read TenantControlPlane" in results["control plane Ready"].detail
@@ -309,7 +325,8 @@ def _operators_not_admitted(platform):
 def test_network_policies_are_checked_by_name_and_shape(platform, clock, breakage, message):
     breakage(platform)
     results = check(platform, clock)
-    assert set(failed(results)) == {"NetworkPolicies (management)"}
+    # A policy that lets the management probe through also fails the enforcement row (tested below).
+    assert set(failed(results)) - {ENFORCED_ROW} == {"NetworkPolicies (management)"}
     result = results["NetworkPolicies (management)"]
     assert message in result.detail
     assert "make up" in result.fix
@@ -351,7 +368,7 @@ def test_the_setup_jobs_policy_must_select_the_jobs_and_let_them_out(platform):
 def test_a_dedicated_data_store_with_its_setup_policy_passes(platform):
     result = _dedicated_store_policies(platform, copy.deepcopy(SETUP_POLICY))
     assert result.ok, result
-    assert result.detail.endswith("; tenant-a/etcd-setup-api lets its etcd's setup Jobs reach the management API")
+    assert "; tenant-a/etcd-setup-api lets its etcd's setup Jobs reach the management API" in result.detail
 
 
 def test_network_policies_the_program_creates_pass(dev_run):
@@ -377,7 +394,7 @@ def test_tenant_api_down_skips_the_in_tenant_checks(platform, clock):
     platform.tenants["tenant-a"].down = True
     results = check(platform, clock)
     assert list(results) == ["control plane Ready", "tenant API answers", "isolated from tenant-b",
-                             "network isolation probes", "NetworkPolicies (management)"]
+                             "network isolation probes", "NetworkPolicies (management)", ENFORCED_ROW]
     assert not results["tenant API answers"].ok
     assert "not run: tenant-a's API server does not answer" in results["network isolation probes"].detail
     assert "https://172.18.255.200:6443 did not answer" in results["tenant API answers"].detail
@@ -519,7 +536,10 @@ def test_probe_rejected_by_the_webhook_names_the_tunnel(platform, clock):
     assert cluster.created == [] and cluster.deleted == []
     # The dead webhook refuses the network probes too: one attempt, then the same refusal for the rest.
     assert cluster.requests.count("create pods") == 2
-    for row in NETWORK_ROWS:
+    for row in [*NETWORK_ROWS, "pod → image caches"]:
+        if row == "pod → tenant-b node ports":  # none exists, so there is nothing to probe
+            assert results[row].ok
+            continue
         assert not results[row].ok and "No agent available" in results[row].detail
 
 
@@ -697,9 +717,11 @@ def test_cross_tenant_kubeconfig():
 def test_single_tenant_has_no_isolation_rows():
     platform = healthy_platform(tenants=["solo"])
     results = check(platform, FakeClock(), tenant="solo")
-    assert not any(name.startswith(("isolated", "pod →", "network")) for name in results)
-    assert all(r.ok for r in results.values())
-    assert network_probes(platform.tenants["solo"]) == []
+    assert not any(name.startswith(("isolated", "network")) for name in results)
+    # Only the image caches are probed from its pods: there is no other tenant.
+    assert [name for name in results if name.startswith("pod →")] == ["pod → image caches"]
+    assert statuses(results) == {ENFORCED_ROW: "NOT ENFORCED"}
+    assert len(network_probes(platform.tenants["solo"])) == 6
 
 
 # --- isolation: the network, from a pod in the tenant -----------------------------------------
@@ -848,7 +870,7 @@ def test_data_store_nothing_could_reach_is_not_tested_rather_than_ok(platform, c
     # A skip is printed as such and does not fail the run; the summary counts it apart from the OKs.
     code, out, _ = run_main(healthy_platform(), tmp_path, FakeClock(), capsys)
     assert code == 0
-    assert "33 checks OK, 1 skipped (tenant-a: 1)" in out
+    assert f"39 checks OK, 1 skipped (tenant-a: 1), {LAB_LOOSE}" in out
 
 
 def test_a_row_whose_names_do_not_resolve_is_not_tested(platform, clock):
@@ -899,13 +921,14 @@ def test_probes_run_together_and_wait_a_bounded_time(platform, clock):
     reach(platform, "hang")
     check(platform, clock)
     # The GPU probe's one pause, then one poll round per second for all network probes: Pending, Running from
-    # the next read on, called filtered once deadline + grace (15 s) have passed.
-    assert clock.sleeps == [1.0] + [1.0] * 16
+    # the next read on, called filtered once deadline + grace (15 s) have passed. Then the management probes:
+    # dropped, so ended by their activeDeadlineSeconds after four rounds.
+    assert clock.sleeps == [1.0] + [1.0] * 16 + [1.0] * 4
     platform = healthy_platform()
     reach(platform, "pending", ports=(6443,))
     clock = FakeClock()
     check(platform, clock, timeout=5)
-    assert clock.sleeps == [1.0] + [1.0] * 5
+    assert clock.sleeps == [1.0] + [1.0] * 5 + [1.0] * 4
 
 
 def test_probe_runs_as_the_tenant_user_in_its_namespace(platform, clock):
@@ -916,7 +939,7 @@ def test_probe_runs_as_the_tenant_user_in_its_namespace(platform, clock):
     cluster.user_tokens["tenant-a-user-token"] = "training"
     cluster.baseline_namespaces.add("training")
     results = check(platform, clock)
-    assert [results[row].status for row in NETWORK_ROWS] == ["OK", "OK", "SKIP"]
+    assert [results[row].status for row in NETWORK_ROWS] == ["OK", "OK", "OK", "OK", "SKIP"]
     assert {pod["metadata"]["namespace"] for pod in network_probes(cluster)} == {"training"}
     assert_probe_cleaned_up(cluster)
     # The user may not create pods elsewhere: the probe says so instead of guessing.
@@ -995,7 +1018,7 @@ def test_probe_pods_are_deleted_or_reported_in_every_path(platform, clock, sessi
                                                     platform.connect(management_kubeconfig), connect,
                                                     waiting_on(clock))
     leftovers = [r for r in results if r.name.startswith("probe pod ")]
-    assert [r.ok for r in leftovers] == [False] * len(network_probes(cluster)) == [False] * 5
+    assert [r.ok for r in leftovers] == [False] * len(network_probes(cluster)) == [False] * 7
     assert leftovers[0].fix == f"in the tenant: kubectl -n default delete pod {network_probes(cluster)[0]['metadata']['name']}"
 
 
@@ -1047,7 +1070,7 @@ def test_outputs_missing_a_tenant(platform, clock, tmp_path, capsys):
     assert code == 1
     assert "tenant-b is planned but missing from the output tenants → this tenant cannot be checked" in out
     assert "isolated from tenant-b" not in out and "pod → tenant-b" not in out
-    assert out.rstrip().endswith("verify failed: 1 of 17 checks failed (tenant-b: 1)")
+    assert out.rstrip().endswith("verify failed: 1 of 19 checks failed (tenant-b: 1), 1 not enforced (tenant-a: 1)")
 
 
 def test_outputs_missing_a_tenant_kubeconfig_or_plan_entry(platform):
@@ -1068,8 +1091,10 @@ def test_admin_checks_use_the_admin_kubeconfig_and_probes_the_users(platform, cl
     check(platform, clock)
     cluster = platform.tenants["tenant-a"]
     assert {session.token for session in cluster.sessions} == {"tenant-a-admin-token", "tenant-a-user-token"}
-    # tenant-b only sees tenant-a's two credentials knocking (and refuses both).
-    assert {s.token for s in platform.tenants["tenant-b"].sessions} == {"tenant-a-admin-token", "tenant-a-user-token"}
+    # tenant-b sees tenant-a's two credentials knocking (and refuses both), and its own admin credential reading
+    # its nodes and HAMi's Service for the extender probe.
+    assert {s.token for s in platform.tenants["tenant-b"].sessions} == {"tenant-a-admin-token", "tenant-a-user-token",
+                                                                       "tenant-b-admin-token"}
     users = [session for session in cluster.sessions if session.token == "tenant-a-user-token"]
     assert len(users) == 1
     with pytest.raises(ApiError, match='User "system:serviceaccount:kube-system:tenant-user" cannot list'):
@@ -1232,9 +1257,10 @@ def test_reads_the_stack_outputs_with_pulumi(platform, clock, capsys):
     code = verify.main(["--stack", "lab"], run=run, connect=platform.connect, waiting=waiting_on(clock))
     assert code == 0
     ((argv, kwargs),) = pulumi.calls
-    # One inspect, then each cache's counters and each node's hosts.toml.
+    # One inspect for the caches' addresses, one for the times, then each cache's counters and each node's
+    # hosts.toml.
     nodes = platform.outputs["imageMirror"]["nodes"]
-    assert len(platform.docker.calls) == 1 + len(MIRRORED_REGISTRIES) + len(nodes)
+    assert len(platform.docker.calls) == 2 + len(MIRRORED_REGISTRIES) + len(nodes)
     assert argv == ["pulumi", "stack", "output", "--json", "--show-secrets", "--stack", "lab"]
     assert kwargs["cwd"] == verify.ROOT
     assert (verify.ROOT / "Pulumi.yaml").is_file()
@@ -1383,7 +1409,8 @@ def test_stopped_or_missing_cache_fails_with_the_fix(platform, clock, tmp_path, 
     del platform.docker.containers["gpu-tenancy-mirror-registry-k8s-io"]
     code, out, _ = run_main(platform, tmp_path, clock, capsys)
     assert code == 1
-    assert out.rstrip().endswith("verify failed: 2 of 34 checks failed (image mirror: 2), 1 skipped (tenant-a: 1)")
+    assert out.rstrip().endswith(
+        f"verify failed: 2 of 42 checks failed (image mirror: 2), 1 skipped (tenant-a: 1), {LAB_LOOSE}")
     report = verify_mirror(platform.outputs["imageMirror"], platform.docker)
     stopped = {r.name: r for r in report.results}["cache quay.io"]
     assert not stopped.ok
@@ -1417,7 +1444,7 @@ def test_no_mirror_no_table(platform, clock, tmp_path, capsys, mirror):
         platform.outputs["imageMirror"] = mirror
     code, out, _ = run_main(platform, tmp_path, clock, capsys)
     assert code == 0 and "image mirror" not in out and platform.docker.calls == []
-    assert out.rstrip().endswith("verify passed: 27 checks OK, 1 skipped (tenant-a: 1) in 2 tenant(s)")
+    assert out.rstrip().endswith(f"verify passed: 31 checks OK, 1 skipped (tenant-a: 1), {LAB_LOOSE} in 2 tenant(s)")
 
 
 # --- rendering --------------------------------------------------------------------------------
@@ -1452,7 +1479,7 @@ def test_summary_counts_failures_per_tenant():
     reports.append(TenantReport("c", "c", [CheckResult("x", True, ""), verify_checks.skip("z", "not tested")]))
     assert render_summary(reports) == "verify failed: 1 of 5 checks failed (a: 1), 1 skipped (c: 1)"
     assert render_summary(reports[1:]) == "verify passed: 2 checks OK, 1 skipped (c: 1) in 2 tenant(s)"
-    with pytest.raises(ValueError, match="either OK or skipped"):
+    with pytest.raises(ValueError, match="either OK, skipped or not enforced"):
         CheckResult("w", True, "", skipped=True)
 
 
@@ -1461,6 +1488,8 @@ def test_report_is_what_the_cli_prints(tmp_path, capsys):
     code, out, _ = run_main(printed, tmp_path, FakeClock(), capsys)
     rendered = healthy_platform()
     management_kubeconfig, target = platform_from_outputs(rendered.outputs)
+    target = dataclasses.replace(target, image_caches=verify.image_caches(rendered.outputs["imageMirror"],
+                                                                          rendered.docker))
     clock = FakeClock()
     reports = list(verify_platform(target, rendered.connect(management_kubeconfig), rendered.connect,
                                    waiting_on(clock)))
@@ -1474,6 +1503,69 @@ def test_verify_closes_every_client_it_opened(platform, clock, tmp_path, capsys)
     code, _, _ = run_main(platform, tmp_path, clock, capsys)
     assert code == 0
     sessions = platform.connect.sessions()
-    # management, per tenant: admin, user, and its two credentials against the other tenant.
-    assert len(sessions) == 1 + 2 * 4
+    # management, per tenant: admin, user, its two credentials against the other tenant, and the other tenant's
+    # admin for its nodes and HAMi Service (the extender probe).
+    assert len(sessions) == 1 + 2 * 5
     assert all(session.closed for session in sessions)
+
+
+# --- HAMi's allocations next to the plan's ----------------------------------------------------
+
+
+def hami_pod(namespace, name, node, devices, phase="Running"):
+    return {"metadata": {"name": name, "namespace": namespace,
+                         "annotations": {"hami.io/vgpu-node": node, "hami.io/vgpu-devices-allocated": devices}},
+            "spec": {"containers": [{"name": "c"}]}, "status": {"phase": phase}}
+
+
+def planned_platform(workloads):
+    """A healthy platform whose outputs carry the gpuPlan of the reference stack with these workloads."""
+    raw = reference_stack()
+    raw["tenants"][0]["workloads"] = workloads
+    platform = healthy_platform()
+    platform.outputs["gpuPlan"] = gpu_plan(load_stack_config(raw))
+    return platform
+
+
+def test_verify_prints_hamis_allocations_next_to_the_plans_per_card(platform, clock):
+    platform = planned_platform([{"name": "quarter", "memoryPercent": 25, "cores": 25}])
+    cluster = platform.tenants["tenant-a"]
+    cluster.pods[("gpu-tenancy-smoke", "gpu-smoke-test")] = hami_pod(
+        "gpu-tenancy-smoke", "gpu-smoke-test", "tenant-a-worker-0", "GPU-MOCK-A0,NVIDIA,3000,30:;")
+    cluster.pods[("default", "quarter-0")] = hami_pod("default", "quarter-0", "tenant-a-worker-0",
+                                                      "GPU-MOCK-A0,NVIDIA,2048,25:;")
+    # An ended pod holds nothing any more.
+    cluster.pods[("default", "done")] = hami_pod("default", "done", "tenant-a-worker-0",
+                                                 "GPU-MOCK-A0,NVIDIA,1000,10:;", phase="Succeeded")
+    row = check(platform, clock)["card GPU-MOCK-A0: HAMi vs plan"]
+    assert row.status == "OK"
+    assert row.detail == (
+        "HAMi: 2 pod(s), 2/10 slots, 5048 MiB, 55% cores (gpu-tenancy-smoke/gpu-smoke-test, default/quarter-0) | "
+        "plan: 2 pod(s), 2/10 slots, 5048 MiB, 55% cores (smokeTest/0, quarter/0) → matches the plan")
+
+
+def test_a_difference_from_the_plan_is_shown_not_failed(platform, clock):
+    platform = planned_platform([{"name": "quarter", "replicas": 2, "memoryPercent": 25, "cores": 25}])
+    cluster = platform.tenants["tenant-a"]
+    cluster.pods[("gpu-tenancy-smoke", "gpu-smoke-test")] = hami_pod(
+        "gpu-tenancy-smoke", "gpu-smoke-test", "tenant-a-worker-0", "GPU-MOCK-A0,NVIDIA,3000,30:;")
+    results = check(platform, clock)
+    row = results["card GPU-MOCK-A0: HAMi vs plan"]
+    assert row.status == "OK" and row.detail.startswith("HAMi: 1 pod(s), 1/10 slots, 3000 MiB, 30% cores")
+    assert row.detail.endswith("plan: 3 pod(s), 3/10 slots, 7096 MiB, 80% cores (smokeTest/0, quarter/0, quarter/1) "
+                               "→ differs: declared workloads not (all) running, or HAMi placed them otherwise than "
+                               "the plan")
+    # tenant-b's card is planned too, with its smoke pod only.
+    assert "card GPU-MOCK-B0: HAMi vs plan" in check(platform, clock, tenant="tenant-b")
+
+
+def test_a_card_hami_uses_that_the_plan_lacks_fails(platform, clock):
+    platform = planned_platform([])
+    platform.tenants["tenant-a"].pods[("default", "odd")] = hami_pod("default", "odd", "tenant-a-worker-0",
+                                                                     "GPU-OTHER,NVIDIA,100,1:;")
+    row = check(platform, clock)["card GPU-OTHER: HAMi vs plan"]
+    assert row.status == "FAIL" and "the plan has no such card" in row.detail
+
+
+def test_outputs_without_a_gpu_plan_add_no_rows(platform, clock):
+    assert not [name for name in check(platform, clock) if "HAMi vs plan" in name]

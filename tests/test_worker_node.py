@@ -204,10 +204,14 @@ def test_membership_then_join_then_registered(lab, node):
     assert join.deleted_with == ""
 
 
-def test_workers_do_not_wait_for_each_other(lab):
+def test_a_worker_waits_for_the_one_before_it_only_through_its_drain(lab):
+    """Workers roll one at a time (README "Upgrading a tenant"): the second worker's drain waits for the first one
+    back in service, the first waits for nothing of the second."""
     component = "gpu-tenancy:index:WorkerNode"
-    for node, other in ((NODE, SSH_NODE), (SSH_NODE, NODE)):
-        assert not lab.run.depends_on(lab.run.named(f"{node}-registered"), lab.run.named(other, component))
+    drain, ready = lab.run.named(f"{SSH_NODE}-drain"), lab.run.named(f"{NODE}-ready")
+    assert lab.run.depends_on(drain, ready)
+    assert not lab.run.depends_on(lab.run.named(f"{NODE}-registered"), lab.run.named(SSH_NODE, component))
+    assert not lab.run.depends_on(lab.run.named(f"{NODE}-drain"), lab.run.named(SSH_NODE, component))
 
 
 def test_membership_names_the_machine_and_the_control_plane(lab):
@@ -243,7 +247,8 @@ def test_join_feeds_the_node_scripts_to_docker_exec_and_only_the_action_is_on_th
         NODE, f"If Node {NODE} remains in the tenant, the next removal of this worker deletes it.")
     assert inputs["stdin"] == node_stdin({
         "create": (ns.NODE_JOIN, ns.script_text(ns.NODE_JOIN), {name: values[name] for name in ns.NODE_JOIN_ENV}),
-        "delete": (ns.NODE_LEAVE, ns.script_text(ns.NODE_LEAVE), {ns.NODE_NAME_ENV: NODE}),
+        "delete": (ns.NODE_LEAVE, ns.script_text(ns.NODE_LEAVE),
+                   {ns.NODE_NAME_ENV: NODE, ns.NODE_KIND_ENV: ns.NODE_KIND_CONTAINER}),
     })
     assert join.is_secret("stdin")
     for key in ("interpreter", "create", "delete", "environment"):
@@ -375,7 +380,7 @@ def test_a_replaced_container_leaves_and_joins_again_and_a_removed_worker_is_res
     plan = sim.up(skip_preview=True)
 
     gone = {f"tenant-a-{worker}-{part}" for worker in ("worker-1", "worker-2")
-            for part in ("membership", "join", "registered", "container", "image")}
+            for part in ("membership", "join", "registered", "container", "image", "drain", "ready")}
     assert plan.names("delete") == gone, plan.render()
     assert recorder.index(("reset", "tenant-a-worker-1")) < recorder.index(("delete Node", "tenant-a-worker-1"))
     assert ("reset", "tenant-a-worker-2") not in recorder and ("delete Node", "tenant-a-worker-2") in recorder

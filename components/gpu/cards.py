@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from components.gpu.capacity import device_type
 from config import GpuCard
 
 REGISTER_ANNOTATION = "hami.io/node-nvidia-register"
@@ -21,16 +22,6 @@ JOIN_ANNOTATION = "gpu-tenancy.io/join"
 GPU_RESOURCE = "nvidia.com/gpu"
 # Label the real HAMi device plugin DaemonSet selects (chart `devicePlugin.nvidiaNodeSelector`).
 NVIDIA_NODE_LABEL = {"gpu": "on"}
-
-# The scheduler only considers devices whose type contains "NVIDIA" (Project-HAMi/HAMi v2.10.0
-# pkg/scheduler/score.go getNodeResources); the real device plugin prefixes models that do not start with it
-# (pkg/device-plugin/nvidiadevice/nvinternal/plugin/register.go L170-174), and so do we.
-NVIDIA_PREFIX = "NVIDIA"
-
-
-def device_type(model: str) -> str:
-    """The device type HAMi records for a card model: `NVIDIA-<model>` unless it already starts with NVIDIA."""
-    return model if model.startswith(NVIDIA_PREFIX) else f"{NVIDIA_PREFIX}-{model}"
 
 
 # --------------------------------------------------------------------------- #

@@ -130,9 +130,9 @@ class TenantGpus(pulumi.ComponentResource):
         self.release = helm_release(
             f"{tenant}-hami",
             HAMI_CHART,
-            version=args.versions.hami,
             values=hami_values(args.gpu_mode, args.tenant.kubernetes_version, args.versions,  # type: ignore[arg-type]
-                               args.runtime_class_name),
+                               args.runtime_class_name, args.tenant.scheduling.node_policy,
+                               args.tenant.scheduling.gpu_policy),
             timeout=HELM_TIMEOUT_SECONDS,
             opts=pulumi.ResourceOptions.merge(inside, pulumi.ResourceOptions(depends_on=[tunnel])),
         )

@@ -15,13 +15,12 @@ from components.helm import Chart
 from components.images import kubernetes_image_tag
 from config import Versions
 
-HAMI_CHART_REPO = "https://project-hami.github.io/HAMi/"
 # The chart derives its object names from the release name (`hami-scheduler`, `hami-webhook`, and the mock
 # plugin's ConfigMap `<fullname>-scheduler-device`, templates/device-plugin/daemonsetmock.yaml); the docs and
 # every kubectl hint use these names.
 HAMI_RELEASE = "hami"
 HAMI_NAMESPACE = "kube-system"
-HAMI_CHART = Chart(HAMI_RELEASE, "hami", HAMI_CHART_REPO, HAMI_NAMESPACE)
+HAMI_CHART = Chart(HAMI_RELEASE, "hami", HAMI_NAMESPACE)
 
 GpuMode = Literal["mock", "nvidia"]
 
@@ -84,10 +83,19 @@ def device_config_yaml() -> str:
     return yaml.safe_dump(nvidia_device_config(), sort_keys=False)
 
 
+# charts/hami/values.yaml scheduler.defaultSchedulerPolicy (rendered into the extender's --node-scheduler-policy
+# and --gpu-scheduler-policy, templates/scheduler/deployment.yaml); the planner's defaults are the same.
+CHART_NODE_POLICY = "binpack"
+CHART_GPU_POLICY = "spread"
+
+
 def hami_values(
-    gpu_mode: GpuMode, kubernetes_version: str, versions: Versions, runtime_class_name: str | None = None
+    gpu_mode: GpuMode, kubernetes_version: str, versions: Versions, runtime_class_name: str | None = None,
+    node_policy: str = CHART_NODE_POLICY, gpu_policy: str = CHART_GPU_POLICY,
 ) -> dict[str, Any]:
-    """Values for the `hami` chart in a tenant running `kubernetes_version`."""
+    """Values for the `hami` chart in a tenant running `kubernetes_version`, scheduling with the tenant's
+    `scheduling` policies (only written when they differ from the chart's, so a stack that sets none keeps its
+    release values)."""
     if gpu_mode not in ("mock", "nvidia"):
         raise ValueError(f"gpuMode must be 'mock' or 'nvidia', got {gpu_mode!r}")
     mock = gpu_mode == "mock"
@@ -119,6 +127,9 @@ def hami_values(
         "devicePlugin": {"enabled": not mock, **({} if mock else {"service": {"type": "ClusterIP"}})},
         "mockDevicePlugin": {"enabled": mock},
     }
+    if (node_policy, gpu_policy) != (CHART_NODE_POLICY, CHART_GPU_POLICY):
+        values["scheduler"]["defaultSchedulerPolicy"] = {"nodeSchedulerPolicy": node_policy,
+                                                         "gpuSchedulerPolicy": gpu_policy}
     if mock:
         values["mockDevicePlugin"]["image"] = {"tag": versions.mock_device_plugin}
         values["device-config"] = {"content": device_config_yaml()}

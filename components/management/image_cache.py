@@ -151,19 +151,24 @@ def configure_node(
     *,
     machine: pulumi.Input[str],
     opts: pulumi.ResourceOptions,
+    configure_containerd: bool = False,
 ) -> pulumi.Resource:
     """A Command writing the node's hosts.toml files for `mirrors` (and removing them on delete).
 
     `machine` identifies the node's machine (a container id, an SSH host): a new machine is configured again.
+    `configure_containerd` (SSH workers, management.configureContainerd) lets the script point a containerd 2.x
+    that ignores /etc/containerd/certs.d at it and restart containerd; its delete takes that back.
     """
     script = node_scripts.NODE_MIRRORS
     kind = node_scripts.NODE_KIND_MACHINE if access.is_ssh else node_scripts.NODE_KIND_CONTAINER
+    create = {node_scripts.NODE_NAME_ENV: access.node_name, node_scripts.REGISTRY_MIRRORS_ENV: mirror_lines(mirrors),
+              node_scripts.NODE_KIND_ENV: kind}
+    if configure_containerd and access.is_ssh:
+        create[node_scripts.CONFIGURE_CONTAINERD_ENV] = "true"
     return run_on_node(
         name,
         access,
-        create=NodeScript(script, {node_scripts.NODE_NAME_ENV: access.node_name,
-                                   node_scripts.REGISTRY_MIRRORS_ENV: mirror_lines(mirrors),
-                                   node_scripts.NODE_KIND_ENV: kind}),
+        create=NodeScript(script, create),
         delete=NodeScript(script, {node_scripts.NODE_NAME_ENV: access.node_name,
                                    node_scripts.REGISTRY_MIRRORS_ENV: ""}),
         triggers=[machine],

@@ -5,9 +5,10 @@ Order, all on the management Provider:
     cert-manager ─► Kamaji (+ kamaji-etcd) ─► DataStore `default` ─► webhook answers ─► TenantControlPlanes
     Namespace metallb-system ─► MetalLB ─► webhook answers ─► IPAddressPool + L2Advertisement (with a pool)
 
-Kamaji's chart is `charts/kamaji` at the tag of the pinned image, with kamaji-etcd at the version its
-Chart.lock locks, fetched and verified by `make charts` (ops/upstream.py): the published chart is a
-`0.0.0+latest` republished from master on every push, whose templates and CRDs drift from a pinned image.
+Every chart is a local directory `make charts` fetched and verified (components/helm.py, ops/upstream.py).
+Kamaji's is `charts/kamaji` at the tag of the pinned image, with kamaji-etcd at the version its Chart.lock
+locks: the published chart is a `0.0.0+latest` republished from master on every push, whose templates and CRDs
+drift from a pinned image.
 
 The `default` DataStore is this program's own object, not the chart's: Helm's uninstall deletes unknown kinds
 last, after Kamaji's controller, and then waits for the DataStore whose finalizer only that controller removes
@@ -57,17 +58,13 @@ from components.helm import Chart, helm_release
 from components.naming import COMPONENT_PREFIX, DEFAULT_DATASTORE, KAMAJI_NAMESPACE
 from components.tenant import spec as tenant_spec
 
-CERT_MANAGER_CHART = Chart("cert-manager", "cert-manager", "https://charts.jetstack.io", "cert-manager")
+CERT_MANAGER_CHART = Chart("cert-manager", "cert-manager", "cert-manager")
 METALLB_NAMESPACE = "metallb-system"
-METALLB_CHART = Chart("metallb", "metallb", "https://metallb.github.io/metallb", METALLB_NAMESPACE)
+METALLB_CHART = Chart("metallb", "metallb", METALLB_NAMESPACE)
 # The CRDs hard-code kamaji-system/kamaji-webhook-service and kamaji-serving-cert (clastix/kamaji
 # charts/kamaji/crds/kamaji.clastix.io_tenantcontrolplanes.yaml: conversion webhook, cert-manager inject-ca-from).
 KAMAJI_RELEASE_NAME = "kamaji"
-# A local chart directory (relative to the project root), fetched by `make charts`.
-KAMAJI_CHART_DIR = "./.cache/charts/kamaji"
-KAMAJI_CHART = Chart(KAMAJI_RELEASE_NAME, KAMAJI_CHART_DIR, "", KAMAJI_NAMESPACE)
-# kamaji-etcd as the Kamaji chart vendors it (for tenants' dedicated data stores).
-ETCD_CHART_DIR = f"{KAMAJI_CHART_DIR}/charts/kamaji-etcd"
+KAMAJI_CHART = Chart(KAMAJI_RELEASE_NAME, "kamaji", KAMAJI_NAMESPACE)
 SHARED_ETCD_REPLICAS = 1
 LB_POOL_NAME = "kind-ip-pool"
 # On a cluster we did not create the pool holds tenant API server addresses, not kind's.
@@ -280,7 +277,6 @@ class Kamaji(pulumi.ComponentResource):
         cert_manager = helm_release(
             f"{name}-cert-manager",
             CERT_MANAGER_CHART,
-            version=versions.cert_manager,
             values=cert_manager_values(adopted),
             timeout=CHART_TIMEOUT,
             **self._release_namespace(f"{name}-cert-manager-namespace", CERT_MANAGER_CHART.namespace, adopted),
@@ -288,7 +284,6 @@ class Kamaji(pulumi.ComponentResource):
         self.release = helm_release(
             f"{name}-kamaji",
             KAMAJI_CHART,
-            version=None,
             values=kamaji_values(versions),
             timeout=KAMAJI_TIMEOUT,
             # The chart renders cert-manager Issuer/Certificate objects.
@@ -320,13 +315,13 @@ class Kamaji(pulumi.ComponentResource):
         if adopted and args.load_balancer_pool is not None:
             # Checked now: nothing about it waits for a resource.
             pool_range = pulumi.Output.from_input(choose_lb_pool(None, args.load_balancer_pool))
-            self.lb_pool_range = self._metallb(name, ADOPTED_LB_POOL_NAME, pool_range, versions)
+            self.lb_pool_range = self._metallb(name, ADOPTED_LB_POOL_NAME, pool_range)
         elif not adopted:
             # Checked inside the apply: the kind subnet is known only once the cluster exists.
             pool_range = pulumi.Output.from_input(args.kind_subnet).apply(
                 lambda subnet: choose_lb_pool(subnet, args.load_balancer_pool)
             )
-            self.lb_pool_range = self._metallb(name, LB_POOL_NAME, pool_range, versions)
+            self.lb_pool_range = self._metallb(name, LB_POOL_NAME, pool_range)
         # Otherwise (adopted, no pool) the cluster provides LoadBalancer Services: no MetalLB of ours.
 
         self.register_outputs(
@@ -357,9 +352,7 @@ class Kamaji(pulumi.ComponentResource):
         owned = k8s.core.v1.Namespace(resource_name, metadata={"name": namespace}, opts=self._child())
         return {"create_namespace": False, "opts": self._child([*depends_on, owned])}
 
-    def _metallb(
-        self, name: str, pool_name: str, pool_range: pulumi.Output[str], versions: config.Versions
-    ) -> pulumi.Output[str]:
+    def _metallb(self, name: str, pool_name: str, pool_range: pulumi.Output[str]) -> pulumi.Output[str]:
         """MetalLB in its own privileged namespace, then the pool and its L2 advertisement (added to `ready`).
 
         Returns the pool's range as an output that carries the pool resource as a dependency.
@@ -372,7 +365,6 @@ class Kamaji(pulumi.ComponentResource):
         metallb = helm_release(
             f"{name}-metallb",
             METALLB_CHART,
-            version=versions.metallb,
             values=metallb_values(),
             timeout=CHART_TIMEOUT,
             opts=self._child([namespace]),

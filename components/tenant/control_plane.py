@@ -9,6 +9,7 @@ tear-down never waits on (or fails against) an API that no longer exists.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,9 +43,6 @@ class TenantControlPlaneArgs:
     operator_cidrs: Sequence[str]
     # The shared DataStore (used unless the tenant has a dedicated one).
     shared_datastore: pulumi.Input[str]
-    versions: config.Versions
-    # Local path of the verified kamaji-etcd chart (for a dedicated data store).
-    etcd_chart: str
     # Kamaji readiness: its webhooks (failurePolicy Fail) answer and the DataStore exists; a TCP naming a missing
     # DataStore is rejected (clastix/kamaji internal/webhook/handlers/tcp_datastore.go).
     depends_on: list[pulumi.Resource] = field(default_factory=list)
@@ -251,8 +249,7 @@ class TenantControlPlane(pulumi.ComponentResource):
         )
         etcd = helm_release(
             f"{name}-etcd",
-            type(chart)(chart.release, args.etcd_chart, "", tenant.name),
-            version=None,
+            dataclasses.replace(tenant_spec.ETCD_CHART, namespace=tenant.name),
             values=tenant_spec.dedicated_etcd_values(store),
             timeout=ETCD_TIMEOUT_SECONDS,
             # After the policy its hooks need; on removal the release (and its pre-delete hook) goes first.
@@ -300,7 +297,6 @@ class TenantCniArgs:
     tenant: config.Tenant
     tenant_provider: k8s.Provider
     endpoint: pulumi.Input[str]  # "<host>:<port>" of the tenant API server
-    versions: config.Versions
     # The tenant's worker joins: Calico goes in after them (its operator and CNI pods need a Node to run on).
     depends_on: list[pulumi.Resource]
     # The TenantControlPlane: Calico lives in its cluster and goes with it.
@@ -320,7 +316,6 @@ class TenantCni(pulumi.ComponentResource):
         calico_crds = helm_release(
             f"{name}-calico-crds",
             tenant_spec.CALICO_CRDS_CHART,
-            version=args.versions.calico,
             create_namespace=True,
             timeout=CRD_CHART_TIMEOUT_SECONDS,
             opts=pulumi.ResourceOptions.merge(inside, pulumi.ResourceOptions(depends_on=args.depends_on)),
@@ -328,7 +323,6 @@ class TenantCni(pulumi.ComponentResource):
         calico = helm_release(
             f"{name}-calico",
             tenant_spec.CALICO_OPERATOR_CHART,
-            version=args.versions.calico,
             values=pulumi.Output.from_input(args.endpoint).apply(
                 lambda endpoint: tenant_spec.calico_operator_values(pod_cidr, endpoint, workers)
             ),

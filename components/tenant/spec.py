@@ -391,7 +391,9 @@ def discovery_hash(ca_pem: str | bytes) -> str:
 # while the controller still runs.
 SHARED_ETCD_NAME = "kamaji-etcd"
 ETCD_CLIENT_PORT = 2379
-ETCD_CHART = Chart("etcd", "kamaji-etcd", "", "")
+# Dedicated data stores install the kamaji-etcd chart Kamaji's chart vendors as its subchart (the namespace is the
+# tenant's).
+ETCD_CHART = Chart("etcd", "kamaji/charts/kamaji-etcd", "")
 DEDICATED_ETCD_NAME = "etcd"
 
 
@@ -464,12 +466,11 @@ def datastore_manifest(name: str, spec: dict[str, Any], tenant: str | None = Non
 # Calico (tigera-operator chart, projectcalico/calico charts/ at the pinned tag)
 # --------------------------------------------------------------------------- #
 
-CALICO_CHART_REPO = "https://docs.tigera.io/calico/charts"
 # The operator reads its kubernetes-services-endpoint ConfigMap from the release namespace.
 CALICO_NAMESPACE = "tigera-operator"
 # Since 3.32 the CRDs are a chart of their own, installed before the operator chart.
-CALICO_CRDS_CHART = Chart("calico-crds", "crd.projectcalico.org.v1", CALICO_CHART_REPO, CALICO_NAMESPACE)
-CALICO_OPERATOR_CHART = Chart("calico", "tigera-operator", CALICO_CHART_REPO, CALICO_NAMESPACE)
+CALICO_CRDS_CHART = Chart("calico-crds", "crd.projectcalico.org.v1", CALICO_NAMESPACE)
+CALICO_OPERATOR_CHART = Chart("calico", "tigera-operator", CALICO_NAMESPACE)
 CALICO_BLOCK_SIZE = 26
 
 

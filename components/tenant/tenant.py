@@ -15,14 +15,15 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 import config
+from components import host_operations
 from components.gpu import hami
 from components.gpu.hami import GpuNode, TenantGpus, TenantGpusArgs
 from components.management.cluster import ManagementCluster
 from components.management.image_cache import RegistryMirror, worker_mirrors
-from components.management.kamaji import ETCD_CHART_DIR, Kamaji
+from components.management.kamaji import Kamaji
 from components.naming import COMPONENT_PREFIX, node_name
 from components.tenant.control_plane import TenantCni, TenantCniArgs, TenantControlPlane, TenantControlPlaneArgs
-from components.worker.node import TenantAccess, WorkerNode, WorkerNodeArgs, worker_image
+from components.worker.node import NvidiaWorker, TenantAccess, WorkerNode, WorkerNodeArgs, worker_image
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,7 @@ def _formerly_top_level(parent: pulumi.Resource, former_type: str | None = None)
 class Tenant(pulumi.ComponentResource):
     """One tenant: `TenantControlPlane`, a `WorkerNode` per worker, `TenantCni` and `TenantGpus`."""
 
+    version: pulumi.Resource  # the control plane's version as deployed (TenantVersion)
     control_plane: TenantControlPlane
     workers: list[WorkerNode]
     gpus: TenantGpus
@@ -90,6 +92,16 @@ class Tenant(pulumi.ComponentResource):
         super().__init__(f"{COMPONENT_PREFIX}:Tenant", name, None, opts)
         tenant, platform = args.tenant, args.platform
         stack = platform.config
+        # First: the version the state holds against the one asked for. Its diff refuses a downgrade or a skipped
+        # minor version in the preview, and the control plane and the workers wait for it.
+        index = next(i for i, other in enumerate(stack.tenants) if other.name == tenant.name)
+        self.version = host_operations.resource(
+            host_operations.TenantVersionProvider(),
+            f"{tenant.name}-version",
+            {"tenant": tenant.name, "version_key": f"tenants[{index}].kubernetesVersion",
+             "control_plane": tenant.kubernetes_version},
+            pulumi.ResourceOptions(parent=self),
+        )
         self.control_plane = control_plane = TenantControlPlane(
             tenant.name,
             TenantControlPlaneArgs(
@@ -99,9 +111,7 @@ class Tenant(pulumi.ComponentResource):
                 worker_networks=platform.worker_networks(tenant.worker_cidrs),
                 operator_cidrs=stack.management.operator_cidrs,
                 shared_datastore=platform.shared_datastore,
-                versions=stack.versions,
-                etcd_chart=ETCD_CHART_DIR,
-                depends_on=platform.kamaji_ready,
+                depends_on=[*platform.kamaji_ready, self.version],
                 deleted_with=platform.management_cluster,
                 images_ready=platform.images_ready,
             ),
@@ -119,8 +129,12 @@ class Tenant(pulumi.ComponentResource):
             control_plane=control_plane.tcp,
         )
         image = worker_image(tenant) if any(worker.ssh is None for worker in tenant.workers) else None
-        self.workers = [
-            WorkerNode(
+        # One at a time: a worker is drained for an upgrade only after kube-proxy follows the control plane and the
+        # worker before it is back in service (README "Upgrading a tenant").
+        self.workers = []
+        for worker in tenant.workers:
+            previous = [self.workers[-1].ready] if self.workers else []
+            self.workers.append(WorkerNode(
                 node_name(tenant.name, worker.name),
                 WorkerNodeArgs(
                     tenant=access,
@@ -129,18 +143,20 @@ class Tenant(pulumi.ComponentResource):
                     management_cluster=platform.management_cluster,
                     network_name=platform.network_name,
                     mirrors=worker_mirrors(stack.management, worker),
+                    configure_containerd=stack.management.configure_containerd,
+                    nvidia=NvidiaWorker(stack.nvidia.runtime_class_name if stack.nvidia else None)
+                    if stack.gpu_mode == "nvidia" else None,
+                    depends_on=[self.version],
+                    drain_after=[*control_plane.kube_proxy, *previous],
                 ),
                 _formerly_top_level(self),
-            )
-            for worker in tenant.workers
-        ]
+            ))
         cni = TenantCni(
             tenant.name,
             TenantCniArgs(
                 tenant=tenant,
                 tenant_provider=control_plane.provider,
                 endpoint=control_plane.endpoint,
-                versions=stack.versions,
                 depends_on=[node.registered for node in self.workers],
                 deleted_with=control_plane.tcp,
             ),
@@ -174,6 +190,11 @@ class Tenant(pulumi.ComponentResource):
             # Who may open a connection to the tenant's API and Konnectivity server (loadBalancerSourceRanges).
             "sourceRanges": control_plane.source_ranges,
             "nodes": self.gpus.node_names,
+            # The kubelet version each Node reports (status.nodeInfo.kubeletVersion), read when it joined or was
+            # last upgraded.
+            "nodeVersions": pulumi.Output.all(*(node.ready.reported for node in self.workers)).apply(  # type: ignore
+                lambda versions: {node.access.node_name: version
+                                  for node, version in zip(self.workers, versions, strict=True)}),
             "gpuCapacity": self.gpus.gpu_capacity,
             "smokeTest": self.gpus.smoke_test,
         }

@@ -19,6 +19,7 @@ running kubelet cannot register it again.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import pulumi
@@ -39,6 +40,7 @@ from components.naming import (
     node_name,
 )
 from components.worker.access import NodeAccess, NodeScript, node_access, run_on_node
+from config import upgrade
 from config.models import KIND_NODE_IMAGES
 
 
@@ -127,6 +129,35 @@ class WorkerNodeArgs:
     network_name: str = KIND_NETWORK
     # Registry host -> pull-through mirror URL this node's containerd tries first (management/image_cache.py).
     mirrors: dict[str, str] = field(default_factory=dict)
+    # management.configureContainerd: an SSH worker's containerd may be pointed at its hosts.toml files.
+    configure_containerd: bool = False
+    # gpuMode nvidia: the join checks what HAMi's device plugin needs on a worker that lists `gpus`.
+    nvidia: NvidiaWorker | None = None
+    # What must be done before this worker's first resource changes (the tenant's version check).
+    depends_on: list[pulumi.Resource] = field(default_factory=list)
+    # What the drain before an upgrade waits for: the objects that follow the control plane's version (kube-proxy)
+    # and the previous worker of the tenant back in service, so that workers roll one at a time.
+    drain_after: list[pulumi.Resource] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class NvidiaWorker:
+    """gpuMode nvidia: the RuntimeClass GPU pods use (`nvidia.runtimeClassName`), None when `nvidia` must be
+    containerd's default runtime."""
+
+    runtime_class_name: str | None = None
+
+
+def nvidia_join_environment(worker: config.Worker, nvidia: NvidiaWorker | None) -> dict[str, str]:
+    """The variables that make node-join.sh check a GPU server for HAMi's device plugin: only for a worker that
+    lists `gpus` in nvidia mode (the program labels exactly those `gpu=on`, which the plugin's DaemonSet selects)."""
+    if nvidia is None or not worker.gpus:
+        return {}
+    return {
+        node_scripts.GPU_MODE_ENV: "nvidia",
+        node_scripts.NVIDIA_RUNTIME_CLASS_ENV: nvidia.runtime_class_name or "",
+        node_scripts.GPU_UUIDS_ENV: " ".join(card.uuid for card in worker.gpus),
+    }
 
 
 class WorkerNode(pulumi.ComponentResource):
@@ -136,9 +167,12 @@ class WorkerNode(pulumi.ComponentResource):
     access: NodeAccess
     container: docker.Container | None  # None for an SSH worker
     mirrors: pulumi.Resource | None  # the node's image-mirror configuration, if it uses mirrors
+    drain: pulumi.Resource  # cordon and drain before an upgrade
     membership: pulumi.Resource
     join: command.local.Command | command.remote.Command
     registered: pulumi.Resource
+    ready: pulumi.Resource  # back in service after an upgrade
+    kubelet_version: str | None  # what a container worker's kubelet runs (None: an SSH worker's own packages)
 
     def __init__(self, name: str, args: WorkerNodeArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(f"{COMPONENT_PREFIX}:WorkerNode", name, None, opts)
@@ -146,6 +180,17 @@ class WorkerNode(pulumi.ComponentResource):
         self.access = node_access(tenant.name, args.worker)
         node = self.access.node_name
         self.container = None
+
+        host_side = pulumi.ResourceOptions(parent=self, deleted_with=tenant.control_plane)
+        # Before the machine moves to another version: cordon and drain its Node (nothing to do on a first build).
+        self.drain = host_operations.resource(
+            host_operations.NodeDrainProvider(),
+            f"{name}-drain",
+            {"kubeconfig": tenant.operator_kubeconfig, "node_name": node, "version": tenant.kubernetes_version},
+            pulumi.ResourceOptions.merge(host_side, pulumi.ResourceOptions(
+                depends_on=[*args.depends_on, *args.drain_after])),
+        )
+        args = dataclasses.replace(args, depends_on=[*args.depends_on, self.drain])
 
         if self.access.ssh is None:
             self.container = self._container(name, args)
@@ -155,9 +200,8 @@ class WorkerNode(pulumi.ComponentResource):
         else:
             # Another host is another machine.
             machine = self.access.ssh.host
-            depends_on = []
+            depends_on = list(args.depends_on)
 
-        host_side = pulumi.ResourceOptions(parent=self, deleted_with=tenant.control_plane)
         # A new machine or a new control plane (endpoint or CA) is a new membership: leave and join again.
         self.membership = host_operations.resource(
             host_operations.NodeMembershipProvider(),
@@ -190,6 +234,7 @@ class WorkerNode(pulumi.ComponentResource):
                 f"{name}-mirrors", self.access, args.mirrors, machine=machine,
                 # A container's files go with the container.
                 opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on, deleted_with=self.container),
+                configure_containerd=args.configure_containerd,
             )
             depends_on = [*depends_on, self.mirrors]
 
@@ -204,9 +249,13 @@ class WorkerNode(pulumi.ComponentResource):
                 node_scripts.TENANT_CA_CERT_ENV: tenant.ca_certificate,
                 node_scripts.TENANT_VERSION_ENV: tenant.kubernetes_version,
                 node_scripts.NODE_KIND_ENV: node_kind,
+                **nvidia_join_environment(args.worker, args.nvidia),
             },
         )
-        leave = NodeScript(node_scripts.NODE_LEAVE, {node_scripts.NODE_NAME_ENV: node})
+        # A machine's leave also removes what the tenant left on it; a container goes with everything in it.
+        leave = NodeScript(
+            node_scripts.NODE_LEAVE, {node_scripts.NODE_NAME_ENV: node, node_scripts.NODE_KIND_ENV: node_kind}
+        )
         self.join = run_on_node(
             f"{name}-join",
             self.access,
@@ -234,6 +283,17 @@ class WorkerNode(pulumi.ComponentResource):
             },
             host_side,
         )
+        # After an upgrade: the new Node Ready at its version, uncordoned; the tenant's next worker waits for it.
+        self.kubelet_version = (upgrade.image_version(args.image) or tenant.kubernetes_version) \
+            if self.container is not None and args.image is not None else None
+        self.ready = host_operations.resource(
+            host_operations.NodeReadyProvider(),
+            f"{name}-ready",
+            {"kubeconfig": tenant.operator_kubeconfig, "node_name": node, "version": tenant.kubernetes_version,
+             "kubelet_version": self.kubelet_version, "registration": self.registered.id},
+            host_side,
+            outputs=("reported",),
+        )
         # Resolves only once the Node has registered, so whatever uses the name waits for it.
         self.node_name = self.registered.id.apply(lambda _: node)
 
@@ -255,7 +315,7 @@ class WorkerNode(pulumi.ComponentResource):
             name=spec.image,
             # The management cluster and other workers use the same image: never delete it.
             keep_locally=True,
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
         )
         return docker.Container(
             f"{name}-container",
@@ -281,7 +341,7 @@ class WorkerNode(pulumi.ComponentResource):
             labels=[docker.ContainerLabelArgs(label=key, value=value) for key, value in spec.labels.items()],
             opts=pulumi.ResourceOptions(
                 parent=self,
-                depends_on=[args.management_cluster],
+                depends_on=[args.management_cluster, *args.depends_on],
                 # The container name is fixed, so the old one must go before a replacement starts.
                 delete_before_replace=True,
             ),

@@ -239,7 +239,7 @@ class Lab:
 
     def _copy_project(self) -> None:
         shutil.copytree(
-            # .cache holds the pinned Kamaji chart (`make charts`), which the program installs from there. Left out:
+            # .cache holds the pinned Helm charts (`make charts`), which the program installs from there. Left out:
             # the checkout's own state, passphrase and saved credentials (git-ignored), and what is rebuilt.
             ROOT, self.project, ignore=shutil.ignore_patterns(
                 ".venv", ".git", ".pulumi-state", ".pulumi-passphrase", "*.kubeconfig", "outputs*.json",

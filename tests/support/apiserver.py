@@ -36,6 +36,7 @@ RESOURCES = {
     "Node": ("v1", "nodes", False),
     "Pod": ("v1", "pods", True),
     "Secret": ("v1", "secrets", True),
+    "Service": ("v1", "services", True),
     "DaemonSet": ("apps/v1", "daemonsets", True),
     "Deployment": ("apps/v1", "deployments", True),
     "NetworkPolicy": ("networking.k8s.io/v1", "networkpolicies", True),
@@ -43,12 +44,13 @@ RESOURCES = {
     "TenantControlPlane": ("kamaji.clastix.io/v1alpha1", "tenantcontrolplanes", True),
     "DataStore": ("kamaji.clastix.io/v1alpha1", "datastores", False),
     "IPAddressPool": ("metallb.io/v1beta1", "ipaddresspools", True),
+    "PodDisruptionBudget": ("policy/v1", "poddisruptionbudgets", True),
 }
 _PLURALS = {(api_version, plural): kind for kind, (api_version, plural, _) in RESOURCES.items()}
 _CORE = re.compile(r"^/api/(?P<version>v1)(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?"
-                   r"(?P<sub>/status)?$")
+                   r"(?P<sub>/status|/eviction)?$")
 _GROUP = re.compile(r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[a-z]+)"
-                    r"(?:/(?P<name>[^/]+))?(?P<sub>/status)?$")
+                    r"(?:/(?P<name>[^/]+))?(?P<sub>/status|/eviction)?$")
 
 
 @dataclass
@@ -220,7 +222,15 @@ class ApiServer:
         if seen.method == "DELETE" and not parts["sub"]:
             del self.objects[key]
             return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success"}
-        if seen.method == "PATCH" and parts["sub"]:
+        if seen.method == "POST" and parts["sub"] == "/eviction" and kind == "Pod":
+            del self.objects[key]  # no PodDisruptionBudget here (a test makes one refuse with `fail`)
+            return 201, {"kind": "Status", "apiVersion": "v1", "status": "Success"}
+        if seen.method == "PATCH" and not parts["sub"]:
+            if seen.headers.get("Content-Type") != "application/merge-patch+json":
+                return 415, status(415, "UnsupportedMediaType", "the body of the request was in an unknown format")
+            self.objects[key] = merge_patch(self.objects[key], seen.body or {})
+            return 200, self.objects[key]
+        if seen.method == "PATCH" and parts["sub"] == "/status":
             if seen.headers.get("Content-Type") != "application/merge-patch+json":
                 return 415, status(415, "UnsupportedMediaType", "the body of the request was in an unknown format")
             obj = self.objects[key]

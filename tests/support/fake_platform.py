@@ -6,8 +6,11 @@ token only touch pods in its namespace (the `edit` role), and Pod Security
 `baseline` is enforced in the workload namespaces. `FakeConnect` routes a
 kubeconfig to the cluster its current context's server names and authenticates
 its user's token, as a real API server would (unknown credentials: 401; unknown
-server: no answer). Network probe pods run to the outcome the source cluster's
-`reach` table gives their HOST/PORT. `FakeDocker` answers `docker exec <cache>
+server: no answer). A network probe pod's connection goes where the platform's
+Services, node ports, source ranges and NetworkPolicies send it, as the CNI in use
+enforces them (`tests/support/fake_network.py`); the source cluster's `reach`
+table only forces what the network does not decide (a kubelet that never starts
+the pod, a connect that hangs). `FakeDocker` answers `docker exec <cache>
 wget .../debug/vars` with distribution's expvar JSON. `healthy_platform()` builds
 an all-green platform plus the stack outputs that describe it (the contract
 `__main__.py` exports, and the management NetworkPolicies as the components build
@@ -33,6 +36,7 @@ from components.kube import ApiError, UnreachableError
 from components.management.image_cache import CERTS_D, MIRRORED_REGISTRIES, hosts_toml
 from components.management.kamaji import etcd_network_policy
 from components.tenant.spec import isolation_network_policy
+from tests.support.fake_network import FakeNetwork
 
 Json = dict[str, Any]
 
@@ -58,6 +62,12 @@ WEBHOOK_REJECTION = (
     'Internal error occurred: failed calling webhook "vgpu.hami.io": failed to call webhook: Post '
     '"https://hami-scheduler.kube-system.svc:443/webhook/mutating?timeout=10s": No agent available'
 )
+# Kamaji's agent pods (clastix/kamaji 26.8.2-edge internal/resources/konnectivity/agent.go: label k8s-app, in
+# kube-system) and HAMi's webhook's exempt namespaces (components/gpu/values.py).
+AGENT_LABELS = {"k8s-app": "konnectivity-agent"}
+AGENT_NAMESPACE = "kube-system"
+WEBHOOK_EXEMPT = {"kube-system", "kube-public", "kube-node-lease", "tigera-operator", "calico-system",
+                  "calico-apiserver"}
 QUOTA_REJECTION = (
     'pods "verify-gpu-" is forbidden: exceeded quota: gpu, requested: nvidia.com/gpu=1, used: nvidia.com/gpu=1, '
     'limited: nvidia.com/gpu=1'
@@ -85,12 +95,15 @@ class FakeClock:
 
 
 def node(name: str, capacity: dict[str, str] | None = None, ready: str = "True",
-         reason: str = "KubeletReady", message: str = "kubelet is posting ready status") -> Json:
+         reason: str = "KubeletReady", message: str = "kubelet is posting ready status",
+         address: str | None = None) -> Json:
     return {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
         "status": {
+            **({"addresses": [{"type": "InternalIP", "address": address},
+                              {"type": "Hostname", "address": name}]} if address else {}),
             "capacity": {"cpu": "8", "memory": "16318412Ki", "pods": "110", **(capacity or {})},
             "conditions": [
                 {"type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory"},
@@ -136,6 +149,19 @@ def baseline_violations(pod: Json) -> list[str]:
     return found
 
 
+MANAGEMENT_NODE_ADDRESS = "172.18.0.2"
+# Where Docker put each pull-through cache on the kind network.
+CACHE_ADDRESSES = {registry: f"172.18.0.{5 + index}" for index, registry in enumerate(MIRRORED_REGISTRIES)}
+
+
+def cache_fence(namespace: str) -> Json:
+    """Stands for whatever keeps a tenant's pods from the image caches: egress anywhere but to the caches."""
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": "no-image-caches", "namespace": namespace},
+            "spec": {"podSelector": {}, "policyTypes": ["Egress"], "egress": [{"to": [{"ipBlock": {
+                "cidr": "0.0.0.0/0", "except": [f"{a}/32" for a in CACHE_ADDRESSES.values()]}}]}]}}
+
+
 def default_reach(host: str) -> str:
     """What a tenant pod gets for an address nobody configured: names do not resolve, addresses are dropped."""
     try:
@@ -166,12 +192,33 @@ class FakeCluster:
     webhooks: dict[str, Json] = field(default_factory=dict)
     pods: dict[tuple[str, str], Json] = field(default_factory=dict)
     datastores: dict[str, Json] = field(default_factory=dict)
-    # A network probe pod in this cluster, aimed at (host, port), ends like this (OUTCOMES); unset: default_reach.
+    services: dict[tuple[str, str], Json] = field(default_factory=dict)
+    # A network probe pod in this cluster, aimed at (host, port), ends like this (OUTCOMES); unset: what `network`
+    # decides (or, without one, default_reach).
     reach: dict[tuple[str, int], str] = field(default_factory=dict)
-    # "mutate": HAMi's webhook sets schedulerName; "skipped": it was never called
-    # (failurePolicy Ignore, dead tunnel); "reject": failurePolicy Fail, dead tunnel;
-    # "over-quota": a ResourceQuota refuses the pod.
+    network: FakeNetwork | None = None
+    # "mutate": HAMi's webhook is called through the tunnel (`tunnel_up`) and sets schedulerName on GPU pods; with
+    # the tunnel down the call fails, and the webhook's failurePolicy decides (Fail: rejected, else admitted
+    # unmutated); without a webhook configuration nothing is mutated. Forced: "skipped" (never called),
+    # "reject" (every call fails), "over-quota" (a ResourceQuota refuses GPU pods).
     admission: str = "mutate"
+    # Where the Konnectivity agents dial (the tenant's LoadBalancer address, 8132); None: the tunnel is always up.
+    konnectivity_server: tuple[str, int] | None = None
+    # The agents' pods (kube-system, label k8s-app=konnectivity-agent), by name; a deleted one is replaced at once
+    # (the DaemonSet controller), and connects on its `agent_connect_after`-th attempt if the network lets it.
+    agent_pods: dict[str, Json] = field(default_factory=dict)
+    # Agent pod -> its tunnel is open: an open connection stays open when a NetworkPolicy is added later (Calico
+    # keeps established flows: projectcalico/calico issue 6399), it closes only with the pod (the server removes the backend when
+    # the stream ends: apiserver-network-proxy v0.35.0 pkg/server/server.go Connect, `defer s.removeBackend`).
+    agent_links: dict[str, bool] = field(default_factory=dict)
+    agent_attempts: dict[str, int] = field(default_factory=dict)
+    agent_connect_after: int = 2
+    # A deleted agent pod terminates gracefully: its tunnel stays open for this many more admission calls.
+    agent_grace_calls: int = 1
+    terminating_agents: dict[str, int] = field(default_factory=dict)
+    # Request ("delete networkpolicies", ...) -> the error it fails with, every time.
+    failing_requests: dict[str, ApiError] = field(default_factory=dict)
+    dry_runs: list[Json] = field(default_factory=list)
     # HAMi allocates the pod on this read of it; None: never (stays Pending).
     allocate_on_read: int | None = 2
     allocated_devices: str = "GPU-MOCK-A0,NVIDIA,3000,30:;"
@@ -191,6 +238,44 @@ class FakeCluster:
         self.sessions.append(session)
         return session
 
+    def add_agent(self, node_name: str, host_network: bool = False, connected: bool = False) -> str:
+        name = f"konnectivity-agent-{_suffix(len(self.agent_attempts) + 1000)}"
+        self.agent_pods[name] = {
+            "metadata": {"name": name, "namespace": AGENT_NAMESPACE, "labels": dict(AGENT_LABELS)},
+            "spec": {"nodeName": node_name, "hostNetwork": host_network,
+                     "containers": [{"name": "konnectivity-agent", "command": ["/proxy-agent"]}]},
+            "status": {"phase": "Running"},
+        }
+        self.agent_links[name] = connected
+        self.agent_attempts[name] = 0
+        return name
+
+    def tunnel_up(self) -> bool:
+        """Each agent without a tunnel tries once more (the agent retries forever); up when any agent has one."""
+        if self.konnectivity_server is None:
+            return True
+        host, port = self.konnectivity_server
+        lingering = any(calls > 0 for calls in self.terminating_agents.values())
+        self.terminating_agents = {name: calls - 1 for name, calls in self.terminating_agents.items() if calls > 1}
+        for name, pod in self.agent_pods.items():
+            if self.agent_links[name]:
+                continue
+            self.agent_attempts[name] += 1
+            if self.agent_attempts[name] >= self.agent_connect_after and self.network is not None:
+                self.agent_links[name] = self.network.outcome(self, pod, host, port) == "connected"
+        return lingering or any(self.agent_links[name] for name in self.agent_pods)
+
+    def admission_for(self, namespace: str) -> str:
+        """What admission does to a pod created in `namespace` now (see `admission`)."""
+        if self.admission != "mutate":
+            return self.admission
+        hooks = (self.webhooks.get("hami-webhook") or {}).get("webhooks") or []
+        if not hooks or namespace in WEBHOOK_EXEMPT:
+            return "skipped"
+        if self.tunnel_up():
+            return "mutate"
+        return "reject" if hooks[0].get("failurePolicy") == "Fail" else "skipped"
+
 
 def _is_network_probe(pod: Json) -> bool:
     return pod["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "network-probe"
@@ -198,7 +283,7 @@ def _is_network_probe(pod: Json) -> bool:
 
 # Where a FakeCluster keeps the objects of a kind verify reads one by one (by (namespace, name), or name).
 _STORES = {"TenantControlPlane": "tenant_control_planes", "DataStore": "datastores", "DaemonSet": "daemon_sets",
-           "Deployment": "deployments", "MutatingWebhookConfiguration": "webhooks"}
+           "Deployment": "deployments", "MutatingWebhookConfiguration": "webhooks", "Service": "services"}
 
 
 class FakeSession:
@@ -215,6 +300,8 @@ class FakeSession:
         cluster.requests.append(request)
         if cluster.down:
             raise UnreachableError(f"HTTPSConnectionPool(host='{cluster.server}'): connect timeout")
+        if request in cluster.failing_requests:
+            raise cluster.failing_requests[request]
         if self.token in cluster.tokens:
             return cluster
         if self.token not in cluster.user_tokens:
@@ -232,20 +319,39 @@ class FakeSession:
     def find(self, kind: str, name: str, namespace: str | None = None) -> Json | None:
         if kind == "Pod":
             return self._read_pod(namespace or "", name)
+        if kind == "NetworkPolicy":
+            policies = self._enter("get networkpolicies", "networkpolicies", namespace).network_policies
+            return copy.deepcopy(next((p for p in policies.get(namespace or "", []) if p["metadata"]["name"] == name),
+                                      None))
         store = getattr(self._enter(f"get {kube.RESOURCES[kind][1]}"), _STORES[kind])
         return copy.deepcopy(store.get((namespace, name) if namespace else name))
 
     def list(self, kind: str, namespace: str | None = None) -> list[Json]:
         if kind == "Node":
             return copy.deepcopy(self._enter("list nodes").nodes)
+        if kind == "Pod" and namespace is None:
+            # Every pod of the cluster (verify's allocation table reads HAMi's annotations on each).
+            return copy.deepcopy(list(self._enter("list pods").pods.values()))
+        if kind == "Pod":
+            cluster = self._enter("list pods", "pods", namespace)
+            agents = [copy.deepcopy(pod) for pod in cluster.agent_pods.values()] if namespace == AGENT_NAMESPACE else []
+            return [*agents, *(self._read_pod(ns, name) for ns, name in list(cluster.pods) if ns == namespace)]
         assert kind == "NetworkPolicy", f"verify lists no {kind}"
         return copy.deepcopy(self._enter("list networkpolicies").network_policies.get(namespace or "", []))
+
+    def patch(self, kind: str, name: str, patch: Json, namespace: str | None = None) -> Json:
+        raise AssertionError("verify patches nothing")
 
     def patch_status(self, kind: str, name: str, patch: Json, namespace: str | None = None) -> Json:
         raise AssertionError("verify patches nothing")
 
+    def evict(self, name: str, namespace: str) -> None:
+        raise AssertionError("verify evicts nothing")
+
     def create(self, obj: Json, dry_run: bool = False) -> Json:
-        assert obj["kind"] == "Pod" and not dry_run, "verify creates probe pods only"
+        if obj["kind"] == "NetworkPolicy":
+            return self._create_policy(obj, dry_run)
+        assert obj["kind"] == "Pod", "verify creates probe pods and the tunnel cut's NetworkPolicy only"
         pod, namespace = obj, obj["metadata"]["namespace"]
         cluster = self._enter("create pods", "pods", namespace)
         violations = baseline_violations(pod) if namespace in cluster.baseline_namespaces else []
@@ -253,19 +359,24 @@ class FakeSession:
             raise ApiError(403, f'pods "{pod["metadata"].get("generateName", "")}" is forbidden: violates '
                                 f'PodSecurity "baseline:latest": {", ".join(violations)}')
         limits = pod["spec"]["containers"][0].get("resources", {}).get("limits", {})
-        if cluster.admission == "reject":  # the API server calls the webhook for every pod, and it is unreachable
+        admission = cluster.admission_for(namespace)
+        if admission == "reject":  # the API server calls the webhook for every pod, and it is unreachable
             raise ApiError(500, WEBHOOK_REJECTION)
-        if cluster.admission == "over-quota" and GPU in limits:
+        if admission == "over-quota" and GPU in limits:
             raise ApiError(403, QUOTA_REJECTION)
         pod = copy.deepcopy(pod)
-        pod["metadata"]["name"] = pod["metadata"].pop("generateName") + _suffix(len(cluster.created))
+        pod["metadata"]["name"] = pod["metadata"].pop("generateName") + _suffix(len(cluster.created) +
+                                                                                len(cluster.dry_runs))
         pod["metadata"]["namespace"] = namespace
         pod["metadata"].setdefault("annotations", {})
-        mutated = cluster.admission == "mutate" and GPU in limits
+        mutated = admission == "mutate" and GPU in limits
         # The API server defaults schedulerName; HAMi's webhook overrides it for GPU pods.
         pod["spec"]["schedulerName"] = "hami-scheduler" if mutated else pod["spec"].get(
             "schedulerName", "default-scheduler")
         pod["status"] = {"phase": "Pending"}
+        if dry_run:  # admitted, defaulted and mutated, not stored
+            cluster.dry_runs.append(copy.deepcopy(pod))
+            return pod
         cluster.created.append(copy.deepcopy(pod))
         cluster.pods[(namespace, pod["metadata"]["name"])] = pod
         return copy.deepcopy(pod)
@@ -307,7 +418,8 @@ class FakeSession:
         reads = cluster.probe_reads[name] = cluster.probe_reads.get(name, 0) + 1
         env = {item["name"]: item["value"] for item in pod["spec"]["containers"][0].get("env", [])}
         host, port = env["HOST"], int(env["PORT"])
-        outcome = cluster.reach.get((host, port)) or default_reach(host)
+        outcome = cluster.reach.get((host, port)) or (
+            cluster.network.outcome(cluster, pod, host, port) if cluster.network else default_reach(host))
         image = pod["spec"]["containers"][0]["image"]
         started = {"startedAt": "2026-12-01T10:00:01Z"}
         waiting = {"waiting": {"reason": "ContainerCreating"}}
@@ -343,8 +455,33 @@ class FakeSession:
         pod["status"] = status
         return copy.deepcopy(pod)
 
+    def _create_policy(self, policy: Json, dry_run: bool) -> Json:
+        assert not dry_run
+        namespace = policy["metadata"]["namespace"]
+        cluster = self._enter("create networkpolicies", "networkpolicies", namespace)
+        present = cluster.network_policies.setdefault(namespace, [])
+        if any(p["metadata"]["name"] == policy["metadata"]["name"] for p in present):
+            raise ApiError(409, f'networkpolicies.networking.k8s.io "{policy["metadata"]["name"]}" already exists')
+        present.append(copy.deepcopy(policy))
+        return copy.deepcopy(policy)
+
     def delete(self, kind: str, name: str, namespace: str | None = None, *,
                grace_period_seconds: int | None = None) -> bool:
+        if kind == "NetworkPolicy":
+            cluster = self._enter("delete networkpolicies", "networkpolicies", namespace)
+            policies = cluster.network_policies.get(namespace or "", [])
+            kept = [p for p in policies if p["metadata"]["name"] != name]
+            cluster.network_policies[namespace or ""] = kept
+            return len(kept) < len(policies)
+        if namespace == AGENT_NAMESPACE and name in self.cluster.agent_pods:
+            cluster = self._enter("delete pods", "pods", namespace)
+            pod = cluster.agent_pods.pop(name)
+            if cluster.agent_links.pop(name) and cluster.agent_grace_calls:
+                cluster.terminating_agents[name] = cluster.agent_grace_calls
+            cluster.deleted.append((namespace, name))
+            # The DaemonSet controller replaces it on the same node.
+            cluster.add_agent(pod["spec"]["nodeName"], host_network=pod["spec"]["hostNetwork"])
+            return True
         assert kind == "Pod" and grace_period_seconds == 0, "verify deletes its probe pods, at once"
         cluster = self._enter("delete pods", "pods", namespace)
         cluster.deleted.append((namespace or "", name))
@@ -416,7 +553,9 @@ class FakeDocker:
     EPOCH = "2026-11-30T09:00:00.000000000Z"
 
     def __init__(self, containers: dict[str, str | None], node_files: dict[str, dict[str, str]] | None = None,
-                 times: dict[str, tuple[str, str]] | None = None) -> None:
+                 times: dict[str, tuple[str, str]] | None = None, addresses: dict[str, str] | None = None) -> None:
+        # container -> its address on the kind network
+        self.addresses = addresses or {}
         # container name -> its /debug/vars answer; None: the container exists but is stopped.
         self.containers = containers
         # node container -> path -> content (a node absent here is no container).
@@ -464,6 +603,9 @@ class FakeDocker:
             if name not in self.containers and name not in self.node_files:
                 missing.append(f"Error: No such object: {name}\n")
                 continue
+            if "IPAddress" in argv[argv.index("--format") + 1]:
+                lines.append(f"/{name} {self.addresses.get(name, '')} \n")
+                continue
             created, started = self.times.get(name, (self.EPOCH, self.EPOCH))
             lines.append(f"/{name} {created} {started}\n")
         return subprocess.CompletedProcess(argv, 1 if missing else 0, "".join(lines), "".join(missing))
@@ -489,12 +631,16 @@ class FakePlatform:
 
 def healthy_platform(tenants: Iterable[str] = ("tenant-a", "tenant-b"), gpu_mode: str = "mock",
                      workers: dict[str, dict[str, list[Json]]] | None = None) -> FakePlatform:
-    """An all-green platform, shaped like the kind lab: every check of `make verify` holds. Every tenant's
-    workers share the kind network, which every control plane admits, so each tenant's pods connect to the
-    others' API and Konnectivity ports by design; the shared etcd's names do not resolve in a tenant and its
-    pod addresses are not routed there."""
+    """An all-green platform, shaped like the kind lab: every check of `make verify` holds, and the management
+    NetworkPolicies are enforced by kind's kindnetd, which fails open (NOT ENFORCED). Every tenant's workers share
+    the kind network, which every control plane admits, so each tenant's pods connect to the others' API and
+    Konnectivity ports by design; the control plane Services have no node port; HAMi's extender is a ClusterIP
+    Service; the shared etcd's names do not resolve in a tenant and its pod addresses are not routed there; each
+    tenant's `default` namespace may not send to the image caches (CACHE_FENCE)."""
     tenants = list(tenants)
     management = FakeCluster("https://127.0.0.1:40123", {"kind-admin-token"})
+    management.nodes.append(node("gpu-tenancy-control-plane", address=MANAGEMENT_NODE_ADDRESS))
+    management.daemon_sets[("kube-system", "kindnet")] = {"metadata": {"name": "kindnet", "namespace": "kube-system"}}
     etcd = [f"kamaji-etcd-{i}.kamaji-etcd.kamaji-system.svc.cluster.local:2379" for i in range(3)]
     management.datastores["default"] = {
         "apiVersion": "kamaji.clastix.io/v1alpha1", "kind": "DataStore", "metadata": {"name": "default"},
@@ -502,8 +648,11 @@ def healthy_platform(tenants: Iterable[str] = ("tenant-a", "tenant-b"), gpu_mode
     }
     for index in range(3):
         management.pods[("kamaji-system", f"kamaji-etcd-{index}")] = {
-            "metadata": {"name": f"kamaji-etcd-{index}", "namespace": "kamaji-system"},
-            "spec": {"containers": [{"name": "etcd", "image": "quay.io/coreos/etcd:v3.5.6"}]},
+            "metadata": {"name": f"kamaji-etcd-{index}", "namespace": "kamaji-system",
+                         "labels": dict(etcd_network_policy()["spec"]["podSelector"]["matchLabels"])},
+            "spec": {"nodeName": "gpu-tenancy-control-plane", "containers": [
+                {"name": "etcd", "image": "quay.io/coreos/etcd:v3.5.6",
+                 "ports": [{"containerPort": 2379}, {"containerPort": 2380}]}]},
             "status": {"phase": "Running", "podIP": f"10.244.0.{10 + index}"},
         }
     # The management NetworkPolicies as the program creates them (what the API server returns, defaulted).
@@ -537,12 +686,22 @@ def healthy_platform(tenants: Iterable[str] = ("tenant-a", "tenant-b"), gpu_mode
         planned = (workers or {}).get(name) or {f"{name}-worker-0": [card(f"GPU-MOCK-{letter}0")]}
         cluster = FakeCluster(f"https://{endpoint}", {f"{name}-admin-token"},
                               user_tokens={f"{name}-user-token": "default"})
-        for node_name, cards in planned.items():
+        for node_index, (node_name, cards) in enumerate(planned.items()):
             cluster.nodes.append(node(node_name, {
                 GPU: str(sum(c["slots"] for c in cards)),
                 GPU_MEMORY: str(sum(c["memoryMiB"] for c in cards)),
                 GPU_CORES: str(sum(c["cores"] for c in cards)),
-            }))
+            }, address=f"172.18.{1 + index}.{10 + node_index}"))
+        # HAMi's extender and metrics, served inside the tenant only (components/gpu/values.py).
+        cluster.services[("kube-system", "hami-scheduler")] = {
+            "metadata": {"name": "hami-scheduler", "namespace": "kube-system"},
+            "spec": {"type": "ClusterIP", "ports": [{"name": "http", "port": 443}, {"name": "scheduler",
+                                                                                    "port": 31998}]}}
+        cluster.network_policies["default"] = [cache_fence("default")]
+        # One agent per node (a DaemonSet), each with its tunnel to the tenant's Konnectivity server open.
+        cluster.konnectivity_server = (endpoint.split(":")[0], 8132)
+        for node_name in planned:
+            cluster.add_agent(node_name, connected=True)
         cluster.daemon_sets[("kube-system", "konnectivity-agent")] = {
             "metadata": {"name": "konnectivity-agent", "namespace": "kube-system"},
             "status": {"desiredNumberScheduled": len(planned), "numberReady": len(planned),
@@ -570,6 +729,26 @@ def healthy_platform(tenants: Iterable[str] = ("tenant-a", "tenant-b"), gpu_mode
             },
         }
         management.network_policies[name] = [isolation_network_policy(name, [LAB_NETWORK])]
+        host = endpoint.split(":")[0]
+        # Kamaji's Service of the control plane (internal/resources/k8s_service_resource.go): named after the
+        # TenantControlPlane, no node ports (allocateLoadBalancerNodePorts false), MetalLB's address in status.
+        management.services[(name, name)] = {
+            "metadata": {"name": name, "namespace": name},
+            "spec": {"type": "LoadBalancer", "allocateLoadBalancerNodePorts": False,
+                     "selector": {"kamaji.clastix.io/name": name},
+                     "ports": [{"name": "kube-apiserver", "port": 6443, "targetPort": 6443},
+                               {"name": "konnectivity-server", "port": 8132, "targetPort": 8132}],
+                     "loadBalancerSourceRanges": [LAB_NETWORK]},
+            "status": {"loadBalancer": {"ingress": [{"ip": host, "ipMode": "VIP"}]}},
+        }
+        management.pods[(name, f"{name}-7d9f8b6c5-x2x9q")] = {
+            "metadata": {"name": f"{name}-7d9f8b6c5-x2x9q", "namespace": name,
+                         "labels": {"kamaji.clastix.io/name": name}},
+            "spec": {"nodeName": "gpu-tenancy-control-plane", "containers": [
+                {"name": "kube-apiserver", "ports": [{"containerPort": 6443}]},
+                {"name": "konnectivity-server", "ports": [{"containerPort": 8132}]}]},
+            "status": {"phase": "Running", "podIP": f"10.244.0.{30 + index}"},
+        }
         outputs["tenantAdminKubeconfigs"][name] = kubeconfig_yaml(name, cluster.server, f"{name}-admin-token")
         outputs["tenantKubeconfigs"][name] = kubeconfig_yaml(name, cluster.server, f"{name}-user-token", "default")
         outputs["tenants"][name] = {
@@ -594,16 +773,14 @@ def healthy_platform(tenants: Iterable[str] = ("tenant-a", "tenant-b"), gpu_mode
             "quota": None,
         }
         clusters[name] = cluster
-    # The lab: every tenant's pods reach every other tenant's API and Konnectivity ports (one kind network).
-    for name, cluster in clusters.items():
-        for other in tenants:
-            if other != name:
-                host = outputs["tenants"][other]["endpoint"].split(":")[0]
-                cluster.reach.update({(host, 6443): "connected", (host, 8132): "connected"})
+    network = FakeNetwork(management, clusters, hosts={address: {5000} for address in CACHE_ADDRESSES.values()})
+    for cluster in (management, *clusters.values()):
+        cluster.network = network
     # Every node pulls through the caches: node-mirrors.sh wrote its hosts.toml files.
     for name in tenants:
         mirror["nodes"] += list(outputs["plan"]["tenants"][name]["workers"])
     hosts = {f"{CERTS_D}/{registry}/hosts.toml": hosts_toml(registry, cache["url"]) for registry, cache in caches.items()}
     docker = FakeDocker({cache["container"]: expvar_json() for cache in caches.values()},
-                        {node: dict(hosts) for node in mirror["nodes"]})
+                        {node: dict(hosts) for node in mirror["nodes"]},
+                        addresses={cache["container"]: CACHE_ADDRESSES[registry] for registry, cache in caches.items()})
     return FakePlatform(outputs, management, clusters, FakeConnect([management, *clusters.values()]), docker)

@@ -22,6 +22,7 @@ def _status() -> str:
     """`make status` after a simulated `make up` of the reference stack. Its tenants are added one `up` at a time: MetalLB
     hands out addresses in the order control planes ask, which in one `up` is whichever is first (in the simulator
     as on a real cluster), and the sample must not change from one run to the next."""
+    from ops.stand_in_charts import stand_in_charts
     from ops.status import render
     from tests.support.mockrun import reference_stack
     from tests.support.sim import Lifecycle
@@ -30,10 +31,12 @@ def _status() -> str:
 
     config = reference_stack()
     tenants = config["tenants"]
-    sim = Lifecycle({**config, "tenants": tenants[:1]}, world=lab_world())
-    for count in range(1, len(tenants) + 1):
-        sim.config["tenants"] = tenants[:count]
-        sim.up(skip_preview=True)  # what `make up` shows comes from the update; its preview changes nothing
+    # The program needs the charts on disk (their Chart.yaml, Kamaji's crds/): a stand-in tree, as make graph uses.
+    with stand_in_charts():
+        sim = Lifecycle({**config, "tenants": tenants[:1]}, world=lab_world())
+        for count in range(1, len(tenants) + 1):
+            sim.config["tenants"] = tenants[:count]
+            sim.up(skip_preview=True)  # what `make up` shows comes from the update; its preview changes nothing
     outputs = {name: ("[secret]" if name in sim.secret_outputs else plain(value))
                for name, value in sim.outputs.items()}
     return f"```text\n$ make status\n{render(outputs)}```\n"
@@ -45,7 +48,62 @@ def _image_pulls() -> str:
     return table(rows([2, 8, 32])) + "\n"
 
 
-GENERATORS: dict[str, Callable[[], str]] = {"status": _status, "image-pulls": _image_pulls}
+PLAN_INPUT = "<!-- plan-input:{name} -->"
+PLAN_EXAMPLES = ("plan-two-teams", "plan-spread", "plan-slots")
+
+
+def plan_example(name: str, text: str | None = None) -> dict:
+    """The stack configuration of the README's worked example `name`: the YAML block after its
+    `<!-- plan-input:NAME -->` marker, written as a stack file (`gpu-tenancy:<key>` under `config:`)."""
+    import yaml
+
+    text = README.read_text() if text is None else text
+    start = text.index(PLAN_INPUT.format(name=name))
+    block = re.search(r"```yaml\n(.*?)```", text[start:], re.S)
+    assert block is not None, f"no yaml block after the plan-input marker of {name}"
+    document = yaml.safe_load(block.group(1))
+    return {key.split(":", 1)[1]: value for key, value in document["config"].items()}
+
+
+def _plan(name: str) -> Callable[[], str]:
+    def generate() -> str:
+        from components.plan import gpu_plan
+        from config import load_stack_config
+        from ops.plan import render as render_plan
+
+        return f"```text\n$ make plan\n{render_plan(gpu_plan(load_stack_config(plan_example(name))))}```\n"
+
+    return generate
+
+
+GENERATORS: dict[str, Callable[[], str]] = {"status": _status, "image-pulls": _image_pulls,
+                                            **{name: _plan(name) for name in PLAN_EXAMPLES}}
+
+
+def shell_commands(section: str, text: str | None = None) -> list[str]:
+    """The commands of the first ```sh block under the README heading `section` (any level), in order, exactly as
+    written: one per line, except that a `for` loop is one command up to its last `done`."""
+    text = README.read_text() if text is None else text
+    heading = re.search(rf"^#+ {re.escape(section)}\n", text, re.M)
+    if heading is None:
+        raise ValueError(f"README.md has no section {section!r}")
+    block = re.search(r"^```sh\n(.*?)^```$", text[heading.end():], re.M | re.S)
+    if block is None:
+        raise ValueError(f"README.md section {section!r} has no ```sh block")
+    commands: list[str] = []
+    depth = 0
+    for line in block.group(1).splitlines():
+        if not line.strip() or (depth == 0 and line.lstrip().startswith("#")):
+            continue
+        words = line.split("#", 1)[0].replace(";", " ").split()
+        if depth:
+            commands[-1] += "\n" + line
+        else:
+            commands.append(line)
+        depth += words.count("do") - words.count("done")
+    if depth:
+        raise ValueError(f"README.md section {section!r}: a loop without its `done`")
+    return commands
 
 
 def render(text: str) -> str:

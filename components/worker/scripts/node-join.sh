@@ -10,6 +10,10 @@
 #   TENANT_CA_CERT   the tenant CA certificate (PEM, public)
 #   TENANT_VERSION   the tenant's Kubernetes version, e.g. v1.35.0
 #   NODE_KIND        container (a kindest/node container) | machine (a real server)
+# gpuMode nvidia, on a worker that lists `gpus` (the program labels it gpu=on, so HAMi's device plugin runs here):
+#   GPU_MODE              nvidia (unset: no GPU checks)
+#   NVIDIA_RUNTIME_CLASS  nvidia.runtimeClassName; empty: `nvidia` must be containerd's default runtime
+#   GPU_UUIDS             the UUIDs of the worker's configured cards, space-separated
 # Test-only knobs: GPU_TENANCY_NODE_ROOT (prefix for /etc, /proc and /sys), JOIN_ATTEMPTS,
 # JOIN_RETRY_PAUSE_SECONDS, RUNTIME_WAIT_ATTEMPTS, RUNTIME_WAIT_PAUSE_SECONDS, ENDPOINT_WAIT_ATTEMPTS,
 # ENDPOINT_WAIT_PAUSE_SECONDS.
@@ -38,6 +42,9 @@ endpoint="${TENANT_ENDPOINT:-}"
 ca_hash="${CA_CERT_HASH:-}"
 tenant_version="${TENANT_VERSION:-}"
 node_kind="${NODE_KIND:-}"
+gpu_mode="${GPU_MODE:-}"
+runtime_class="${NVIDIA_RUNTIME_CLASS:-}"
+gpu_uuids="${GPU_UUIDS:-}"
 root="${GPU_TENANCY_NODE_ROOT:-}"
 # Kamaji can need up to a minute after Ready to finish the bootstrap RBAC: 12 attempts 10 s apart cover it.
 join_attempts="${JOIN_ATTEMPTS:-12}"
@@ -107,6 +114,13 @@ tenant_major="${BASH_REMATCH[1]}"
 tenant_minor="${BASH_REMATCH[2]}"
 [[ "$node_kind" == container || "$node_kind" == machine ]] \
   || fail "NODE_KIND must be 'container' or 'machine', got '$node_kind'"
+if [[ -n "$gpu_mode" ]]; then
+  [[ "$gpu_mode" == nvidia ]] || fail "GPU_MODE must be 'nvidia' or unset, got '$gpu_mode'"
+  [[ -z "$runtime_class" || "$runtime_class" =~ ^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$ ]] \
+    || fail "NVIDIA_RUNTIME_CLASS must be a RuntimeClass name (DNS label) or empty, got '$runtime_class'"
+  [[ "$gpu_uuids" =~ ^[A-Za-z0-9][A-Za-z0-9._-]*(\ [A-Za-z0-9][A-Za-z0-9._-]*)*$ ]] \
+    || fail "GPU_UUIDS must list the worker's card UUIDs separated by spaces, got '$gpu_uuids'"
+fi
 for knob in "$join_attempts" "$runtime_attempts" "$endpoint_attempts"; do
   [[ "$knob" =~ ^[1-9][0-9]*$ ]] || fail "attempt counts must be positive integers, got '$knob'"
 done
@@ -171,15 +185,104 @@ kubeadm_minor="${BASH_REMATCH[1]}"
 ((kubeadm_minor >= 31)) \
   || fail "kubeadm v1.$kubeadm_minor cannot read the kubeadm v1beta4 configuration (needs >= v1.31). $install_hint"
 
+# `containerd config dump` as lines "<table>" and "<table>.<key>=<value>", the quotes taken off table names and
+# string values: containerd 1.x prints TOML strings double-quoted (BurntSushi/toml), 2.x single-quoted
+# (pelletier/go-toml/v2 encodeString, used by containerd v2.x cmd/containerd/command/config.go outputConfig).
+# A value keeps any other form (true, 3, ['a', 'b']) as printed.
+toml_flat() {
+  local line table="" key value
+  local table_re='^[[:space:]]*\[([^][]+)\][[:space:]]*$'
+  local kv_re="^[[:space:]]*([A-Za-z0-9_-]+|\"[^\"]*\"|'[^']*')[[:space:]]*=[[:space:]]*(.*[^[:space:]])[[:space:]]*\$"
+  while IFS= read -r line || [[ -n "$line" ]]; do
+    if [[ "$line" =~ $table_re ]]; then
+      table="${BASH_REMATCH[1]//[\"\']/}"
+      table="${table//[[:space:]]/}"
+      printf '%s\n' "$table"
+    elif [[ "$line" =~ $kv_re ]]; then
+      key="${BASH_REMATCH[1]//[\"\']/}"
+      value="${BASH_REMATCH[2]}"
+      if [[ "$value" =~ ^\'(.*)\'$ || "$value" =~ ^\"(.*)\"$ ]]; then
+        value="${BASH_REMATCH[1]}"
+      fi
+      printf '%s\n' "${table:+$table.}$key=$value"
+    fi
+  done <<<"$1"
+}
+
 # The tenant kubelet uses the systemd cgroup driver; containerd's runc must use it too.
+containerd_flat=""
 if containerd_config="$(containerd config dump 2>/dev/null)"; then
-  [[ "$containerd_config" =~ SystemdCgroup[[:space:]]*=[[:space:]]*true ]] \
+  containerd_flat="$(toml_flat "$containerd_config")"
+  [[ "$containerd_flat" =~ \.SystemdCgroup=true($'\n'|$) ]] \
     || fail "containerd does not use the systemd cgroup driver (no SystemdCgroup = true in" \
       "'containerd config dump'); the kubelet does. Set SystemdCgroup = true for the runc runtime in" \
       "/etc/containerd/config.toml and restart containerd." \
       "See https://kubernetes.io/docs/setup/production-environment/container-runtimes/#containerd-systemd"
 else
+  containerd_config=""
   note "cannot run 'containerd config dump'; not checking containerd's cgroup driver"
+fi
+
+# HAMi's device plugin (HAMi v2.10.0 README "Prerequisites", charts/hami/templates/device-plugin/) needs on this
+# server: the NVIDIA driver (NVML, >= 440), the nvidia-container-toolkit, containerd's runtime `nvidia` (the chart's
+# RuntimeClass has handler: nvidia) as the default runtime unless GPU pods use a RuntimeClass, and no other NVIDIA
+# device plugin (it registers the same nvidia.com/gpu resource). Every problem is named at once.
+if [[ "$gpu_mode" == nvidia ]]; then
+  problems=()
+  problem() { problems+=("$*"); }  # one problem, its words joined by spaces
+  toolkit_hint="install the NVIDIA Container Toolkit"
+  toolkit_hint+=" (https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/install-guide.html)"
+  if ! command -v nvidia-smi >/dev/null 2>&1; then
+    problem "no nvidia-smi: the NVIDIA driver is not installed. Install the driver for these cards" \
+      "(https://docs.nvidia.com/datacenter/tesla/driver-installation-guide/) and reboot"
+  elif ! smi="$(nvidia-smi --query-gpu=driver_version,uuid --format=csv,noheader 2>&1)"; then
+    problem "nvidia-smi fails, so the driver does not work ($smi). Reinstall the NVIDIA driver or reboot"
+  else
+    driver="${smi%%,*}"
+    if [[ ! "$driver" =~ ^([0-9]+)\. ]] || ((BASH_REMATCH[1] < 440)); then
+      problem "NVIDIA driver '$driver' is older than 440, which HAMi needs. Upgrade the driver"
+    fi
+    for uuid in $gpu_uuids; do
+      [[ "$smi" == *", $uuid"* ]] || problem "this server has no card $uuid (nvidia-smi lists:" \
+        "${smi//$'\n'/; }). Correct the worker's gpus to the cards of this server"
+    done
+  fi
+  if ! command -v nvidia-container-runtime >/dev/null 2>&1; then
+    problem "no nvidia-container-runtime: $toolkit_hint"
+  fi
+  if [[ -z "$containerd_config" ]]; then
+    problem "cannot run 'containerd config dump', so containerd's nvidia runtime cannot be checked"
+  else
+    configure="sudo nvidia-ctk runtime configure --runtime=containerd"
+    [[ -n "$runtime_class" ]] || configure+=" --set-as-default"
+    configure+=" && sudo systemctl restart containerd"
+    # containerd 2.x (config version 3) keeps runtimes in the CRI runtime plugin, 1.x in the CRI plugin.
+    runtimes_v3="plugins.io.containerd.cri.v1.runtime.containerd"
+    runtimes_v2="plugins.io.containerd.grpc.v1.cri.containerd"
+    if [[ ! "$containerd_flat" =~ (^|$'\n')($runtimes_v3|$runtimes_v2)\.runtimes\.nvidia($'\n'|$) ]]; then
+      problem "containerd has no runtime named nvidia (HAMi's RuntimeClass handler). Run: $configure"
+    elif [[ -z "$runtime_class" \
+      && ! "$containerd_flat" =~ (^|$'\n')($runtimes_v3|$runtimes_v2)\.default_runtime_name=nvidia($'\n'|$) ]]; then
+      problem "nvidia is not containerd's default runtime, and no RuntimeClass is configured. Run: $configure," \
+        "or set nvidia.runtimeClassName in the stack configuration"
+    fi
+  fi
+  # The kernel truncates a command name to 15 characters (TASK_COMM_LEN): nvidia-device-plugin is nvidia-device-p.
+  # Nothing of this tenant runs here yet (an already joined node stopped above), so any such process is another's.
+  for comm in "$root"/proc/[0-9]*/comm; do
+    [[ -r "$comm" && "$(<"$comm")" == nvidia-device-p ]] || continue
+    pid="${comm%/comm}"
+    problem "another NVIDIA device plugin runs here (process ${pid##*/}); HAMi's replaces it. Stop it (NVIDIA's" \
+      "k8s-device-plugin or the GPU Operator's) and keep it off this server"
+    break
+  done
+  if ((${#problems[@]} > 0)); then
+    note "this worker lists gpus, so it gets gpu=on and HAMi's device plugin, which cannot work here:"
+    for item in "${problems[@]}"; do
+      printf '  - %s\n' "$item" >&2
+    done
+    fail "fix the above and run pulumi up again"
+  fi
 fi
 
 work="$(mktemp -d)"

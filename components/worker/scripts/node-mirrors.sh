@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Points this node's containerd at pull-through image mirrors: one /etc/containerd/certs.d/<registry>/hosts.toml
-# per registry, which tries the mirror first and falls back to the registry itself. containerd 2.x (kindest/node
-# since kind v0.27) reads that directory by default and re-reads it on every pull, so no restart is needed
-# (containerd docs/hosts.md). Runs ON the node as root, started by dispatch.sh.
+# per registry, which tries the mirror first and falls back to the registry itself. containerd re-reads these files
+# on every pull (containerd docs/hosts.md). kind's node image pulls locally (its config.toml sets
+# discard_unpacked_layers = true), which reads certs.d by default. Runs ON the node as root, started by dispatch.sh.
+#
+# On a real server (NODE_KIND=machine) containerd may ignore the files: what `containerd config dump` says it does
+# is checked first, and when the operator allows (CONFIGURE_CONTAINERD=true) containerd 2.x is pointed at
+# certs.d with a drop-in file of ours and restarted; otherwise the run is refused with the exact line to change.
 #
 # Only files this script wrote (first line: the marker below) are ever replaced or removed; a registry that
 # already has a hosts.toml of someone else's is refused, not overwritten.
@@ -10,9 +14,10 @@
 # Environment (names in components/shell.py):
 #   NODE_NAME              Kubernetes Node name (for messages)
 #   REGISTRY_MIRRORS       one line per registry: "<registry host> <upstream server URL> <mirror URL>";
-#                          empty: remove every hosts.toml this script wrote (the delete action)
-#   NODE_KIND              container (kindest/node: containerd 2.x reads certs.d by default) | machine (checked)
-#   GPU_TENANCY_NODE_ROOT  test-only prefix for /etc
+#                          empty: remove every file this script wrote (the delete action)
+#   NODE_KIND              container (kindest/node) | machine (containerd checked; default container)
+#   CONFIGURE_CONTAINERD   true: a machine's containerd 2.x may be configured and restarted (default: refuse)
+#   Test-only: GPU_TENANCY_NODE_ROOT (prefix for /etc), RUNTIME_WAIT_ATTEMPTS, RUNTIME_WAIT_PAUSE_SECONDS
 #
 # Exit 0: the node's mirror files are exactly REGISTRY_MIRRORS. Exit 1: bad input, a foreign hosts.toml, or (on a
 # machine) a containerd that would ignore the files.
@@ -34,19 +39,186 @@ ours() {
   [[ -f "$1" ]] && [[ "$(head -n 1 "$1")" == "$marker" ]]
 }
 
-# A real server's containerd may not read certs.d at all (containerd 1.x generates `config_path = ""`): files it
-# ignores would make the mirror silently useless, so say what to change instead.
-if [[ "${NODE_KIND:-container}" == machine && -n "${REGISTRY_MIRRORS//[[:space:]]/}" ]]; then
-  if ! command -v containerd >/dev/null 2>&1; then
-    printf 'gpu-tenancy: node %s: containerd is not installed\n' "$node" >&2
-    exit 1
+runtime_attempts="${RUNTIME_WAIT_ATTEMPTS:-60}"
+runtime_pause="${RUNTIME_WAIT_PAUSE_SECONDS:-1}"
+config_toml="$root/etc/containerd/config.toml"
+# Our drop-in: containerd 2.x's own import pattern (defaults/defaults_unix.go DefaultConfigIncludePattern), as
+# `containerd config default` writes it into config.toml.
+drop_in="$root/etc/containerd/conf.d/99-gpu-tenancy-mirrors.toml"
+drop_in_marker="# gpu-tenancy image mirror: containerd reads /etc/containerd/certs.d; written by node-mirrors.sh"
+
+fail() {
+  printf 'gpu-tenancy: node %s: %s\n' "$node" "$*" >&2
+  exit 1
+}
+
+# `containerd config dump` as lines "<table>" and "<table>.<key>=<value>", the quotes taken off table names and
+# string values: containerd 1.x prints TOML strings double-quoted (BurntSushi/toml), 2.x single-quoted
+# (pelletier/go-toml/v2 encodeString, used by containerd v2.x cmd/containerd/command/config.go outputConfig).
+# A value keeps any other form (true, 3, ['a', 'b']) as printed.
+toml_flat() {
+  local line table="" key value
+  local table_re='^[[:space:]]*\[([^][]+)\][[:space:]]*$'
+  local kv_re="^[[:space:]]*([A-Za-z0-9_-]+|\"[^\"]*\"|'[^']*')[[:space:]]*=[[:space:]]*(.*[^[:space:]])[[:space:]]*\$"
+  while IFS= read -r line || [[ -n "$line" ]]; do
+    if [[ "$line" =~ $table_re ]]; then
+      table="${BASH_REMATCH[1]//[\"\']/}"
+      table="${table//[[:space:]]/}"
+      printf '%s\n' "$table"
+    elif [[ "$line" =~ $kv_re ]]; then
+      key="${BASH_REMATCH[1]//[\"\']/}"
+      value="${BASH_REMATCH[2]}"
+      if [[ "$value" =~ ^\'(.*)\'$ || "$value" =~ ^\"(.*)\"$ ]]; then
+        value="${BASH_REMATCH[1]}"
+      fi
+      printf '%s\n' "${table:+$table.}$key=$value"
+    fi
+  done <<<"$1"
+}
+
+# The value of one key in toml_flat's output ("" when absent).
+flat_value() {  # <flat text> <table.key>
+  local line
+  while IFS= read -r line; do
+    if [[ "$line" == "$2="* ]]; then
+      printf '%s' "${line#"$2="}"
+      return 0
+    fi
+  done <<<"$1"
+}
+
+# Whether containerd, configured as the dump says, reads /etc/containerd/certs.d for CRI pulls: sets reason (empty
+# when it does, else why not), and fix_line and fix_table to the line that makes it and the table it goes under.
+check_certs_d() {  # <dump>
+  local flat version images path local_pull=0 entry
+  reason="" fix_table="" fix_line=""
+  local -a entries
+  flat="$(toml_flat "$1")"
+  version="$(flat_value "$flat" version)"
+  if [[ "$version" == 3 ]]; then
+    # containerd 2.x (it always prints config version 3).
+    images="plugins.io.containerd.cri.v1.images"
+    fix_table="[plugins.'io.containerd.cri.v1.images'.registry]"
+    fix_line="config_path = '/etc/containerd/certs.d'"
+    path="$(flat_value "$flat" "$images.registry.config_path")"
+    # The CRI plugin pulls through the transfer service unless told to pull locally, or an option only the local
+    # pull has is set (containerd v2.1+ internal/cri/config/config.go CheckLocalImagePullConfigs); 2.0 has no
+    # use_local_image_pull and always pulls locally.
+    if ! grep -q "^$images\.use_local_image_pull=" <<<"$flat" \
+      || [[ "$(flat_value "$flat" "$images.use_local_image_pull")" == true \
+        || "$(flat_value "$flat" "$images.discard_unpacked_layers")" == true \
+        || "$(flat_value "$flat" "$images.image_pull_with_sync_fs")" == true \
+        || "$(flat_value "$flat" "$images.disable_snapshot_annotations")" == false \
+        || "$(flat_value "$flat" "$images.max_concurrent_downloads")" != 3 ]]; then
+      local_pull=1
+    fi
+  elif [[ "$version" == 2 ]]; then
+    # containerd 1.x: the CRI plugin always pulls locally.
+    fix_table='[plugins."io.containerd.grpc.v1.cri".registry]'
+    fix_line='config_path = "/etc/containerd/certs.d"'
+    path="$(flat_value "$flat" "plugins.io.containerd.grpc.v1.cri.registry.config_path")"
+    local_pull=1
+  else
+    fix_table="" fix_line=""
+    reason="'containerd config dump' shows config version '$version', neither 2 (containerd 1.x) nor 3 (2.x)"
+    return 0
   fi
-  if ! containerd config dump 2>/dev/null | grep -Eq '^[[:space:]]*config_path[[:space:]]*=[[:space:]]*"([^"]*:)?/etc/containerd/certs\.d/?(:[^"]*)?"'; then
-    printf 'gpu-tenancy: node %s: containerd does not read /etc/containerd/certs.d, so image mirrors would be ignored.\n' \
+  reason=""
+  if ((local_pull)); then
+    # The local pull splits config_path into directories (image_pull.go registryHosts, filepath.SplitList).
+    IFS=: read -r -a entries <<<"$path"
+    for entry in "${entries[@]}"; do
+      [[ "$entry" == /etc/containerd/certs.d || "$entry" == /etc/containerd/certs.d/ ]] && return 0
+    done
+    reason="its config_path is '$path', which does not name /etc/containerd/certs.d"
+  elif [[ "$path" == /etc/containerd/certs.d || "$path" == /etc/containerd/certs.d/ ]]; then
+    return 0
+  elif [[ -z "$path" ]]; then
+    reason="its config_path is empty and it pulls through the transfer service, which then reads no hosts.toml"
+  else
+    # The transfer service takes config_path as ONE directory (image_pull.go registry.WithHostDir; containerd
+    # issues 12415 and 12636): a list such as 2.2's default finds no hosts.toml at all.
+    reason="it pulls through the transfer service, which reads config_path as one directory, and config_path is"
+    reason+=" '$path'"
+  fi
+}
+
+wait_for_containerd() {
+  local attempt
+  for ((attempt = 1; ; attempt++)); do
+    systemctl is-active --quiet containerd && return 0
+    ((attempt >= runtime_attempts)) && fail "containerd is not active after its restart; inspect it: systemctl status containerd"
+    sleep "$runtime_pause"
+  done
+}
+
+dump_config() {
+  local out
+  out="$(containerd config dump 2>&1)" || fail "'containerd config dump' failed: $out"
+  printf '%s' "$out"
+}
+
+if [[ "${NODE_KIND:-container}" == machine && -n "${REGISTRY_MIRRORS//[[:space:]]/}" ]]; then
+  command -v containerd >/dev/null 2>&1 || fail "containerd is not installed"
+  dump="$(dump_config)" || exit 1
+  check_certs_d "$dump"
+  containerd_2=0
+  [[ "$fix_table" == "[plugins.'io.containerd.cri.v1.images'"* ]] && containerd_2=1
+  # containerd 2.x prints version 3 whatever config.toml says; a version 2 file names the section the 1.x way.
+  main_version=3
+  if [[ -f "$config_toml" ]]; then
+    main_version="$(flat_value "$(toml_flat "$(<"$config_toml")")" version)"
+  fi
+  if ((containerd_2)) && [[ "$main_version" == 2 ]]; then
+    fix_table='[plugins."io.containerd.grpc.v1.cri".registry]'
+    fix_line='config_path = "/etc/containerd/certs.d"'
+  fi
+  if [[ -n "$reason" && "${CONFIGURE_CONTAINERD:-}" == true ]] && ((containerd_2)); then
+    # containerd 2.x merges an imported file into the CRI plugin's settings key by key (v2.x
+    # cmd/containerd/server/config/config_test.go TestMergingPluginsWithTwoCriDropInConfigs); 1.7 replaces the whole
+    # plugin section (services/server/config/config.go mergeConfig), so 1.x is never configured this way. The file
+    # must have the main file's config version: a merged version decides which migrations run.
+    [[ "$main_version" == 2 || "$main_version" == 3 ]] \
+      || fail "containerd does not read /etc/containerd/certs.d ($reason), and $config_toml has config version" \
+        "'$main_version', not 2 or 3: set $fix_line under $fix_table in it yourself, restart containerd and run" \
+        "pulumi up again"
+    if ((main_version == 2)); then
+      section='[plugins."io.containerd.grpc.v1.cri".registry]'$'\n''  config_path = "/etc/containerd/certs.d"'
+    else
+      section="[plugins.'io.containerd.cri.v1.images'.registry]"$'\n'"  config_path = '/etc/containerd/certs.d'"
+    fi
+    content="$(printf '%s\nversion = %s\n\n%s\n' "$drop_in_marker" "$main_version" "$section")"
+    [[ ! -e "$drop_in" || "$(head -n 1 "$drop_in")" == "$drop_in_marker" ]] \
+      || fail "$drop_in exists and was not written by gpu-tenancy; remove it or set $fix_line under $fix_table"
+    mkdir -p "${drop_in%/*}"
+    printf '%s\n' "$content" >"$drop_in"
+    chmod 644 "$drop_in"
+    # What containerd will load with the file in place: the dump reads the same files containerd does.
+    dump="$(dump_config)" || exit 1
+    check_certs_d "$dump"
+    if [[ -n "$reason" ]]; then
+      rm -f "$drop_in"
+      fail "containerd still would not read /etc/containerd/certs.d with $drop_in ($reason): $config_toml does" \
+        "not import /etc/containerd/conf.d/*.toml. Add the line imports = ['/etc/containerd/conf.d/*.toml'] at its" \
+        "top, or set $fix_line under $fix_table there; restart containerd and run pulumi up again"
+    fi
+    systemctl restart containerd || fail "cannot restart containerd after writing $drop_in"
+    wait_for_containerd
+    printf 'node %s: %s makes containerd read /etc/containerd/certs.d; containerd restarted\n' "$node" "$drop_in"
+  elif [[ -n "$reason" ]]; then
+    printf 'gpu-tenancy: node %s: containerd does not read /etc/containerd/certs.d for image pulls, so image mirrors\n' \
       "$node" >&2
-    printf 'Set config_path = "/etc/containerd/certs.d" in /etc/containerd/config.toml (containerd 1.x: under\n' >&2
-    printf '[plugins."io.containerd.grpc.v1.cri".registry]; 2.x: [plugins."io.containerd.cri.v1.images".registry]),\n' >&2
-    printf 'restart containerd, and run pulumi up again; or drop management.registryMirrors\n' >&2
+    printf 'would be ignored: %s.\n' "$reason" >&2
+    if [[ -n "$fix_line" ]]; then
+      printf 'Set\n    %s\nunder\n    %s\nin /etc/containerd/config.toml, restart containerd and run pulumi up again' \
+        "$fix_line" "$fix_table" >&2
+      if ((containerd_2)); then
+        printf ' (or let\ngpu-tenancy do it: management.configureContainerd: true)' >&2
+      elif [[ "${CONFIGURE_CONTAINERD:-}" == true ]]; then
+        printf ' (management.configureContainerd\ndoes not change containerd 1.x: a file it imports replaces its whole CRI section)' >&2
+      fi
+      printf '; or drop management.registryMirrors\n' >&2
+    fi
     exit 1
   fi
 fi
@@ -89,5 +261,12 @@ for file in "$certs_d"/*/hosts.toml; do
     removed=$((removed + 1))
   fi
 done
+# The delete action also takes back our containerd drop-in.
+if [[ -z "${REGISTRY_MIRRORS//[[:space:]]/}" && -f "$drop_in" && "$(head -n 1 "$drop_in")" == "$drop_in_marker" ]]; then
+  rm -f "$drop_in"
+  systemctl restart containerd || fail "removed $drop_in but cannot restart containerd"
+  wait_for_containerd
+  printf 'node %s: removed %s; containerd restarted\n' "$node" "$drop_in"
+fi
 printf 'node %s: image mirrors for:%s(%d removed)\n' "$node" "$wanted" "$removed"
 }

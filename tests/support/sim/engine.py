@@ -7,6 +7,8 @@ read at commit 1b594989), and asks a model of each provider (`tests.support.sim.
 would answer against the simulated machine (`tests.support.sim.world`).
 
 Rules taken from the engine (file:line at 1b594989):
+- every resource's inputs go through its provider's Check first (SG:1325); a check failure stops the operation
+  at that resource (SG:1476);
 - a resource with no old state is created (SG:1785); otherwise the provider's Diff decides, after
   `ignoreChanges` reset the ignored paths to their old values (SG:3076 processIgnoreChanges);
 - `replaceOnChanges` paths are parsed with the property-path grammar and a diff path turns into a
@@ -60,6 +62,7 @@ from pulumi.runtime.sync_await import _sync_await
 
 from tests.support.sim import paths
 from tests.support.sim.providers import (
+    CheckFailedError,
     Context,
     Diff,
     PartialFailureError,
@@ -148,7 +151,7 @@ class Plan:
                  "delete-replaced": "--", "discard": "< ", "refresh": "  "}
         lines = [f"{title} (simulated):", f"     {'Type':<50} {'Name':<42} Plan"]
         for step in self.steps:
-            if step.op == "same":
+            if step.op == "same" and not step.failed:
                 continue
             info = f" [diff: {', '.join(step.diffs)}]" if step.diffs else ""
             failed = " **failed**" if step.failed else ""
@@ -380,7 +383,6 @@ class _Operation:
                 old = self._old_resource(new)
                 if new.custom:
                     self._lint_paths(new)
-                    self._check(new)
             except ProviderError as error:
                 self.failed = True
                 self.plan.error = f"{new.type} {new.name}: {error}"
@@ -391,6 +393,13 @@ class _Operation:
                 self.plan.steps.append(Step(op, new.urn, new.type, new.name, component=True))
                 self.new_state[new.urn] = new
                 return "", {}
+            try:
+                self._check(new)
+            except CheckFailedError as error:
+                # No step: the engine stops at the invalid resource (step_generator.go "resource %s is invalid").
+                self.failed = True
+                self.plan.error = f"{new.type} resource '{new.name}': {error}"
+                raise
             try:
                 id_, outputs = self._register_custom(new, old)
                 return id_, self._mark_secret_outputs(new, outputs)
@@ -440,16 +449,12 @@ class _Operation:
                                     f"{', '.join(sorted(inputs))})")
 
     def _check(self, new: Resource) -> None:
-        """The provider's Check, before any diff, in preview as in update (step_generator.go generateSteps
-        checkInputs): failures fail the registration with the engine's message (issueCheckFailures,
-        sdk/go/common/diag/errors.go 2003)."""
-        model = model_for(new.type)
-        failures = model.check(self.ctx, new) if hasattr(model, "check") else []
-        if failures:
-            inputs = plain(new.inputs)
-            raise ProviderError("; ".join(
-                f"{new.type} resource '{new.name}': property {prop} value {inputs.get(prop)!r} has a problem: "
-                f"{reason}" for prop, reason in failures))
+        """SG:1325-1349: every registered resource goes through its provider's Check, in preview and update alike;
+        the checked inputs are what is diffed and stored. Only models that check anything have `check`."""
+        check = getattr(model_for(new.type), "check", None)
+        if check is not None:
+            old = self.engine.state.get(new.urn)
+            check(self.ctx, old, new)
 
     def _register_custom(self, new: Resource, old: Resource | None) -> tuple[str, dict[str, Any]]:
         model = model_for(new.type)
@@ -460,7 +465,13 @@ class _Operation:
             op = "replace" if recreated else "create"
             self.plan.steps.append(Step(op, new.urn, new.type, new.name))
             return self._create(model, new)
-        diff, replace = self._diff(model, old, new)
+        try:
+            diff, replace = self._diff(model, old, new)
+        except ProviderError:
+            # step_generator.go diffResource: a failed Diff fails the resource before any step for it exists; it is
+            # listed unchanged, with the error.
+            self.plan.steps.append(Step("same", new.urn, new.type, new.name))
+            raise
         if not diff.changes and not replace and not old.init_error:
             self.plan.steps.append(Step("same", new.urn, new.type, new.name))
             new.id, new.outputs = old.id, copy.deepcopy(old.outputs)

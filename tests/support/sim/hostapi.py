@@ -66,9 +66,17 @@ class SimClient:
             raise
         return True
 
+    def patch(self, kind: str, name: str, patch: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
+        current = self._call(self.api.get, self.identity, kind, namespace, name)
+        return self._call(self.api.update, self.identity, {"kind": kind, "metadata": current["metadata"], **{
+            key: value for key, value in patch.items() if key != "metadata"}})
+
     def patch_status(self, kind: str, name: str, patch: dict[str, Any],
                      namespace: str | None = None) -> dict[str, Any]:
         return self._call(self.api.patch_status, self.identity, kind, name, patch.get("status", patch))
+
+    def evict(self, name: str, namespace: str) -> None:
+        self._call(self.api.evict, self.identity, namespace, name)
 
 
 def _ready_agents(api: KubeApi, name: str) -> int:

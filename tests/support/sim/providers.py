@@ -16,6 +16,7 @@ import hashlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -32,6 +33,16 @@ if TYPE_CHECKING:
 
 class ProviderError(Exception):
     """A provider operation failed; the message is what `pulumi up` would print for the resource."""
+
+
+class CheckFailedError(ProviderError):
+    """The provider's Check refused an input (pulumirpc.CheckFailure): the engine reports it and registers nothing
+    for the resource (step_generator.go issueCheckFailures, then "resource ... is invalid")."""
+
+    def __init__(self, property_name: str, value: Any, reason: str):
+        # diag/errors.go GetResourcePropertyInvalidValueError: "%v resource '%v': property %v value %v has a problem:
+        # %v" (type and name are added by the engine).
+        super().__init__(f"property {property_name} value {{{value}}} has a problem: {reason}")
 
 
 @dataclass
@@ -450,7 +461,7 @@ def _release(resource: Resource) -> HelmRelease:
             values = systems_merge(values, yaml.safe_load(text) or {})
     values = systems_merge(values, inputs.get("values") or {})
     return HelmRelease(name=inputs.get("name") or resource.name, namespace=inputs.get("namespace") or "default",
-                       chart=str(inputs.get("chart")), values=values)
+                       chart=str(inputs.get("chart")), values=values, skip_crds=_truthy(inputs.get("skipCrds")))
 
 
 def systems_merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
@@ -461,26 +472,47 @@ def systems_merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, An
     return out
 
 
+def _chart_version(ctx: Context, chart: str) -> str:
+    """helm_release.go locateChart + loader.Load for a chart without a repository: the chart directory's version.
+
+    The provider runs in the project directory, so a relative path resolves against it; that is where the program
+    looks for its charts too (components.helm.PROJECT_DIR, which the tests point at a stand-in tree).
+    """
+    from components import helm
+
+    path = Path(chart) if Path(chart).is_absolute() else helm.PROJECT_DIR / chart
+    metadata = path / "Chart.yaml"
+    # localChart: a directory without Chart.yaml is not a chart; then a name starting with "." (or absolute) is
+    # "path %q not found", anything else would be looked up in the local repositories (`helm repo add`).
+    if not metadata.is_file():
+        if Path(chart).is_absolute() or chart.startswith("."):
+            raise CheckFailedError("chart", chart, f'path "{chart}" not found; check the chart name and repository '
+                                               "configuration.")
+        raise CheckFailedError("chart", chart, f'chart "{chart}" not found in any local repository; check the chart '
+                                           "name and repository configuration.")
+    return str((yaml.safe_load(metadata.read_text()) or {}).get("version"))
+
+
 class HelmReleaseModel:
-    def check(self, ctx: Context, resource: Resource) -> list[tuple[str, str]]:
-        """helm_release.go Check, in preview and update alike: with every input known it loads the chart (helmLoad,
-        getChart: Helm v3.20.2 pkg/action/install.go LocateChart), and a chart that does not load is a failure of
-        the `chart` property. A local path that is not there: `path "<chart>" not found`; a repository the host
-        cannot reach: pkg/repo/chartrepo.go "looks like ... is not a valid chart repository or cannot be
-        reached"."""
-        if contains_unknown(resource.inputs):
-            return []
-        inputs = plain(resource.inputs)
-        chart = str(inputs.get("chart") or "")
-        repo = str((inputs.get("repositoryOpts") or {}).get("repo") or "")
-        hint = "; check the chart name and repository configuration."
+    def check(self, ctx: Context, old: Resource | None, new: Resource) -> None:
+        """helm_release.go Check: with a configured provider (provider_plugin.go Check returns the inputs unchanged
+        otherwise) and no unknown input, load the chart, and set `version` to the loaded chart's version.
+
+        A repository chart is downloaded (repo index, then the package) in every such Check: the simulated machine
+        reaches no chart site, like an offline host or one whose chart repository is down (reviews PE-3).
+        """
+        if not k8s_config(ctx, new).known or contains_unknown(new.inputs):
+            return
+        inputs = plain(new.inputs)
+        chart = str(inputs.get("chart"))
+        repo = (inputs.get("repositoryOpts") or {}).get("repo")
         if repo:
-            if not ctx.world.docker.reaches(f"{repo.rstrip('/')}/index.yaml", ctx.env):
-                return [("chart", f'looks like "{repo}" is not a valid chart repository or cannot be reached{hint}')]
-        elif chart.startswith((".", "/")) and ctx.world.charts_on_disk is not None and \
-                chart not in ctx.world.charts_on_disk:
-            return [("chart", f'path "{chart}" not found{hint}')]
-        return []
+            host = repo.split("://", 1)[-1].split("/", 1)[0]
+            raise CheckFailedError("chart", chart, f'looks like "{repo}" is not a valid chart repository or cannot be '
+                                               f'reached: Get "{repo.rstrip("/")}/index.yaml": dial tcp: lookup '
+                                               f"{host}: no such host; check the chart name and repository "
+                                               "configuration.")
+        new.inputs = {**new.inputs, "version": _chart_version(ctx, chart)}
 
     def diff(self, ctx: Context, old: Resource, new: Resource) -> Diff:
         config = k8s_config(ctx, new)
@@ -954,7 +986,12 @@ class DynamicModel:
                                      else old.inputs)
         # dynamic/__main__.py Diff deserializes with keep_unknowns: an unknown input is an `Unknown` object.
         news = {k: (v if not contains_unknown(v) else Unknown()) for k, v in plain(new.inputs).items()}
-        result = provider.diff(old.id, plain(old.outputs), news)
+        try:
+            result = provider.diff(old.id, plain(old.outputs), news)
+        except Exception as error:  # noqa: BLE001 -- the host answers the Diff call with the exception as an error
+            # step_generator.go diffResource returns the provider's error and the step fails, in a preview as in an
+            # update (pulumi v3.259.0 pkg/resource/deploy/step_generator.go diff: no DryRun exception).
+            raise ProviderError(str(error)) from None
         changed = changed_paths(old.inputs, new.inputs)
         return Diff(changes=result.changes, replace_keys=list(result.replaces or []),
                     changed_keys=sorted({str(p[0]) for p in changed}), detailed=[paths.render(p) for p in changed],
@@ -1078,4 +1115,5 @@ def model_for(type_: str):
     raise ProviderError(f"the simulator has no model of resource type {type_}")
 
 
-__all__ = ["Context", "Diff", "ProviderError", "PartialFailureError", "model_for", "docker_get_network", "secret", "os"]
+__all__ = ["CheckFailedError", "Context", "Diff", "ProviderError", "PartialFailureError", "model_for",
+           "docker_get_network", "secret", "os"]

@@ -25,7 +25,7 @@ from components.kube import ApiError, UnreachableError
 from components.worker import access
 from tests.support.sim import systems
 from tests.support.sim.state import is_secret, plain
-from tests.support.sim.world import MIRROR_MARKER, Machine, World
+from tests.support.sim.world import MIRROR_MARKER, TENANT_TRACES, Machine, World
 
 
 class CommandFailedError(Exception):
@@ -210,6 +210,8 @@ def _join(world: World, machine: Machine, env: dict[str, str]) -> str:
     container = env["NODE_KIND"] == "container"
     if world.host_swap and not container:
         raise CommandFailedError(f"gpu-tenancy: worker {node}: swap is on; the kubelet will not start")
+    if env.get("GPU_MODE") == "nvidia":
+        _check_gpu_server(machine, env)
     try:
         systems.join(world, machine, endpoint=endpoint, token=env["JOIN_TOKEN"], ca_hash=env["CA_CERT_HASH"],
                      node_name=node, over_ssh=not container,
@@ -222,15 +224,38 @@ def _join(world: World, machine: Machine, env: dict[str, str]) -> str:
         systems.reset(world, machine)
         raise CommandFailedError(f"gpu-tenancy: worker {node}: kubeadm join to {endpoint} failed 12 times; "
                                  f"last kubeadm output: {error}") from None
+    if not container:
+        # node-join.sh persists two kernel settings on a machine; the tenant's Calico and kube-proxy then put
+        # their CNI files, state and iptables chains there (what node-leave.sh removes again).
+        machine.files.update(TENANT_TRACES)
     return f"worker {node} joined the tenant at {endpoint}"
+
+
+def _check_gpu_server(machine: Machine, env: dict[str, str]) -> None:
+    """node-join.sh's checks of a GPU server for HAMi's device plugin (tests/test_node_scripts.py runs the real
+    ones): every problem at once, before the join."""
+    missing = set(machine.nvidia_missing)
+    if env.get("NVIDIA_RUNTIME_CLASS"):
+        missing.discard("nvidia default runtime")
+    problems = sorted(missing)
+    present = {card["uuid"] for card in machine.cards} if "driver" not in missing else set()
+    problems += [f"this server has no card {uuid}" for uuid in env["GPU_UUIDS"].split()
+                 if "driver" not in missing and uuid not in present]
+    if problems:
+        raise CommandFailedError(f"gpu-tenancy: worker {env['NODE_NAME']}: this worker lists gpus, so it gets gpu=on "
+                                 f"and HAMi's device plugin, which cannot work here: {'; '.join(problems)}")
 
 
 def _leave(world: World, machine: Machine, env: dict[str, str]) -> str:
     node = env["NODE_NAME"]
-    if machine.kubelet_conf is None:
-        return f"worker {node} was not joined"
-    systems.reset(world, machine)
-    return f"worker {node} reset"
+    said = f"worker {node} was not joined"
+    if machine.kubelet_conf is not None:
+        systems.reset(world, machine)
+        said = f"worker {node} reset"
+    if env.get("NODE_KIND") == "machine":
+        for path in TENANT_TRACES:
+            machine.files.pop(path, None)
+    return said
 
 
 # --------------------------------------------------------------------------- #

@@ -17,6 +17,7 @@ from typing import Any
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from components.kube import ApiError, UnreachableError
+from config import upgrade
 from tests.support.sim import pki
 from tests.support.sim.world import (
     CLUSTER_ADMINS,
@@ -220,7 +221,14 @@ def _kamaji(world: World, api: KubeApi, release: HelmRelease) -> None:
     if "Issuer" not in api.kinds:
         raise ApiError(400, 'unable to build kubernetes objects from release manifest: no matches for kind '
                             '"Issuer" in version "cert-manager.io/v1" (ensure CRDs are installed first)')
-    api.kinds |= {"TenantControlPlane", "DataStore"}
+    # The CRDs are in the chart's crds/ (charts/kamaji/crds): Helm creates them at install unless skipCrds, and then
+    # the kamaji-etcd subchart's DataStore (templates/etcd_datastore.yaml) needs them from somewhere else.
+    if not release.skip_crds:
+        api.kinds |= {"TenantControlPlane", "DataStore"}
+    elif "DataStore" not in api.kinds:
+        raise ApiError(400, 'unable to build kubernetes objects from release manifest: resource mapping not found for '
+                            'name: "default" namespace: "" from "": no matches for kind "DataStore" in version '
+                            '"kamaji.clastix.io/v1alpha1" (ensure CRDs are installed first)')
     ns = release.namespace
     _workload(api, "Deployment", ns, "kamaji")
     _workload(api, "StatefulSet", ns, "kamaji-etcd")
@@ -392,9 +400,22 @@ def _tcp_admission(world: World, api: KubeApi, identity, operation: str, obj: di
                 profile[plural] = [profile.get(singular) or default]
     version = (spec.get("kubernetes") or {}).get("version", "")
     major, minor = (int(x) for x in version.lstrip("v").split(".")[:2])
-    if (major, minor) > MAX_TENANT_VERSION:
-        raise ApiError(400, f'admission webhook "vtenantcontrolplane.kb.io" denied the request: unable to create a '
-                            f'TenantControlPlane with a Kubernetes version greater than the supported one ({version})')
+    denied = 'admission webhook "vtenantcontrolplane.kb.io" denied the request: '
+    if operation == "UPDATE" and old is not None and not obj["metadata"].get("deletionTimestamp"):
+        # internal/webhook/handlers/tcp_version.go OnUpdate, patch versions set to 0 before comparing.
+        before = ((old.get("spec") or {}).get("kubernetes") or {}).get("version", "")
+        old_minor = tuple(int(x) for x in before.lstrip("v").split(".")[:2])
+        supported = "v{}.{}".format(*MAX_TENANT_VERSION)
+        if (major, minor) > MAX_TENANT_VERSION:
+            raise ApiError(400, f"{denied}unable to upgrade to a version greater than the supported one ({supported})")
+        if (major, minor) < old_minor:
+            raise ApiError(400, f"{denied}unable to downgrade a TenantControlPlane from {old_minor[0]}.{old_minor[1]}.0 "
+                                f"to {major}.{minor}.0")
+        if minor - old_minor[1] > 1:
+            raise ApiError(400, f"{denied}unable to upgrade to a minor version in a non-sequential mode")
+    elif (major, minor) > MAX_TENANT_VERSION:
+        raise ApiError(400, f'{denied}unable to create a TenantControlPlane with a Kubernetes version greater than the '
+                            f'supported one ({version})')
     datastore = spec.get("dataStore") or "default"
     if api.find("DataStore", None, datastore) is None:
         # internal/webhook/handlers/tcp_datastore.go
@@ -846,13 +867,29 @@ def kubelet_node_address(machine: Machine, node_name: str, node_ip: str | None =
     return machine.interfaces.get(machine.default_interface or "")
 
 
+def kubelet_version(world: World, node_name: str) -> str | None:
+    """The kubelet a node runs: a container's is its kindest/node image's tag, an SSH machine's what it has installed
+    (None when a scenario did not say: the simulator does not guess)."""
+    container = world.docker.containers.get(node_name)
+    if container is not None:
+        reference = world.docker.image_names.get(container.image, container.image)
+        return upgrade.image_version(reference)
+    machine = world.machines.get(node_name)
+    return machine.kubelet_version if machine is not None else None
+
+
 def _register_node(world: World, tenant: Tenant, node_name: str) -> None:
     api = tenant.api
     if api.find("Node", None, node_name) is None:
+        status: dict[str, Any] = {"capacity": {"cpu": "4"}, "allocatable": {"cpu": "4"}}
+        version = kubelet_version(world, node_name)
+        if version is not None:
+            # pkg/kubelet/nodestatus/setters.go VersionInfo: status.nodeInfo.kubeletVersion.
+            status["nodeInfo"] = {"kubeletVersion": version}
         api.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name, "annotations": {},
                  # The kubelet's own well-known labels (pkg/kubelet/kubelet_node_status.go initialNode).
                  "labels": {"kubernetes.io/hostname": node_name, "kubernetes.io/os": "linux"}},
-                 "status": {"capacity": {"cpu": "4"}, "allocatable": {"cpu": "4"}}})
+                 "status": status})
     refresh_nodes(world, api)
 
 
@@ -1037,6 +1074,9 @@ def schedule(world: World, api: KubeApi, pod: dict[str, Any]) -> None:
         # "NVIDIA" (case-insensitively); fitInDevices needs `gpu` cards with enough memory and cores each.
         for node in _ready_nodes(api):
             allocatable = (node.get("status") or {}).get("allocatable") or {}
+            # HAMi's scheduler is kube-scheduler with an extender: its NodeUnschedulable filter runs first.
+            if (node.get("spec") or {}).get("unschedulable"):
+                continue
             if not _selected(pod, node) or int(allocatable.get(GPU, 0) or 0) <= 0:
                 continue
             cards = [d for d in _devices(node) if "nvidia" in str(d.get("type", "")).lower()
@@ -1053,8 +1093,11 @@ def schedule(world: World, api: KubeApi, pod: dict[str, Any]) -> None:
             _run(pod, node)
             return
         return
-    # default-scheduler: any Ready node with the extended resources it advertises.
+    # default-scheduler: any Ready node with the extended resources it advertises, not cordoned (the NodeUnschedulable
+    # filter, pkg/scheduler/framework/plugins/nodeunschedulable).
     for node in _ready_nodes(api):
+        if (node.get("spec") or {}).get("unschedulable"):
+            continue
         allocatable = (node.get("status") or {}).get("allocatable") or {}
         if _selected(pod, node) and all(int(allocatable.get(k, 0) or 0) >= v for k, v in requests.items() if k == GPU):
             spec["nodeName"] = node["metadata"]["name"]

@@ -50,6 +50,23 @@ def _key(kind: str, namespace: str | None, name: str) -> Key:
     return (kind, namespace or "", name)
 
 
+def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """A label selector's matchLabels and matchExpressions (In, NotIn, Exists, DoesNotExist) against `labels`; an
+    empty selector matches nothing here (eviction.go getPodDisruptionBudgets: "it should match nothing")."""
+    match, expressions = selector.get("matchLabels") or {}, selector.get("matchExpressions") or []
+    if not match and not expressions:
+        return False
+    if any(labels.get(key) != value for key, value in match.items()):
+        return False
+    for expression in expressions:
+        key, operator, values = expression["key"], expression["operator"], expression.get("values") or []
+        if operator == "In" and labels.get(key) not in values or operator == "NotIn" and labels.get(key) in values:
+            return False
+        if operator == "Exists" and key not in labels or operator == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
 # --------------------------------------------------------------------------- #
 # A Kubernetes API server
 # --------------------------------------------------------------------------- #
@@ -70,7 +87,7 @@ class KubeApi:
         default_factory=lambda: {
             "Namespace", "Secret", "ConfigMap", "ServiceAccount", "Service", "Pod", "Node", "ResourceQuota",
             "NetworkPolicy", "Deployment", "DaemonSet", "StatefulSet", "Role", "RoleBinding", "ClusterRole",
-            "ClusterRoleBinding", "RuntimeClass", "Lease", "EndpointSlice",
+            "ClusterRoleBinding", "RuntimeClass", "Lease", "EndpointSlice", "CustomResourceDefinition",
         }
     )
     # Admission: callables(identity, operation, obj, old) -> obj (mutated) or raise ApiError.
@@ -150,6 +167,7 @@ class KubeApi:
         metadata.setdefault("uid", self.world.new_uid(kind, name))
         metadata.setdefault("generation", 1)
         self.objects[_key(kind, namespace, name)] = obj
+        self._serve(obj)
         self._react("create", obj)
         return copy.deepcopy(self.objects.get(_key(kind, namespace, name), obj))
 
@@ -171,6 +189,7 @@ class KubeApi:
         if new.get("spec") != old.get("spec"):
             new["metadata"]["generation"] = old["metadata"].get("generation", 1) + 1
         self.objects[_key(kind, namespace, name)] = new
+        self._serve(new)
         self._react("update", new)
         return copy.deepcopy(self.objects[_key(kind, namespace, name)])
 
@@ -182,6 +201,36 @@ class KubeApi:
         obj["status"] = _merge(obj.get("status") or {}, patch, delete_nulls=True)
         self._react("update", obj)
         return copy.deepcopy(obj)
+
+    def evict(self, identity: pki.Identity | None, namespace: str, name: str) -> None:
+        """POST pods/<name>/eviction (kubernetes pkg/registry/core/pod/storage/eviction.go Create): a terminal pod is
+        deleted at once; otherwise the one PodDisruptionBudget whose non-empty selector matches the pod's labels must
+        have caught up with its generation and allow a disruption (its status, as the disruption controller wrote
+        it), which the eviction takes; more than one matching budget is an error. The simulator has no disruption
+        controller: a budget without status.disruptionsAllowed is refused rather than guessed."""
+        if identity is not None:
+            self.authorize(identity, "create", "Pod/eviction", namespace, name)
+        pod = self.objects.get(_key("Pod", namespace, name))
+        if pod is None:
+            raise ApiError(404, f'pods "{name}" not found')
+        if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+            labels = (pod.get("metadata") or {}).get("labels") or {}
+            budgets = [pdb for pdb in self.list("PodDisruptionBudget", namespace) if labels
+                       and _selects(((pdb.get("spec") or {}).get("selector") or {}), labels)]
+            if len(budgets) > 1:
+                raise ApiError(500, "This pod has more than one PodDisruptionBudget, which the eviction subresource "
+                                    "does not support.")
+            if budgets:
+                budget = budgets[0]
+                status = budget.get("status") or {}
+                if "disruptionsAllowed" not in status:
+                    raise ApiError(500, f"simulator: PodDisruptionBudget {namespace}/{budget['metadata']['name']} has "
+                                        "no status.disruptionsAllowed; the simulator runs no disruption controller")
+                generation = budget["metadata"].get("generation", 1)
+                if status.get("observedGeneration", generation) < generation or int(status["disruptionsAllowed"]) <= 0:
+                    raise ApiError(429, "Cannot evict pod as it would violate the pod's disruption budget.")
+                status["disruptionsAllowed"] = int(status["disruptionsAllowed"]) - 1
+        self.remove("Pod", namespace, name)
 
     def delete(self, identity: pki.Identity | None, kind: str, namespace: str | None, name: str) -> None:
         if identity is not None:
@@ -210,6 +259,13 @@ class KubeApi:
         metadata.setdefault("uid", self.world.new_uid(obj["kind"], metadata["name"]))
         self.objects[_key(obj["kind"], metadata.get("namespace"), metadata["name"])] = obj
         return obj
+
+    def _serve(self, obj: dict[str, Any]) -> None:
+        """A CustomResourceDefinition makes the server serve its kind."""
+        if obj["kind"] == "CustomResourceDefinition":
+            kind = ((obj.get("spec") or {}).get("names") or {}).get("kind")
+            if kind:
+                self.kinds.add(kind)
 
     def _react(self, event: str, obj: dict[str, Any]) -> None:
         for controller in list(self.controllers):
@@ -243,6 +299,8 @@ class HelmRelease:
     namespace: str
     chart: str
     values: dict[str, Any]
+    # skipCrds: Helm installs none of the chart's crds/ (on upgrade it never does anyway).
+    skip_crds: bool = False
     # Objects the release rendered, in install order; (kind, namespace, name, annotations).
     manifest: list[tuple[str, str, str, dict[str, str]]] = field(default_factory=list)
     revision: int = 1  # Helm's release revision: 1 on install, one more on each upgrade
@@ -313,6 +371,12 @@ class Machine:
     interfaces: dict[str, str] = field(default_factory=dict)
     default_interface: str | None = None
     hosts: dict[str, str] = field(default_factory=dict)
+    # What HAMi's device plugin needs and this server lacks, as node-join.sh names it in gpuMode nvidia
+    # ("driver", "toolkit", "nvidia runtime", "nvidia default runtime", "other device plugin": one that runs).
+    nvidia_missing: set[str] = field(default_factory=set)
+    # The kubelet an SSH machine has installed ("v1.35.0"); None: not modelled, and its Node reports no version.
+    # A container's kubelet is its kindest/node image's.
+    kubelet_version: str | None = None
 
 
 @dataclass
@@ -503,9 +567,6 @@ class World:
         self._port = 41233
         # The adopted management cluster, if the scenario starts from one.
         self.adopted: KubeApi | None = None
-        # The local chart directories on the Pulumi host's disk; None: every one the program names (`make charts`
-        # ran). A scenario sets it to tell a fresh clone.
-        self.charts_on_disk: set[str] | None = None
         self.mark_preexisting()
 
     def mark_preexisting(self) -> None:
@@ -743,8 +804,21 @@ class World:
             if host.machine.kubelet_conf:
                 left.append(f"machine {host.host} still joined to {host.machine.kubelet_conf}")
             left += [f"machine {host.host}: {path}" for path, content in host.machine.files.items()
-                     if content.startswith(MIRROR_MARKER)]
+                     if content.startswith(MIRROR_MARKER) or TENANT_TRACES.get(path) == content]
         return left
+
+
+# What a tenant leaves on an SSH machine it ran on, beyond kubeadm's own files: the two files node-join.sh
+# persists, Calico's CNI configuration and state, and the cali-/KUBE- iptables chains (as one pseudo-path).
+TENANT_TRACES = {
+    "/etc/sysctl.d/99-gpu-tenancy.conf": "# gpu-tenancy worker join: kube-proxy and the pod network need IPv4 "
+                                         "forwarding.\nnet.ipv4.ip_forward = 1",
+    "/etc/modules-load.d/gpu-tenancy.conf": "# gpu-tenancy worker join: bridged pod traffic must traverse "
+                                            "iptables.\nbr_netfilter",
+    "/etc/cni/net.d/10-calico.conflist": "calico network configuration",
+    "/var/lib/calico/nodename": "calico node name",
+    "iptables: cali-* and KUBE-* chains": "calico and kube-proxy rules",
+}
 
 
 # The first line of every hosts.toml components/worker/scripts/node-mirrors.sh writes.

@@ -1,0 +1,311 @@
+"""Tenant upgrades: which version changes are allowed (config.upgrade, the TenantVersion resource's diff) and how
+an upgrade runs on the lifecycle simulator (README "Upgrading a tenant")."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from components import host_operations
+from components.kube import ApiError
+from config import ConfigError, load_stack_config, upgrade
+from tests.support.lifecycle_support import changed_by_owner, kind_lab, tenant_names
+from tests.support.mockrun import reference_stack
+from tests.support.sim.state import comparable
+
+KEY = "tenants[0].kubernetesVersion"
+
+
+# --------------------------------------------------------------------------- #
+# The rules
+# --------------------------------------------------------------------------- #
+
+
+def test_a_newer_patch_or_the_next_minor_is_allowed():
+    assert upgrade.version_change_problem(KEY, "v1.35.0", "v1.35.5") is None
+    assert upgrade.version_change_problem(KEY, "v1.35.0", "v1.36.1") is None
+    assert upgrade.version_change_problem(KEY, "v1.36.1", "v1.36.1") is None
+    assert upgrade.next_versions("v1.35.0") == ["v1.36.1", "v1.35.5"]
+    assert upgrade.next_versions("v1.36.1") == []
+
+
+@pytest.mark.parametrize(("current", "wanted", "says"), [
+    ("v1.36.1", "v1.35.5", "keep v1.36.1"),  # a lower minor version (Kamaji refuses it too)
+    ("v1.35.5", "v1.35.0", "keep v1.35.5 (what the tenant runs), or upgrade to v1.36.1"),  # a lower patch version
+])
+def test_a_downgrade_is_refused_with_the_key_and_what_is_allowed(current, wanted, says):
+    problem = upgrade.version_change_problem(KEY, current, wanted)
+    assert problem is not None and problem.startswith(f"{KEY}: {wanted} is older than {current}")
+    assert says in problem
+
+
+def test_a_skipped_minor_version_names_the_step_to_take_first():
+    problem = upgrade.version_change_problem(KEY, "v1.34.2", "v1.36.1")
+    assert problem is not None and "skips a minor version" in problem
+    assert "upgrade to v1.35.5 first, run `pulumi up`, then to v1.36.1" in problem
+
+
+def test_a_version_the_pinned_kamaji_does_not_accept_is_refused():
+    problem = upgrade.version_change_problem(KEY, "v1.36.1", "v1.37.0")
+    assert problem is not None and "outside what the pinned Kamaji accepts" in problem
+
+
+def test_the_version_resource_refuses_in_its_diff_and_records_nothing_else():
+    provider = host_operations.TenantVersionProvider()
+    olds = {"tenant": "tenant-a", "version_key": KEY, "control_plane": "v1.36.1"}
+    with pytest.raises(ValueError, match=r"tenants\[0\]\.kubernetesVersion: v1\.35\.5 is older"):
+        provider.diff("tenant-a", olds, {**olds, "control_plane": "v1.35.5"})
+    assert provider.diff("tenant-a", olds, {**olds, "control_plane": "v1.36.1"}).changes is False
+    # Reordered tenants move the key, which is no change.
+    assert provider.diff("tenant-a", olds, {**olds, "version_key": "tenants[1].kubernetesVersion"}).changes is False
+    upgraded = {**olds, "control_plane": "v1.35.0"}
+    assert provider.diff("tenant-a", upgraded, olds).changes is True
+
+
+def test_a_node_image_newer_than_the_control_plane_is_a_config_error():
+    stack = reference_stack()
+    tenant = stack["tenants"][0]
+    tenant["nodeImage"] = "kindest/node:v1.36.1@sha256:" + "0" * 64
+    with pytest.raises(ConfigError) as error:
+        load_stack_config(stack)
+    message = str(error.value)
+    assert "tenants[0].nodeImage" in message and "newer than the control plane v1.35.0" in message
+    tenant["kubernetesVersion"] = "v1.36.1"
+    load_stack_config(stack)
+    tenant["nodeImage"] = "kindest/node:v1.35.5@sha256:" + "0" * 64  # older kubelets are allowed
+    load_stack_config(stack)
+
+
+# --------------------------------------------------------------------------- #
+# On the simulator: refused before anything moves
+# --------------------------------------------------------------------------- #
+
+
+@pytest.fixture(scope="module")
+def lab_at_v1_35_5():
+    """The reference lab with tenant-a at v1.35.5, after its first `up`."""
+    stack = reference_stack()
+    stack["tenants"][0]["kubernetesVersion"] = "v1.35.5"
+    sim = kind_lab(stack)
+    sim.up()
+    return sim
+
+
+def test_a_downgrade_is_refused_in_the_preview_and_nothing_changes(lab_at_v1_35_5):
+    sim = lab_at_v1_35_5.fork()
+    def state():
+        return {urn: comparable((r.inputs, r.outputs)) for urn, r in sim.engine.state.items()}
+
+    before = state()
+    containers = copy.deepcopy(sim.world.docker.containers)
+    sim.config["tenants"][0]["kubernetesVersion"] = "v1.35.0"
+    for run in (sim.preview, lambda **kw: sim.up(skip_preview=True, **kw)):
+        plan = run(expect_error=True)
+        assert plan.error is not None and "tenant-a-version" in plan.error, plan.render()
+        assert f"{KEY}: v1.35.0 is older than v1.35.5" in plan.error
+        assert "Allowed: keep v1.35.5 (what the tenant runs), or upgrade to v1.36.1" in plan.error
+        assert plan.changed() == {}, plan.render()
+    assert state() == before
+    assert sim.world.docker.containers == containers
+
+
+def test_a_version_kamaji_does_not_accept_is_a_config_error_before_any_resource(lab_at_v1_35_5):
+    sim = lab_at_v1_35_5.fork()
+    sim.config["tenants"][0]["kubernetesVersion"] = "v1.37.0"
+    plan = sim.preview(expect_error=True)
+    assert plan.error is not None and KEY in plan.error, plan.render()
+    assert [s for s in plan.steps if not s.component] == [], plan.render()
+
+
+def test_the_simulated_kamaji_webhook_refuses_what_tcp_version_go_refuses(lab_at_v1_35_5):
+    """The rules the simulator's Kamaji applies on UPDATE (clastix/kamaji 26.8.2-edge tcp_version.go OnUpdate)."""
+    sim = lab_at_v1_35_5.fork()
+    api = sim.world.kind["gpu-tenancy"].api
+    tcp = api.find("TenantControlPlane", "tenant-a", "tenant-a")
+
+    def update(version):
+        changed = copy.deepcopy(tcp)
+        changed["spec"]["kubernetes"]["version"] = version
+        return api.update(None, changed, dry_run=True)
+
+    assert update("v1.35.0")["spec"]["kubernetes"]["version"] == "v1.35.0"  # patch versions are not compared
+    assert update("v1.36.1")["spec"]["kubernetes"]["version"] == "v1.36.1"
+    with pytest.raises(ApiError, match="greater than the supported one"):
+        update("v1.37.0")
+    with pytest.raises(ApiError, match="unable to downgrade a TenantControlPlane from 1.35.0 to 1.34.0"):
+        update("v1.34.9")
+    tcp["spec"]["kubernetes"]["version"] = "v1.34.0"
+    api.objects[("TenantControlPlane", "tenant-a", "tenant-a")] = copy.deepcopy(tcp)
+    with pytest.raises(ApiError, match="non-sequential mode"):
+        update("v1.36.1")
+
+
+# --------------------------------------------------------------------------- #
+# On the simulator: the roll
+# --------------------------------------------------------------------------- #
+
+CARD_A1 = {"uuid": "GPU-MOCK-A1", "model": "NVIDIA-A100", "memoryMiB": 8192, "cores": 100, "slots": 10}
+
+
+@pytest.fixture(scope="module")
+def two_workers():
+    """The reference lab with a second worker in tenant-a, at v1.35.0, after its first `up`."""
+    stack = reference_stack()
+    stack["tenants"][0]["workers"].append({"name": "worker-1", "gpus": [dict(CARD_A1)]})
+    sim = kind_lab(stack)
+    sim.up()
+    return sim
+
+
+def tenant_api(sim, name="tenant-a"):
+    return next(t.api for t in sim.world.tenants.values() if t.name == name)
+
+
+def out_of_service(sim) -> set[str]:
+    """tenant-a's workers that take no new pod now: no Node, cordoned, or not Ready."""
+    nodes = {n["metadata"]["name"]: n for n in tenant_api(sim).list("Node")}
+    out = set()
+    for name in ("tenant-a-worker-0", "tenant-a-worker-1"):
+        node = nodes.get(name)
+        conditions = {c["type"]: c["status"] for c in ((node or {}).get("status") or {}).get("conditions") or []}
+        if node is None or (node.get("spec") or {}).get("unschedulable") or conditions.get("Ready") != "True":
+            out.add(name)
+    return out
+
+
+def watch_workers(sim, monkeypatch) -> list[set[str]]:
+    """Every change of tenant-a's API records which of its workers are out of service right after it."""
+    from tests.support.sim import world as sim_world
+
+    seen: list[set[str]] = []
+    react, remove = sim_world.KubeApi._react, sim_world.KubeApi.remove
+
+    def observed(method):
+        def run(self, *args, **kwargs):
+            result = method(self, *args, **kwargs)
+            if any(t.name == "tenant-a" and t.api is self for t in sim.world.tenants.values()):
+                seen.append(out_of_service(sim))
+            return result
+        return run
+
+    monkeypatch.setattr(sim_world.KubeApi, "_react", observed(react))
+    monkeypatch.setattr(sim_world.KubeApi, "remove", observed(remove))
+    return seen
+
+
+def order(plan, *names: str) -> list[int]:
+    """Where each named resource's (last) step is in the plan."""
+    steps = [s.name for s in plan.steps]
+    return [len(steps) - 1 - steps[::-1].index(name) for name in names]
+
+
+def test_an_upgrade_moves_the_control_plane_then_kube_proxy_then_one_worker_at_a_time(two_workers, monkeypatch):
+    sim = two_workers.fork()
+    sim.config["tenants"][0]["kubernetesVersion"] = "v1.36.1"
+    preview = sim.preview()
+    assert set(changed_by_owner(preview, tenant_names(sim.config))) == {"tenant-a"}, preview.render()
+    seen = watch_workers(sim, monkeypatch)
+    plan = sim.up(skip_preview=True)
+    assert set(changed_by_owner(plan, tenant_names(sim.config))) == {"tenant-a"}, plan.render()
+    positions = order(plan, "tenant-a-version", "tenant-a-tcp", "tenant-a-kube-proxy-daemonset",
+                      "tenant-a-worker-0-drain", "tenant-a-worker-0-container", "tenant-a-worker-0-ready",
+                      "tenant-a-worker-1-drain", "tenant-a-worker-1-container", "tenant-a-worker-1-ready",
+                      "tenant-a-hami", "tenant-a-gpu-smoke-test")
+    assert positions == sorted(positions), plan.render()
+    assert seen and all(len(out) <= 1 for out in seen), [out for out in seen if len(out) > 1]
+    assert {"tenant-a-worker-0"} in seen and {"tenant-a-worker-1"} in seen  # each was out once
+    assert out_of_service(sim) == set()
+    tenant = sim.output("tenants")["tenant-a"]
+    assert tenant["nodeVersions"] == {"tenant-a-worker-0": "v1.36.1", "tenant-a-worker-1": "v1.36.1"}
+    assert tenant["smokeTest"]["schedulerName"] == "hami-scheduler"  # the proof ran again on the new version
+    assert sim.output("tenants")["tenant-b"]["nodeVersions"] == {"tenant-b-worker-0": "v1.35.0"}
+    assert sim.up().changed() == {}
+
+
+def test_a_drain_blocked_by_a_disruption_budget_names_the_pod_and_the_next_up_finishes(two_workers):
+    sim = two_workers.fork()
+    api = tenant_api(sim)
+    api.put({"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"name": "db-0", "namespace": "default", "labels": {"app": "db"}},
+             "spec": {"nodeName": "tenant-a-worker-1", "containers": [{"name": "db", "image": "db"}]},
+             "status": {"phase": "Running"}})
+    api.put({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+             "metadata": {"name": "db", "namespace": "default", "generation": 1},
+             "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}},
+             "status": {"observedGeneration": 1, "disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1}})
+    sim.config["tenants"][0]["kubernetesVersion"] = "v1.36.1"
+    plan = sim.up(expect_error=True)
+    assert plan.error is not None and "tenant-a-worker-1-drain" in plan.error, plan.render()
+    assert "pod default/db-0 (Cannot evict pod as it would violate the pod's disruption budget.)" in plan.error
+    assert "run `pulumi up` again" in plan.error
+    # Worker 0 is done, worker 1 is cordoned with the pod still on it; the preview shows what is left.
+    assert out_of_service(sim) == {"tenant-a-worker-1"}
+    assert api.find("Pod", "default", "db-0") is not None
+    left = sim.preview()
+    changed = changed_by_owner(left, tenant_names(sim.config))
+    assert set(changed) == {"tenant-a"}, left.render()
+    assert "tenant-a-worker-1-drain" in changed["tenant-a"]["update"]
+    assert "tenant-a-worker-1-container" in changed["tenant-a"]["replace"]
+    assert not {"tenant-a-tcp", "tenant-a-worker-0-drain", "tenant-a-worker-0-ready"} & \
+        set().union(*changed["tenant-a"].values()), left.render()
+    # The budget allows one disruption now: the next `up` drains worker 1 and finishes.
+    api.find("PodDisruptionBudget", "default", "db")["status"]["disruptionsAllowed"] = 1
+    sim.up()
+    assert api.find("Pod", "default", "db-0") is None
+    assert sim.output("tenants")["tenant-a"]["nodeVersions"] == {
+        "tenant-a-worker-0": "v1.36.1", "tenant-a-worker-1": "v1.36.1"}
+    assert out_of_service(sim) == set()
+
+
+def test_a_drain_leaves_daemonset_and_mirror_pods_and_takes_the_rest():
+    def pod(name, node="w0", **metadata):
+        return {"metadata": {"name": name, "namespace": "default", **metadata}, "spec": {"nodeName": node}}
+
+    pods = [pod("web"), pod("bare"), pod("elsewhere", node="w1"),
+            pod("agent", ownerReferences=[{"kind": "DaemonSet", "name": "calico-node"}]),
+            pod("static", annotations={host_operations.MIRROR_POD_ANNOTATION: "x"}),
+            pod("job", ownerReferences=[{"kind": "Job", "name": "batch"}])]
+    assert [p["metadata"]["name"] for p in host_operations._drained_pods(pods, "w0")] == ["web", "bare", "job"]
+
+
+def test_the_simulated_eviction_applies_the_budgets_as_eviction_go_does(two_workers):
+    sim = two_workers.fork()
+    api = tenant_api(sim)
+
+    def pod(name, phase="Running", **labels):
+        api.put({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default",
+                                                                 "labels": labels},
+                 "spec": {"nodeName": "tenant-a-worker-0"}, "status": {"phase": phase}})
+
+    def budget(name, selector, **status):
+        api.put({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                 "metadata": {"name": name, "namespace": "default", "generation": 2},
+                 "spec": {"selector": selector}, "status": status})
+
+    budget("one", {"matchLabels": {"app": "one"}}, observedGeneration=2, disruptionsAllowed=1)
+    pod("one-a", app="one")
+    pod("one-b", app="one")
+    api.evict(None, "default", "one-a")  # takes the one allowed disruption
+    with pytest.raises(ApiError, match="would violate the pod's disruption budget") as refused:
+        api.evict(None, "default", "one-b")
+    assert refused.value.status == 429
+    pod("done", phase="Succeeded", app="one")
+    api.evict(None, "default", "done")  # a terminal pod goes without asking the budget
+    budget("stale", {"matchLabels": {"app": "stale"}}, observedGeneration=1, disruptionsAllowed=5)
+    pod("stale-a", app="stale")
+    with pytest.raises(ApiError, match="disruption budget"):
+        api.evict(None, "default", "stale-a")  # the budget has not caught up with its generation
+    budget("twice", {"matchExpressions": [{"key": "app", "operator": "In", "values": ["one"]}]},
+           observedGeneration=2, disruptionsAllowed=1)
+    with pytest.raises(ApiError, match="more than one PodDisruptionBudget"):
+        api.evict(None, "default", "one-b")
+    budget("empty", {}, observedGeneration=2, disruptionsAllowed=0)  # matches nothing
+    pod("free", app="free")
+    api.evict(None, "default", "free")
+    budget("unknown", {"matchLabels": {"app": "unknown"}})
+    pod("unknown-a", app="unknown")
+    with pytest.raises(ApiError, match="no disruption controller"):
+        api.evict(None, "default", "unknown-a")
+    assert {p["metadata"]["name"] for p in api.list("Pod", "default")} >= {"one-b", "stale-a", "unknown-a"}
+    assert not {"one-a", "done", "free"} & {p["metadata"]["name"] for p in api.list("Pod", "default")}
