@@ -24,14 +24,10 @@ from components.plan import gpu_plan
 from config import ConfigError, StackConfig, load_stack_config
 from config.stack_file import StackFileError, load
 from ops.preflight import PROJECT_ROOT, unsealed_config
+from ops.text import aligned
 
 Json = dict[str, Any]
 
-
-def _table(rows: list[list[str]], indent: str = "  ") -> list[str]:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return [indent + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-            for row in rows]
 
 
 def _used(figure: Json) -> str:
@@ -55,7 +51,7 @@ def render(plan: Json) -> str:
         for p in tenant["placements"]:
             rows.append([f"{p['workload']}/{p['replica']}", p["namespace"], p["node"] or "-",
                          ",".join(p["cards"]) or "-", p["unplaced"] or ""])
-        lines += _table(rows)
+        lines += aligned(rows)
         ties = [p for p in tenant["placements"] if p["tiedWith"]]
         for p in ties:
             lines.append(f"  {p['workload']}/{p['replica']}: {p['node']} and {', '.join(p['tiedWith'])} score the "
@@ -64,7 +60,7 @@ def render(plan: Json) -> str:
         for uuid, card in tenant["cards"].items():
             cards.append([uuid, card["node"], _used(card["slots"]), _used(card["memoryMiB"]), _used(card["cores"]),
                           str(card["memoryMiB"]["free"])])
-        lines += _table(cards) if len(cards) > 1 else ["  no GPU cards"]
+        lines += aligned(cards) if len(cards) > 1 else ["  no GPU cards"]
         quota = tenant["quota"]
         if quota is None:
             lines.append("  quota: none")

@@ -14,15 +14,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from ops.text import aligned
 from ops.verify import OutputsError, Run, read_outputs_file, read_stack_outputs
 
 Json = dict[str, Any]
 
-
-def _table(rows: list[list[str]], indent: str = "  ") -> list[str]:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return [indent + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-            for row in rows]
 
 
 def _card(card: Json) -> str:
@@ -73,7 +69,7 @@ def render(outputs: Json) -> str:
             slots = capacity.get(node)
             rows.append([node, "; ".join(_card(card) for card in cards) or "-",
                          "-" if slots is None else str(slots)])
-        lines.extend(_table(rows))
+        lines.extend(aligned(rows))
         lines.append(f"  {_smoke_line(tenant.get('smokeTest'))}")
     return "\n".join(lines).lstrip("\n") + "\n"
 

@@ -122,3 +122,34 @@ def recorder(monkeypatch):
     monkeypatch.setattr(systems, "reset", recording_reset)
     monkeypatch.setattr(hostapi.SimClient, "delete", recording_delete)
     return events
+
+
+# --------------------------------------------------------------------------- #
+# A local HTTPS API server (tests/support/apiserver.py): one per test module, reset before each test.
+# --------------------------------------------------------------------------- #
+
+
+@pytest.fixture(scope="module")
+def cluster_ca():
+    from tests.support.sim import pki
+
+    return pki.new_ca("tenant-a")
+
+
+@pytest.fixture(scope="module")
+def _api_server(cluster_ca, tmp_path_factory):
+    from tests.support.apiserver import ApiServer
+
+    server = ApiServer(cluster_ca, tmp_path_factory.mktemp("apiserver"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def api(_api_server, monkeypatch):
+    """The module's API server with no object, no recorded request and no proxy variable."""
+    from tests.support.apiserver import clear_proxies
+
+    clear_proxies(monkeypatch)
+    _api_server.reset()
+    return _api_server

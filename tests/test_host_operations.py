@@ -17,7 +17,7 @@ from pulumi.output import Unknown
 
 from components import host_operations, kube, tenant_api
 from tests.support import apiserver
-from tests.support.apiserver import ApiServer, clear_proxies, with_cluster
+from tests.support.apiserver import ApiServer, with_cluster
 from tests.support.crd_schema import crd_json_schema, schema_errors
 from tests.support.sim import pki
 
@@ -36,20 +36,6 @@ RFC3339_UTC = re.compile(r"\A\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z\Z")
 # kubeadm constants.NodeBootstrapTokenAuthGroup
 KUBEADM_NODE_TOKEN_GROUP = "system:bootstrappers:kubeadm:default-node-token"
 KUBEADM_DEFAULT_TTL = datetime.timedelta(hours=24)  # `kubeadm token create --ttl` default
-
-
-@pytest.fixture(scope="module")
-def _server(tmp_path_factory):
-    server = ApiServer(pki.new_ca("tenant-a"), tmp_path_factory.mktemp("apiserver"))
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def api(_server, monkeypatch) -> ApiServer:
-    clear_proxies(monkeypatch)
-    _server.reset()
-    return _server
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import yaml
 from components import kube
 from components.kube import ApiError, KubeconfigError, UnreachableError
 from tests.support import apiserver
-from tests.support.apiserver import ApiServer, clear_proxies, with_cluster, with_user
+from tests.support.apiserver import with_cluster, with_user
 from tests.support.fake_platform import FakeSession
 from tests.support.sim import pki
 from tests.support.sim.hostapi import SimClient
@@ -29,27 +29,8 @@ TOKEN = "sha256~s3cr3t-token-never-shown"
 
 
 @pytest.fixture(scope="module")
-def cluster_ca() -> pki.CertificateAuthority:
-    return pki.new_ca("tenant-a")
-
-
-@pytest.fixture(scope="module")
 def other_ca() -> pki.CertificateAuthority:
     return pki.new_ca("someone-else")
-
-
-@pytest.fixture(scope="module")
-def _server(cluster_ca, tmp_path_factory):
-    server = ApiServer(cluster_ca, tmp_path_factory.mktemp("apiserver"))
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def api(_server, monkeypatch) -> ApiServer:
-    clear_proxies(monkeypatch)
-    _server.reset()
-    return _server
 
 
 def _b64(data: bytes) -> str:
