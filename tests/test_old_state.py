@@ -37,16 +37,12 @@ from pulumi.runtime import rpc
 from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
 
 from components import host_operations
-from tests import test_host_operations as host_tests
 from tests.support.sim import Lifecycle
 from tests.support.sim.engine import ROOT_STACK_TYPE, new_urn, qualified_type
 from tests.support.sim.lab import adopt, lab_world, world_for
 from tests.support.sim.state import Resource, plain
 from tests.test_config_infrastructure import prod_example_with_secrets
 from tests.test_host_operations import membership_props, node, token_secret
-
-# The local HTTPS API server (tests/support/apiserver.py) of tests/test_host_operations.py, which the provider host reaches like a cluster.
-_server, api = host_tests._server, host_tests.api
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDED = json.loads((ROOT / "tests" / "fixtures" / "state-a7c63e6.json").read_text())
