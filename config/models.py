@@ -278,12 +278,56 @@ class Worker(StrictModel):
     ssh: SshConnection | None = None
 
 
+# How many objects of each kind the restricted tenant user (the built-in `edit` role) may keep in each workload
+# namespace: an object-count ResourceQuota (`count/<resource>.<group>`), so that one user cannot fill the etcd the
+# tenant's control plane writes to (by default Kamaji's shared one, with a 1 GiB space quota). The kinds are every
+# namespaced resource `edit` may create (kubernetes plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go
+# system:aggregate-to-edit). `pods` counts terminated pods too: they stay in etcd until garbage-collected.
+DEFAULT_OBJECT_COUNTS: dict[str, int] = {
+    "pods": 50,
+    "services": 10,
+    "secrets": 20,
+    "configmaps": 20,
+    "persistentvolumeclaims": 10,
+    "replicationcontrollers": 5,
+    "serviceaccounts": 10,
+    "deployments.apps": 10,
+    # A Deployment keeps 10 old ReplicaSets by default (revisionHistoryLimit).
+    "replicasets.apps": 50,
+    "statefulsets.apps": 5,
+    "daemonsets.apps": 5,
+    "jobs.batch": 20,
+    "cronjobs.batch": 5,
+    "horizontalpodautoscalers.autoscaling": 5,
+    "ingresses.networking.k8s.io": 5,
+    "networkpolicies.networking.k8s.io": 10,
+    "poddisruptionbudgets.policy": 5,
+}
+
+
 class Quota(StrictModel):
-    """GPU quota of each of the tenant's workload namespaces (`namespaces`): ResourceQuotas HAMi enforces."""
+    """Quotas of each of the tenant's workload namespaces (`namespaces`): GPU ResourceQuotas HAMi enforces, and
+    object counts (`objects`, over DEFAULT_OBJECT_COUNTS) kube-apiserver enforces."""
 
     gpus: int | None = Field(default=None, ge=0)
     memory_mib: int | None = Field(default=None, ge=0, alias="memoryMiB")
     cores: int | None = Field(default=None, ge=0)
+    # Per kind, replacing that kind's default; a kind not listed keeps its default.
+    objects: dict[str, Annotated[int, Field(ge=0)]] | None = None
+
+    @field_validator("objects")
+    @classmethod
+    def _known_kinds(cls, value: dict[str, int] | None) -> dict[str, int] | None:
+        unknown = sorted(set(value or {}) - set(DEFAULT_OBJECT_COUNTS))
+        if unknown:
+            raise ValueError(f"unknown kind {', '.join(map(repr, unknown))}: use one of "
+                             f"{', '.join(DEFAULT_OBJECT_COUNTS)} (the resource names ResourceQuota counts)")
+        return value
+
+
+def object_counts(quota: Quota | None) -> dict[str, int]:
+    """The object-count limits of one workload namespace: the defaults, with `quota.objects` over them."""
+    return {**DEFAULT_OBJECT_COUNTS, **((quota.objects or {}) if quota else {})}
 
 
 class DataStore(StrictModel):

@@ -25,6 +25,7 @@ from components.naming import DEFAULT_DATASTORE
 from components.tenant import spec as tenant_spec
 from components.tenant.control_plane import TenantControlPlane, TenantControlPlaneArgs
 from config import load_stack_config
+from config.models import DEFAULT_OBJECT_COUNTS
 from tests.support import mockrun
 from tests.support.crd_schema import schema_errors
 from tests.support.sim import Lifecycle, World, paths, pki, systems
@@ -415,7 +416,8 @@ def test_workload_namespaces_enforce_pod_security_baseline(lab):
 
 def test_gpu_quota_in_every_workload_namespace_with_hamis_resource_names(lab, vendor_dir):
     hami = yaml.safe_load((vendor_dir / "hami" / "values.yaml").read_text())
-    assert not [r for r in lab.run.of_type("kubernetes:core/v1:ResourceQuota") if r.name.startswith("tenant-a-")]
+    assert not [r for r in lab.run.of_type("kubernetes:core/v1:ResourceQuota")
+                if r.name.startswith("tenant-a-gpu-quota")]
     expected = {f"requests.{hami['resourceName']}": "2", f"limits.{hami['resourceMem']}": "6000",
                 f"limits.{hami['resourceCores']}": "60"}
     api = lab.sim.world.tenant_api("tenant-b")
@@ -426,6 +428,18 @@ def test_gpu_quota_in_every_workload_namespace_with_hamis_resource_names(lab, ve
         assert quota.inputs["spec"]["hard"] == expected
         assert lab.run.depends_on(quota, lab.run.named(f"tenant-b-namespace-{namespace}"))
         assert api.find("ResourceQuota", namespace, tenant_spec.GPU_QUOTA_NAME)["spec"]["hard"] == expected
+
+
+def test_object_quota_in_every_workload_namespace_of_every_tenant(lab):
+    for tenant in TENANTS:
+        api = lab.sim.world.tenant_api(tenant)
+        for namespace in lab.tenants[tenant].namespaces:
+            quota = lab.run.named(f"{tenant}-object-quota-{namespace}", "kubernetes:core/v1:ResourceQuota")
+            assert quota in _inside(lab, tenant)
+            assert lab.run.depends_on(quota, lab.run.named(f"{tenant}-namespace-{namespace}"))
+            hard = api.find("ResourceQuota", namespace, tenant_spec.OBJECT_QUOTA_NAME)["spec"]["hard"]
+            assert hard["count/secrets"] == str(DEFAULT_OBJECT_COUNTS["secrets"]), (tenant, namespace)
+            assert hard["count/configmaps"] == str(DEFAULT_OBJECT_COUNTS["configmaps"]), (tenant, namespace)
 
 
 def _binds_tenant_user(obj):

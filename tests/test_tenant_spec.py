@@ -14,9 +14,11 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from components.management.kamaji import kamaji_values
 from components.naming import DEFAULT_DATASTORE
 from components.tenant import spec as tenant_spec
-from config import Quota, load_stack_config
+from config import Quota, Versions, load_stack_config
+from config.models import DEFAULT_OBJECT_COUNTS
 from tests.support import netpol
 from tests.support.crd_schema import _strict, schema_errors
 from tests.support.fixtures import KIND_SUBNET_V4, kubeconfig_yaml, tenant_ca_pem
@@ -681,3 +683,32 @@ def test_tenant_user_kubeconfig_carries_the_token_and_trusts_the_tenant_ca():
     assert user["user"] == {"token": "the-token"}
     assert context["context"] == {"cluster": cluster["name"], "user": user["name"], "namespace": "ml"}
     assert document["current-context"] == context["name"]
+
+
+def test_object_quota_counts_every_kind_the_tenant_user_may_create_in_each_namespace():
+    quota = tenant_spec.object_resource_quota(None, "ml")
+    assert quota["metadata"]["name"] == tenant_spec.OBJECT_QUOTA_NAME and quota["metadata"]["namespace"] == "ml"
+    hard = quota["spec"]["hard"]
+    assert hard == {f"count/{kind}": str(count) for kind, count in DEFAULT_OBJECT_COUNTS.items()}
+    assert {"count/secrets", "count/configmaps", "count/pods"} <= set(hard)
+    assert _k8s_errors(quota) is None
+    # One kind changed, the others keep their defaults; a GPU-only quota leaves the defaults.
+    changed = tenant_spec.object_resource_quota(Quota.model_validate({"objects": {"secrets": 3}}), "ml")
+    assert changed["spec"]["hard"] == {**hard, "count/secrets": "3"}
+    assert tenant_spec.object_resource_quota(Quota.model_validate({"gpus": 1}), "ml") == quota
+
+
+# The largest object the API server can store: etcd's default --max-request-bytes (1.5 MiB); Secrets and ConfigMaps
+# are held to 1 MiB of data, other kinds only by that.
+MAX_OBJECT_MIB = 1.5
+
+
+def worst_case_mib(counts: dict[str, int]) -> int:
+    """The most one namespace's objects can take in etcd at these counts (each object at its size limit)."""
+    return int(sum(counts.values()) * MAX_OBJECT_MIB)
+
+
+def test_default_object_counts_leave_room_in_the_shared_etcd():
+    # Two lab tenants of one namespace each, every object at its size limit, stay below the shared etcd's quota.
+    shared_mib = int(kamaji_values(Versions())["kamaji-etcd"]["quotaBackendBytes"]) // 2**20
+    assert 2 * worst_case_mib(DEFAULT_OBJECT_COUNTS) < shared_mib

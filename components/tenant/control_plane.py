@@ -206,6 +206,10 @@ class TenantControlPlane(pulumi.ComponentResource):
                                                         parts[0], parts[1], parts[2], tcp_name, tenant.namespaces[0])))
         self.quotas = []
         for namespace_name in tenant.namespaces:
+            objects = tenant_spec.object_resource_quota(tenant.quota, namespace_name)
+            self.quotas.append(k8s.core.v1.ResourceQuota(
+                f"{name}-object-quota-{namespace_name}", metadata=objects["metadata"], spec=objects["spec"],
+                opts=after_namespaces))
             quota = tenant_spec.gpu_resource_quota(tenant.quota, namespace_name)
             if quota is not None:
                 self.quotas.append(k8s.core.v1.ResourceQuota(

@@ -24,7 +24,7 @@ from components.naming import KAMAJI_NAMESPACE
 from components.sdk import sdk_field
 from config import Quota, Tenant
 from config.cidrs import dns_service_ip
-from config.models import DNS1035_LABEL, MAX_SOURCE_RANGES, DataStore
+from config.models import DNS1035_LABEL, MAX_SOURCE_RANGES, DataStore, object_counts
 
 # --------------------------------------------------------------------------- #
 # Management cluster: the tenant namespace and its NetworkPolicy
@@ -551,6 +551,24 @@ def gpu_resource_quota(quota: Quota | None, namespace: str) -> dict[str, Any] | 
         "kind": "ResourceQuota",
         "metadata": {"name": GPU_QUOTA_NAME, "namespace": namespace, "labels": {PART_OF_LABEL: PART_OF}},
         "spec": {"hard": hard},
+    }
+
+
+OBJECT_QUOTA_NAME = "object-quota"
+
+
+def object_resource_quota(quota: Quota | None, namespace: str) -> dict[str, Any]:
+    """The object-count ResourceQuota of a workload namespace (config.models.DEFAULT_OBJECT_COUNTS, `quota.objects`).
+
+    `count/<resource>.<group>` counts every object of that kind stored in the namespace (kubernetes
+    pkg/quota/v1/generic/evaluator.go ObjectCountQuotaResourceNameFor); kube-apiserver's ResourceQuota admission
+    refuses a create beyond it, for the tenant user and everyone else in that namespace.
+    """
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": OBJECT_QUOTA_NAME, "namespace": namespace, "labels": {PART_OF_LABEL: PART_OF}},
+        "spec": {"hard": {f"count/{kind}": str(count) for kind, count in object_counts(quota).items()}},
     }
 
 
