@@ -461,12 +461,15 @@ class Management(StrictModel):
     image_mirror: bool = True
     # Docker Hub account for the docker.io cache (secret); without it the cache pulls anonymously.
     docker_hub: DockerHubCredentials | None = None
-    # Existing mirrors SSH workers should pull through, by registry host: {"docker.io": "http://mirror:5000"}.
+    # Existing mirrors SSH workers should pull through, by registry host: {"docker.io": "https://mirror.corp"}.
     registry_mirrors: dict[RegistryHost, MirrorUrl] = Field(default_factory=dict)
     # With registryMirrors: a server's containerd 2.x that does not read /etc/containerd/certs.d gets a drop-in file
     # that makes it, and a restart (components/worker/scripts/node-mirrors.sh). Off: such a server is refused with
     # the line to change.
     configure_containerd: bool = False
+    # A plain-HTTP mirror in registryMirrors is refused unless set: anyone on the path to it can substitute the
+    # content. Even then it serves blobs only (by digest); tags are resolved at the registry over HTTPS.
+    allow_http_mirrors: bool = False
 
     @property
     def adopts_existing_cluster(self) -> bool:

@@ -662,6 +662,15 @@ def _mirror_issues(config: StackConfig, secret_keys: Collection[str]) -> list[Co
             ))
         if "management" not in secret_keys:
             issues.append(ConfigIssue("management.dockerHub.token", _secret_hint("management.dockerHub.token")))
+    if not management.allow_http_mirrors:
+        for registry, mirror in sorted(management.registry_mirrors.items()):
+            if mirror.startswith("http://"):
+                issues.append(ConfigIssue(
+                    f"management.registryMirrors.{registry}",
+                    f"{mirror!r} is plain HTTP: anyone on the path to it could hand your GPU servers other content. "
+                    "Use an https:// mirror, or set management.allowHttpMirrors: true to accept that (the mirror then "
+                    "serves layers only, by digest, and tags are resolved at the registry itself)",
+                ))
     if management.registry_mirrors and not any(w.ssh for t in config.tenants for w in t.workers):
         issues.append(ConfigIssue(
             "management.registryMirrors",

@@ -426,3 +426,26 @@ def test_an_unquoted_yes_or_number_without_a_default_says_to_quote_it():
         "tenants[0].workers[0].name = True: YAML reads this as a boolean: write it as a string, in quotes",
         "tenants[1].name = 123: YAML reads this as a number: write it as a string, in quotes",
     ]
+
+
+def _ssh_lab():
+    raw = base()
+    raw["tenants"][0]["workers"][0]["ssh"] = {
+        "host": "10.20.1.1", "privateKey": "-----BEGIN OPENSSH PRIVATE KEY-----\nx\n-----END OPENSSH PRIVATE KEY-----",
+        "hostKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAINJAVk8cjC8aGmQSu4AT5Q2uZbbNS910g/eS4N8FDn+r"}
+    return raw
+
+
+def test_a_plain_http_mirror_for_ssh_workers_is_refused_unless_allowed_explicitly():
+    raw = _ssh_lab()
+    raw["management"] = {"registryMirrors": {"docker.io": "http://mirror.corp:5000",
+                                             "quay.io": "https://quay-cache.corp"}}
+    with pytest.raises(ConfigError) as caught:
+        load_stack_config(raw, {"tenants"})
+    (issue,) = caught.value.issues
+    assert issue.path == "management.registryMirrors.docker.io"
+    assert "plain HTTP" in issue.message and "management.allowHttpMirrors: true" in issue.message
+    raw["management"]["allowHttpMirrors"] = True
+    assert load_stack_config(raw, {"tenants"}).management.allow_http_mirrors is True
+    raw["management"] = {"registryMirrors": {"docker.io": "https://mirror.corp"}}
+    assert load_stack_config(raw, {"tenants"}).management.registry_mirrors == {"docker.io": "https://mirror.corp"}

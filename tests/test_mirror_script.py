@@ -296,3 +296,22 @@ def test_both_node_scripts_read_containerd_dumps_with_the_same_parser():
         return text[start:text.index("\n}\n", start)]
 
     assert parser(ns.NODE_JOIN) == parser(ns.NODE_MIRRORS)
+
+
+def test_a_plain_http_mirror_on_a_server_is_never_asked_to_resolve_tags(tmp_path):
+    # containerd docs/hosts.md: `resolve` takes the mirror's tag -> digest answer; over HTTP anyone on the path can
+    # give it. An https mirror keeps both capabilities; the lab's own http caches (container nodes) too.
+    mirrors = {"docker.io": "http://mirror.corp:5000", "quay.io": "https://quay-cache.corp"}
+    done = machine(tmp_path, with_config_path(DUMP_2, "/etc/containerd/certs.d"), mirror_lines(mirrors))
+    assert done.returncode == 0, done.stderr
+    written = files(tmp_path / "root")
+    docker = tomllib.loads(written["docker.io/hosts.toml"])
+    assert docker["host"] == {"http://mirror.corp:5000": {"capabilities": ["pull"]}}
+    assert docker["server"] == "https://registry-1.docker.io"
+    assert tomllib.loads(written["quay.io/hosts.toml"])["host"] == {
+        "https://quay-cache.corp": {"capabilities": ["pull", "resolve"]}}
+    for registry, mirror in mirrors.items():
+        assert written[f"{registry}/hosts.toml"] == hosts_toml(registry, mirror, machine=True)
+    lab = run(tmp_path / "lab", mirror_lines(MIRRORS))
+    assert lab.returncode == 0, lab.stderr
+    assert all('["pull", "resolve"]' in text for text in files(tmp_path / "lab").values())

@@ -181,13 +181,17 @@ def test_adopt_mode_creates_no_cache_and_ssh_workers_use_the_configured_mirrors(
     sim = adopt_lab()
     mirrors = {"docker.io": "http://mirror.corp.example:5000", "quay.io": "https://quay-cache.corp.example"}
     sim.config["management"]["registryMirrors"] = mirrors
+    sim.config["management"]["allowHttpMirrors"] = True
     sim.up()
     assert cache_containers(sim.world) == {}
     assert not [r for r in sim.resources() if r.name.startswith("image-mirror")]
     hosts = [host for host in sim.world.ssh.values()]
     assert hosts
     for host in hosts:
-        assert mirror_files(host.machine) == {f"{CERTS_D}/{r}/hosts.toml": hosts_toml(r, m) for r, m in mirrors.items()}
+        assert mirror_files(host.machine) == {f"{CERTS_D}/{r}/hosts.toml": hosts_toml(r, m, machine=True)
+                                              for r, m in mirrors.items()}
+        # The plain-HTTP mirror serves layers only; tags are resolved at the registry over HTTPS.
+        assert 'capabilities = ["pull"]\n' in host.machine.files[f"{CERTS_D}/docker.io/hosts.toml"]
     sim.destroy()
     assert sim.world.leftovers() == []
     assert all(not any(t.startswith(MIRROR_MARKER) for t in h.machine.files.values()) for h in hosts)
@@ -196,7 +200,7 @@ def test_adopt_mode_creates_no_cache_and_ssh_workers_use_the_configured_mirrors(
 @pytest.mark.parametrize("configure", [True, False])
 def test_configure_containerd_reaches_the_mirror_command_of_ssh_workers_only_when_set(configure):
     sim = adopt_lab()
-    sim.config["management"]["registryMirrors"] = {"docker.io": "http://mirror.corp.example:5000"}
+    sim.config["management"]["registryMirrors"] = {"docker.io": "https://mirror.corp.example"}
     if configure:
         sim.config["management"]["configureContainerd"] = True
     sim.up()
@@ -210,12 +214,21 @@ def test_configure_containerd_reaches_the_mirror_command_of_ssh_workers_only_whe
 
 def test_an_ssh_worker_with_its_own_hosts_toml_fails_the_up_with_the_fix():
     sim = adopt_lab()
-    sim.config["management"]["registryMirrors"] = {"docker.io": "http://mirror.corp.example:5000"}
+    sim.config["management"]["registryMirrors"] = {"docker.io": "https://mirror.corp.example"}
     host = next(iter(sim.world.ssh.values()))
     host.machine.files[f"{CERTS_D}/docker.io/hosts.toml"] = 'server = "https://registry-1.docker.io"\n'
     plan = sim.up(expect_error=True)
     assert not plan.ok and "was not written by gpu-tenancy" in plan.render()
     assert host.machine.files[f"{CERTS_D}/docker.io/hosts.toml"] == 'server = "https://registry-1.docker.io"\n'
+
+
+def test_adopt_mode_refuses_a_plain_http_mirror_before_anything_runs():
+    sim = adopt_lab()
+    sim.config["management"]["registryMirrors"] = {"docker.io": "http://mirror.corp.example:5000"}
+    plan = sim.up(expect_error=True)
+    assert not plan.ok and "management.registryMirrors.docker.io" in plan.render()
+    assert "management.allowHttpMirrors" in plan.render()
+    assert all(not any(t.startswith(MIRROR_MARKER) for t in h.machine.files.values()) for h in sim.world.ssh.values())
 
 
 def test_stack_mirrors_name_one_cache_per_registry():

@@ -87,13 +87,22 @@ def mirror_lines(mirrors: Mapping[str, str]) -> str:
     return "".join(f"{registry} {upstream_server(registry)} {mirrors[registry]}\n" for registry in sorted(mirrors))
 
 
-def hosts_toml(registry: str, mirror: str) -> str:
+def mirror_resolves(mirror: str, machine: bool) -> bool:
+    """Whether containerd may take tag -> digest answers from `mirror` (the `resolve` capability): never from a
+    plain-HTTP mirror on a real machine, where anyone on the path could answer (containerd docs/hosts.md); blobs are
+    still pulled from it by digest, which containerd verifies. The lab's caches (`machine` False) are on the
+    Docker host's own bridge."""
+    return not (machine and mirror.startswith("http://"))
+
+
+def hosts_toml(registry: str, mirror: str, machine: bool = False) -> str:
     """The hosts.toml node-mirrors.sh writes for `registry` (its marker line first)."""
+    capabilities = '"pull", "resolve"' if mirror_resolves(mirror, machine) else '"pull"'
     return (
         "# gpu-tenancy image mirror: written by node-mirrors.sh, removed with it\n"
         f'server = "{upstream_server(registry)}"\n\n'
         f'[host."{mirror}"]\n'
-        '  capabilities = ["pull", "resolve"]\n'
+        f"  capabilities = [{capabilities}]\n"
     )
 
 

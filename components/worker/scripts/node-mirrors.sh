@@ -240,10 +240,18 @@ while read -r registry server mirror extra; do
     printf 'management.imageMirror: false for the lab), or remove the file\n' >&2
     exit 1
   fi
+  # With `resolve` containerd takes the mirror's tag -> digest answer; over plain HTTP anyone on the path could
+  # answer it (containerd docs/hosts.md, capabilities). On a machine a http:// mirror only serves content by digest,
+  # which containerd verifies, and tags are resolved at the server over HTTPS. The lab's own caches (container
+  # nodes) sit on the Docker host's bridge, which only the host's root can tamper with.
+  capabilities='"pull", "resolve"'
+  if [[ "${NODE_KIND:-container}" == machine && "$mirror" == http://* ]]; then
+    capabilities='"pull"'
+  fi
   mkdir -p "$certs_d/$registry"
   tmp="$(mktemp "$certs_d/$registry/.hosts.toml.XXXXXX")"
-  printf '%s\nserver = "%s"\n\n[host."%s"]\n  capabilities = ["pull", "resolve"]\n' \
-    "$marker" "$server" "$mirror" >"$tmp"
+  printf '%s\nserver = "%s"\n\n[host."%s"]\n  capabilities = [%s]\n' \
+    "$marker" "$server" "$mirror" "$capabilities" >"$tmp"
   chmod 644 "$tmp"
   mv -f "$tmp" "$file"
   wanted+="$registry "

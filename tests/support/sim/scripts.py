@@ -271,7 +271,8 @@ def _mirrors(machine: Machine, env: dict[str, str]) -> str:
     for line in env["REGISTRY_MIRRORS"].splitlines():
         if line.strip():
             registry, _server, mirror = line.split()
-            wanted[f"/etc/containerd/certs.d/{registry}/hosts.toml"] = hosts_toml(registry, mirror)
+            wanted[f"/etc/containerd/certs.d/{registry}/hosts.toml"] = hosts_toml(
+                registry, mirror, machine=env.get(shell.NODE_KIND_ENV) == shell.NODE_KIND_MACHINE)
     for path in wanted:
         current = machine.files.get(path)
         if current is not None and not current.startswith(MIRROR_MARKER):
