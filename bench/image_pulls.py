@@ -40,7 +40,7 @@ def _docker_hub(images) -> int:
 
 def pull_counts(config, cached: set[str] | None = None) -> PullCounts:
     """`cached`: what the cache volume holds before the `up` after `make down` (default: everything the first `up`
-    pulled, as the caches never expire content: REGISTRY_PROXY_TTL=0s in components/management/image_cache.py)."""
+    pulled, within the week the caches keep content: CACHE_TTL in components/management/image_cache.py)."""
     nodes = node_images(config)
     every_pull = [image for images in nodes.values() for image in images]
     distinct = set(every_pull)

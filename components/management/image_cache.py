@@ -59,6 +59,8 @@ PORT = 5000
 DEBUG_PORT = 5001
 DEBUG_ADDRESS = f"127.0.0.1:{DEBUG_PORT}"
 CACHE_PATH = "/var/lib/registry"
+# How long a cache keeps a blob or manifest after pulling it (distribution's own default).
+CACHE_TTL = "168h"
 # Where a node's own registry configuration lives (containerd's default config_path, first entry).
 CERTS_D = "/etc/containerd/certs.d"
 
@@ -143,10 +145,15 @@ def cache_environment(registry: str, credentials: config.models.DockerHubCredent
         "OTEL_TRACES_EXPORTER=none",
         # The debug server (expvar, pprof, metrics) on the container's loopback, not on the kind network.
         f"REGISTRY_HTTP_DEBUG_ADDR={DEBUG_ADDRESS}",
-        # Keep what was pulled: the proxy otherwise deletes cached content after 7 days (configuration.go Proxy.TTL
-        # "if not set, defaults to 7 * 24 hours; if set to zero, will never expire cache"). Tags are still resolved
-        # upstream first (registry/proxy/proxytagservice.go), so a moved tag is followed.
-        "REGISTRY_PROXY_TTL=0s",
+        # Evict what was pulled a week ago, so that what anyone pulls through the cache does not stay on the host disk
+        # for good (configuration.go Proxy.TTL: "if set to zero, will never expire cache"). Tags are resolved
+        # upstream first (registry/proxy/proxytagservice.go), so a moved tag is followed either way.
+        f"REGISTRY_PROXY_TTL={CACHE_TTL}",
+        # Expiry deletes through the local storage, which refuses unless deletes are enabled
+        # (registry/proxy/proxyregistry.go OnBlobExpire -> linkedBlobStore.Delete: ErrUnsupported), so without
+        # this nothing would ever be evicted. Clients still cannot delete: a cache answers DELETE with UNSUPPORTED
+        # (registry/handlers/manifests.go isCache; registry/proxy/proxyblobstore.go Delete).
+        "REGISTRY_STORAGE_DELETE_ENABLED=true",
     ]
     if credentials is not None and registry == "docker.io":
         env += [f"REGISTRY_PROXY_USERNAME={credentials.username}", f"REGISTRY_PROXY_PASSWORD={credentials.token}"]
