@@ -26,9 +26,51 @@ NODE = "tenant-a-worker-0"
 MIRRORS = stack_mirrors("gpu-tenancy")
 
 
+# A container node's network tools: `ip` answers as on a worker on the kind network, `iptables` keeps its rules in
+# a file and answers -C from it (as iptables does), `systemctl` only logs; every call lands in $CALLS.
+NODE_TOOLS = {
+    "ip": """#!/bin/bash
+echo "ip $*" >>"$CALLS"
+case "$*" in
+  "-4 route show default") echo "default via 172.18.0.1 dev eth0" ;;
+  "-4 -o addr show dev eth0") echo "2: eth0    inet 172.18.0.5/16 brd 172.18.255.255 scope global eth0" ;;
+esac
+""",
+    "iptables": r"""#!/bin/bash
+echo "iptables $*" >>"$CALLS"
+rules="$CALLS.rules"; touch "$rules"
+all="$*"; args="${all#-w -t mangle }"
+case "$args" in
+  -N*) grep -qx -- ":${args#-N }" "$rules" && exit 1; echo ":${args#-N }" >>"$rules" ;;
+  -F\ *) chain="${args#-F }"; grep -v -- "^-A $chain " "$rules" >"$rules.new" || true; mv "$rules.new" "$rules" ;;
+  -X\ *) grep -vx -- ":${args#-X }" "$rules" >"$rules.new" || true; mv "$rules.new" "$rules" ;;
+  -C\ *) grep -qx -- "-A ${args#-C }" "$rules" ;;
+  -A\ *) echo "$args" >>"$rules" ;;
+  -I\ *) set -- ${args#-I }; chain="$1"; shift 2; echo "-A $chain $*" >>"$rules" ;;
+  -D\ *) grep -qx -- "-A ${args#-D }" "$rules" || exit 1
+        grep -vx -- "-A ${args#-D }" "$rules" >"$rules.new" || true; mv "$rules.new" "$rules" ;;
+esac
+""",
+    "systemctl": """#!/bin/bash
+echo "systemctl $*" >>"$CALLS"
+""",
+}
+
+
+def node_tools(root: Path) -> tuple[str, Path]:
+    """A PATH with NODE_TOOLS in front, and the file their calls are logged to."""
+    bin_dir = root / "_tools"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for name, text in NODE_TOOLS.items():
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    return f"{bin_dir}:{os.environ['PATH']}", root / "_tools.calls"
+
+
 def run(root: Path, mirrors: str, kind: str = ns.NODE_KIND_CONTAINER, path: str | None = None,
         extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": path or os.environ["PATH"], ns.NODE_NAME_ENV: NODE, ns.REGISTRY_MIRRORS_ENV: mirrors,
+    tools, calls = node_tools(root)
+    env = {"PATH": path or tools, "CALLS": str(calls), ns.NODE_NAME_ENV: NODE, ns.REGISTRY_MIRRORS_ENV: mirrors,
            ns.NODE_ROOT_ENV: str(root), ns.NODE_KIND_ENV: kind, **(extra or {})}
     # As dispatch.sh runs it on a node: `bash -c <text> <name>`, stdin from /dev/null.
     return subprocess.run([shutil.which("bash"), "-c", ns.script_text(ns.NODE_MIRRORS), ns.NODE_MIRRORS],
@@ -315,3 +357,44 @@ def test_a_plain_http_mirror_on_a_server_is_never_asked_to_resolve_tags(tmp_path
     lab = run(tmp_path / "lab", mirror_lines(MIRRORS))
     assert lab.returncode == 0, lab.stderr
     assert all('["pull", "resolve"]' in text for text in files(tmp_path / "lab").values())
+
+
+def fence_rules(root: Path) -> list[str]:
+    rules = root / "_tools.calls.rules"
+    return rules.read_text().splitlines() if rules.exists() else []
+
+
+def test_a_container_node_drops_forwarded_pod_traffic_to_the_caches_and_keeps_its_own_pulls(tmp_path):
+    # Pods' connections leave masqueraded to the node's address (Calico natOutgoing), so only the node can tell
+    # them from containerd's pulls: forwarded (a pod) versus the node's own output (containerd).
+    done = run(tmp_path, mirror_lines(MIRRORS))
+    assert done.returncode == 0, done.stderr
+    assert fence_rules(tmp_path) == [":GPU-TENANCY-MIRRORS",
+                                     "-A GPU-TENANCY-MIRRORS -d 172.18.0.5/16 -p tcp --dport 5000 -j DROP",
+                                     "-A FORWARD -j GPU-TENANCY-MIRRORS"]
+    assert not any("OUTPUT" in rule for rule in fence_rules(tmp_path))
+    # Applied again at every boot of the node container (its network namespace is new then).
+    unit = (tmp_path / "etc/systemd/system/gpu-tenancy-mirror-fence.service").read_text()
+    assert "ExecStart=/usr/local/sbin/gpu-tenancy-mirror-fence" in unit and "WantedBy=multi-user.target" in unit
+    calls = (tmp_path / "_tools.calls").read_text()
+    assert "systemctl enable --quiet gpu-tenancy-mirror-fence.service" in calls
+    # A re-run leaves exactly one rule per port and one jump.
+    assert run(tmp_path, mirror_lines(MIRRORS)).returncode == 0
+    assert len(fence_rules(tmp_path)) == 3
+
+
+def test_the_delete_action_removes_the_fence_with_the_files(tmp_path):
+    assert run(tmp_path, mirror_lines(MIRRORS)).returncode == 0
+    done = run(tmp_path, "")
+    assert done.returncode == 0, done.stderr
+    assert fence_rules(tmp_path) == []
+    assert not (tmp_path / "etc/systemd/system/gpu-tenancy-mirror-fence.service").exists()
+    assert not (tmp_path / "usr/local/sbin/gpu-tenancy-mirror-fence").exists()
+
+
+def test_a_server_gets_no_fence(tmp_path):
+    # SSH workers pull through the operator's own mirrors (management.registryMirrors), not the lab's caches.
+    done = machine(tmp_path, with_config_path(DUMP_2, "/etc/containerd/certs.d"))
+    assert done.returncode == 0, done.stderr
+    assert not (tmp_path / "root/etc/systemd/system/gpu-tenancy-mirror-fence.service").exists()
+    assert systemctl_calls(tmp_path) == []

@@ -257,6 +257,62 @@ while read -r registry server mirror extra; do
   wanted+="$registry "
 done <<<"${REGISTRY_MIRRORS:-}"
 
+# The lab's caches answer anyone on the kind network, and a pod's connection leaves its node masqueraded to the node's
+# address (Calico natOutgoing), so the cache cannot tell a pod from the node's containerd. The node can: containerd's
+# pulls are the node's own (OUTPUT), a pod's packets are forwarded (FORWARD). On a container node, drop forwarded TCP
+# to the caches' ports on the kind network, in a chain of mangle FORWARD, which Calico's filter chains (whose ACCEPT
+# ends only the filter table) do not undo. A systemd unit applies it again when the container restarts (the rules
+# live in the container's network namespace, the unit on its disk).
+fence_chain=GPU-TENANCY-MIRRORS
+fence_bin="/usr/local/sbin/gpu-tenancy-mirror-fence"
+fence_unit="/etc/systemd/system/gpu-tenancy-mirror-fence.service"
+if [[ "${NODE_KIND:-container}" == container ]]; then
+  ports=""
+  while read -r registry server mirror; do
+    [[ -n "$registry" ]] || continue
+    port="${mirror#*://}"; port="${port%%/*}"
+    if [[ "$port" == *:* ]]; then port="${port##*:}"; elif [[ "$mirror" == https://* ]]; then port=443; else port=80; fi
+    [[ " $ports " == *" $port "* ]] || ports+="${ports:+ }$port"
+  done <<<"${REGISTRY_MIRRORS:-}"
+  if [[ -n "$ports" ]]; then
+    mkdir -p "$root${fence_bin%/*}" "$root${fence_unit%/*}"
+    cat >"$root$fence_bin" <<FENCE
+#!/bin/bash
+# gpu-tenancy: written by node-mirrors.sh, removed with it. Pods may not open connections to the image caches.
+set -euo pipefail
+dev="\$(ip -4 route show default | awk '{print \$5; exit}')"
+cidr="\$(ip -4 -o addr show dev "\$dev" | awk '{print \$4; exit}')"
+if [[ -z "\$cidr" ]]; then
+  echo "gpu-tenancy-mirror-fence: no IPv4 address on the default route's interface '\$dev'" >&2
+  exit 1
+fi
+iptables -w -t mangle -N $fence_chain 2>/dev/null || iptables -w -t mangle -F $fence_chain
+for port in $ports; do
+  iptables -w -t mangle -A $fence_chain -d "\$cidr" -p tcp --dport "\$port" -j DROP
+done
+iptables -w -t mangle -C FORWARD -j $fence_chain 2>/dev/null || iptables -w -t mangle -I FORWARD 1 -j $fence_chain
+FENCE
+    chmod 755 "$root$fence_bin"
+    printf '%s\n' '# gpu-tenancy: written by node-mirrors.sh, removed with it' '[Unit]' \
+      'Description=gpu-tenancy: pods may not reach the image caches' 'After=network-online.target' \
+      'Before=kubelet.service' '' '[Service]' 'Type=oneshot' "ExecStart=$fence_bin" 'RemainAfterExit=yes' '' \
+      '[Install]' 'WantedBy=multi-user.target' >"$root$fence_unit"
+    systemctl daemon-reload
+    systemctl enable --quiet "${fence_unit##*/}"
+    if ! fence_error="$("$root$fence_bin" 2>&1)"; then
+      printf 'gpu-tenancy: node %s: cannot keep pods off the image caches: %s\n' "$node" "$fence_error" >&2
+      exit 1
+    fi
+  elif [[ -e "$root$fence_unit" ]]; then
+    systemctl disable --quiet "${fence_unit##*/}" || true
+    rm -f "$root$fence_unit" "$root$fence_bin"
+    systemctl daemon-reload || true
+    iptables -w -t mangle -D FORWARD -j "$fence_chain" 2>/dev/null || true
+    iptables -w -t mangle -F "$fence_chain" 2>/dev/null || true
+    iptables -w -t mangle -X "$fence_chain" 2>/dev/null || true
+  fi
+fi
+
 # Files of ours for registries no longer listed.
 removed=0
 for file in "$certs_d"/*/hosts.toml; do
