@@ -5,6 +5,7 @@ A digest pins the bytes: a re-pushed tag cannot change what runs. Sources (multi
   (config.models.KIND_NODE_IMAGES).
 - registry.k8s.io images: the Kubernetes image promoter manifest (kubernetes/k8s.io
   registry.k8s.io/images/k8s-staging-kubernetes/images.yaml), which records every promoted tag's digest.
+- Chart images replaced or pinned through chart values: HAMi's certificate generator and kamaji-etcd's cfssl (below).
 - Not pinned, because no digest could be confirmed from the project's own records: clastix/kamaji:26.8.2-edge
   (published by Kamaji's CI only) and projecthami/mock-device-plugin:1.0.1. Pin them here once read from the
   registry (`crane digest <image>`), and other tenant versions' kube-scheduler/kube-proxy likewise.
@@ -45,12 +46,27 @@ TIGERA_OPERATOR_VERSIONS = {"v3.32.1": "v1.42.3"}
 # certificates (a dedicated etcd; pullPolicy Always via the `latest` tag).
 KAMAJI_ETCD_IMAGES = ("quay.io/coreos/etcd:v3.5.17", "quay.io/coreos/etcd:v3.5.6")
 KAMAJI_ETCD_KUBECTL = "docker.io/clastix/kubectl:v{minor}"
-DEDICATED_ETCD_IMAGES = ("docker.io/cfssl/cfssl:latest",)
+# The chart's `cfssl/cfssl:latest` (jobs.cfssl.tag "" -> "latest", etcd_job_preinstall_1.yaml) generates a dedicated
+# etcd's CA and keys and is pulled Always. Pinned instead: v1.6.5 at a digest recorded in a public Dockerfile
+# (`FROM cfssl/cfssl:v1.6.5@sha256:c901...`, found by code search; the cfssl project publishes no digests). A digest
+# only resolves in the repository that holds it, docker.io/cfssl/cfssl, so a wrong one fails the pull and cannot run
+# anyone else's image. Re-pin with `crane digest cfssl/cfssl:<tag>`.
+CFSSL_REPOSITORY = "docker.io/cfssl/cfssl"
+CFSSL_TAG = "v1.6.5@sha256:c9018c2ddf0b1f8dbef166057cc751d1becd5c3b0b7014cb9fe06972f725106f"
+DEDICATED_ETCD_IMAGES = (f"{CFSSL_REPOSITORY}:{CFSSL_TAG}",)
 # Kamaji renders CoreDNS with the kubeadm library it is built with (go.mod k8s.io/kubernetes v1.36.3), not the
 # tenant's version: kubeadm 1.36's CoreDNS, two replicas.
 TENANT_COREDNS = ("registry.k8s.io/coredns/coredns:v1.14.2", 2)
-# HAMi v2.10.0: scheduler extender and webhook (global.imageTag), and its certificate hook Jobs.
-HAMI_WEBHOOK_CERTGEN = "docker.io/liangjw/kube-webhook-certgen:v1.1.1"
+# HAMi v2.10.0's certificate hook Jobs default to `liangjw/kube-webhook-certgen:v1.1.1` (values.yaml
+# scheduler.patch.imageNew), a personal Docker Hub namespace, whose Job may update every MutatingWebhookConfiguration
+# (templates/scheduler/job-patch/clusterrole.yaml). Replaced with the Kubernetes project's own build, which takes the
+# same arguments (kubernetes/ingress-nginx controller-v1.15.1 images/kube-webhook-certgen/rootfs/cmd/create.go and
+# patch.go: --host, --namespace, --secret-name, --cert-name, --key-name; --webhook-name, --patch-validating),
+# at the digest ingress-nginx's own manifest pins (deploy/static/provider/cloud/deploy.yaml at controller-v1.15.1).
+HAMI_CERTGEN_REGISTRY = "registry.k8s.io"
+HAMI_CERTGEN_REPOSITORY = "ingress-nginx/kube-webhook-certgen"
+HAMI_CERTGEN_TAG = "v1.6.9@sha256:01038e7de14b78d702d2849c3aad72fd25903c4765af63cf16aa3398f5d5f2dd"
+HAMI_WEBHOOK_CERTGEN = f"{HAMI_CERTGEN_REGISTRY}/{HAMI_CERTGEN_REPOSITORY}:{HAMI_CERTGEN_TAG}"
 # What kindest/node preloads besides its version's kube-* images (kubeadm's CoreDNS for that version).
 PRELOADED_COREDNS = {"v1.35": "registry.k8s.io/coredns/coredns:v1.13.1",
                      "v1.36": "registry.k8s.io/coredns/coredns:v1.14.2"}

@@ -11,6 +11,7 @@ from components.gpu.values import (
     hami_values,
     nvidia_device_config,
 )
+from components.images import HAMI_WEBHOOK_CERTGEN
 from config import Versions
 from config.validate import SYSTEM_NAMESPACES
 from tests.support.chart_values import load_chart_values, unknown_value_keys
@@ -158,3 +159,17 @@ def test_the_webhook_still_calls_the_scheduler_service_on_its_port(chart, webhoo
     assert "nodePort" not in webhook_template
     assert "httpPort" not in hami_values("mock", "v1.35.0", VERSIONS)["scheduler"]["service"]
     assert chart["scheduler"]["service"]["httpPort"] == 443
+
+
+@pytest.mark.parametrize("mode", ["mock", "nvidia"])
+def test_the_certificate_jobs_run_the_kubernetes_projects_certgen_by_digest(chart, mode):
+    # HAMi v2.10.0 values.yaml: scheduler.patch.imageNew is liangjw/kube-webhook-certgen (a personal namespace) and
+    # its Job may update every MutatingWebhookConfiguration (templates/scheduler/job-patch/clusterrole.yaml).
+    assert chart["scheduler"]["patch"]["imageNew"]["repository"].startswith("liangjw/")
+    patch = hami_values(mode, "v1.35.0", Versions())["scheduler"]["patch"]
+    for key in ("image", "imageNew"):
+        image = patch[key]
+        # _commons.tpl common.images.image: registry/repository:tag.
+        assert f"{image['registry']}/{image['repository']}:{image['tag']}" == HAMI_WEBHOOK_CERTGEN
+        assert image["registry"] == "registry.k8s.io" and image["repository"] == "ingress-nginx/kube-webhook-certgen"
+        assert re.fullmatch(r"v[0-9.]+@sha256:[0-9a-f]{64}", image["tag"])

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from components.helm import helm_values_args, null_overrides, without_nulls
+from components.images import DEDICATED_ETCD_IMAGES
 from components.management.cluster import ManagementCluster, ManagementClusterArgs
 from components.management.kamaji import (
     KAMAJI_CHART,
@@ -34,8 +35,10 @@ from components.management.kamaji import (
     pool_bounds,
 )
 from components.naming import COMPONENT_PREFIX, DEFAULT_DATASTORE, KAMAJI_NAMESPACE
+from components.tenant import spec as tenant_spec
 from components.tenant.spec import ETCD_CHART
 from config import Versions
+from config.models import DataStore
 from ops import upstream
 from ops.registrations import KIND_SUBNET_V4 as MOCKED_KIND_SUBNET
 from tests.support.chart_values import load_chart_values, unknown_value_keys
@@ -222,6 +225,21 @@ def test_every_kamaji_etcd_value_key_exists_in_the_subchart(kamaji_chart, etcd_c
     # What Helm hands the subchart: its defaults, Kamaji's values for it, then ours.
     assert unknown_value_keys(ours, _helm_merge(etcd_chart, kamaji_chart["kamaji-etcd"])) == []
     assert unknown_value_keys({"replica": 1}, etcd_chart), "a misspelt subchart key shows"
+
+
+def test_every_dedicated_etcd_value_key_exists_in_the_subchart(etcd_chart):
+    ours = tenant_spec.dedicated_etcd_values(DataStore(dedicated=True))
+    assert unknown_value_keys(ours, etcd_chart) == []
+
+
+def test_a_dedicated_etcds_ca_generator_is_pinned_by_digest():
+    # kamaji-etcd v0.15.0 templates/etcd_job_preinstall_1.yaml: image "<jobs.cfssl.image>:<jobs.cfssl.tag or latest>",
+    # which generates the etcd's CA and keys; `latest` is also pulled Always.
+    cfssl = tenant_spec.dedicated_etcd_values(DataStore(dedicated=True))["jobs"]["cfssl"]
+    assert cfssl["image"] == "docker.io/cfssl/cfssl"
+    tag, _, digest = cfssl["tag"].partition("@")
+    assert tag and tag != "latest" and re.fullmatch(r"sha256:[0-9a-f]{64}", digest)
+    assert f"{cfssl['image']}:{cfssl['tag']}" in DEDICATED_ETCD_IMAGES
 
 
 def test_kamaji_values_pin_the_image_and_size_etcd_for_a_laptop():

@@ -12,7 +12,12 @@ from typing import Any, Literal
 import yaml
 
 from components.helm import Chart
-from components.images import kubernetes_image_tag
+from components.images import (
+    HAMI_CERTGEN_REGISTRY,
+    HAMI_CERTGEN_REPOSITORY,
+    HAMI_CERTGEN_TAG,
+    kubernetes_image_tag,
+)
 from config import Versions
 
 # The chart derives its object names from the release name (`hami-scheduler`, `hami-webhook`, and the mock
@@ -89,6 +94,12 @@ CHART_NODE_POLICY = "binpack"
 CHART_GPU_POLICY = "spread"
 
 
+def _certgen_image() -> dict[str, str]:
+    # charts/hami _commons.tpl common.images.image joins registry/repository:tag, so a tag@digest pins it.
+    return {"registry": HAMI_CERTGEN_REGISTRY, "repository": HAMI_CERTGEN_REPOSITORY, "tag": HAMI_CERTGEN_TAG,
+            "pullPolicy": "IfNotPresent"}
+
+
 def hami_values(
     gpu_mode: GpuMode, kubernetes_version: str, versions: Versions, runtime_class_name: str | None = None,
     node_policy: str = CHART_NODE_POLICY, gpu_policy: str = CHART_GPU_POLICY,
@@ -117,6 +128,9 @@ def hami_values(
             # tenant needs it: kube-scheduler calls the extender on 127.0.0.1 (templates/scheduler/configmap.yaml)
             # and the API server the webhook through this Service's port (templates/scheduler/webhook.yaml).
             "service": {"type": "ClusterIP"},
+            # The certificate hook Jobs (templates/scheduler/job-patch/): `imageNew` on Kubernetes >= 1.22, `image`
+            # below; both the Kubernetes project's certgen by digest instead of the chart's (components/images.py).
+            "patch": {"image": _certgen_image(), "imageNew": _certgen_image()},
             "admissionWebhook": {
                 # The chart's Ignore (charts/hami/values.yaml) admits GPU pods unmutated when the tunnel is down.
                 "failurePolicy": "Fail",

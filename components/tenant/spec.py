@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from components import kube
 from components.helm import Chart
+from components.images import CFSSL_REPOSITORY, CFSSL_TAG
 from components.naming import KAMAJI_NAMESPACE
 from components.sdk import sdk_field
 from config import Quota, Tenant
@@ -453,6 +454,8 @@ def dedicated_etcd_values(store: DataStore) -> dict[str, Any]:
         "persistentVolumeClaim": {"size": store.storage_size, "retentionPolicyWhenDeleted": "Delete"},
         "quotaBackendBytes": _mib_bytes(store.quota_mib),
         "datastore": {"enabled": False},
+        # The CA generator, by digest instead of `latest` (templates/etcd_job_preinstall_1.yaml joins image:tag).
+        "jobs": {"cfssl": {"image": CFSSL_REPOSITORY, "tag": CFSSL_TAG}},
     }
 
 
