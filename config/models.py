@@ -467,6 +467,9 @@ class Management(StrictModel):
     # that makes it, and a restart (components/worker/scripts/node-mirrors.sh). Off: such a server is refused with
     # the line to change.
     configure_containerd: bool = False
+    # A management.nodeImage or tenants[].nodeImage without @sha256:<digest> is refused unless set (an image built
+    # locally has no registry digest).
+    allow_unpinned_node_images: bool = False
     # A plain-HTTP mirror in registryMirrors is refused unless set: anyone on the path to it can substitute the
     # content. Even then it serves blobs only (by digest); tags are resolved at the registry over HTTPS.
     allow_http_mirrors: bool = False

@@ -403,6 +403,7 @@ def _stack_issues(config: StackConfig, tenants: Indexed) -> list[ConfigIssue]:
                     ))
                 seen_cards.setdefault(card.uuid, path)
     issues.extend(_container_name_issues(config, tenants))
+    issues.extend(_node_image_issues(config, tenants))
     explicit = [
         (f"tenants[{index}].{key}", cidr)
         for index, tenant in tenants
@@ -417,6 +418,27 @@ def _stack_issues(config: StackConfig, tenants: Indexed) -> list[ConfigIssue]:
             explicit[j][1],
         ))
     return issues
+
+
+def _node_image_issues(config: StackConfig, tenants: Indexed) -> list[ConfigIssue]:
+    """A node image runs as a privileged container: a tag can be moved under it, a digest cannot."""
+    if config.management.allow_unpinned_node_images:
+        return []
+    images = [(f"tenants[{index}].nodeImage", tenant.node_image) for index, tenant in tenants]
+    if not config.management.adopts_existing_cluster:
+        images.insert(0, ("management.nodeImage", config.management.node_image))
+    return [
+        ConfigIssue(
+            path,
+            "is not pinned by digest: it runs as a privileged container, and whoever can move its tag gets root on "
+            "the Docker host. Append @sha256:<digest> (kind's release notes list each kindest/node image with its "
+            "digest; `docker buildx imagetools inspect <image>` prints it), or, for an image built locally, which has "
+            "no registry digest, set management.allowUnpinnedNodeImages: true",
+            image,
+        )
+        for path, image in images
+        if image is not None and "@sha256:" not in image
+    ]
 
 
 def _container_name_issues(config: StackConfig, tenants: Indexed) -> list[ConfigIssue]:

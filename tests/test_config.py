@@ -449,3 +449,20 @@ def test_a_plain_http_mirror_for_ssh_workers_is_refused_unless_allowed_explicitl
     assert load_stack_config(raw, {"tenants"}).management.allow_http_mirrors is True
     raw["management"] = {"registryMirrors": {"docker.io": "https://mirror.corp"}}
     assert load_stack_config(raw, {"tenants"}).management.registry_mirrors == {"docker.io": "https://mirror.corp"}
+
+
+@pytest.mark.parametrize("path, key", [("management", "nodeImage"), ("tenants[0]", "nodeImage")])
+def test_a_node_image_without_a_digest_is_refused_unless_unpinned_images_are_allowed(path, key):
+    raw = base()
+    target = raw.setdefault("management", {}) if path == "management" else raw["tenants"][0]
+    target[key] = "kindest/node:v1.35.0"
+    with pytest.raises(ConfigError) as caught:
+        load_stack_config(raw)
+    (issue,) = caught.value.issues
+    assert issue.path == f"{path}.{key}"
+    assert "not pinned by digest" in issue.message and "management.allowUnpinnedNodeImages: true" in issue.message
+    target[key] = KIND_NODE_IMAGES["v1.35.0"]
+    load_stack_config(raw)
+    target[key] = "kindest/node:v1.35.0"
+    raw.setdefault("management", {})["allowUnpinnedNodeImages"] = True
+    assert load_stack_config(raw).management.allow_unpinned_node_images is True
