@@ -14,7 +14,7 @@ import yaml
 
 from components.gpu.cards import JOIN_ANNOTATION, REGISTER_ANNOTATION, device_type, gpu_capacity, register_annotation
 from components.gpu.smoke import planned_evidence
-from components.gpu.values import WEBHOOK_EXEMPT_NAMESPACES
+from components.gpu.values import HAMI_TOKEN_POLICY, WEBHOOK_EXEMPT_NAMESPACES, hami_token_policy
 from components.naming import node_name
 from config import GpuCard, SmokeTest, Tenant
 from config.models import SMOKE_TEST_NAMESPACE
@@ -407,3 +407,16 @@ def test_nvidia_mode_publishes_no_hami_port_on_the_gpu_servers_and_the_webhook_s
             "hami-scheduler": "ClusterIP", "hami-device-plugin-monitor": "ClusterIP"}
         assert node_ports(api) == []
         assert sim.output("tenants")[tenant["name"]]["smokeTest"]["schedulerName"] == "hami-scheduler"
+
+
+def test_hamis_token_policy_is_in_place_before_hami_runs(lab):
+    run = lab.run
+    policy = run.named(f"{TENANT}-hami-token-policy",
+                       "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy")
+    binding = run.named(f"{TENANT}-hami-token-policy-binding",
+                        "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding")
+    assert policy.inputs["spec"] == hami_token_policy()[0]["spec"]
+    assert binding.inputs["spec"]["policyName"] == policy.inputs["metadata"]["name"]
+    release = run.named(f"{TENANT}-hami")
+    assert run.depends_on(release, binding) and run.depends_on(binding, policy)
+    assert lab.api.find("ValidatingAdmissionPolicy", None, HAMI_TOKEN_POLICY) is not None

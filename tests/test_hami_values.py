@@ -2,12 +2,14 @@
 
 import re
 
+import kubernetes_validate
 import pytest
 import yaml
 
 from components.gpu.values import (
     WEBHOOK_EXEMPT_NAMESPACES,
     device_config_yaml,
+    hami_token_policy,
     hami_values,
     nvidia_device_config,
 )
@@ -173,3 +175,25 @@ def test_the_certificate_jobs_run_the_kubernetes_projects_certgen_by_digest(char
         assert f"{image['registry']}/{image['repository']}:{image['tag']}" == HAMI_WEBHOOK_CERTGEN
         assert image["registry"] == "registry.k8s.io" and image["repository"] == "ingress-nginx/kube-webhook-certgen"
         assert re.fullmatch(r"v[0-9.]+@sha256:[0-9a-f]{64}", image["tag"])
+
+
+def test_hamis_tokens_are_narrowed_by_an_admission_policy_for_the_charts_service_accounts(chart):
+    policy, binding = hami_token_policy()
+    for manifest in (policy, binding):
+        kubernetes_validate.validate(manifest, "1.35.0", strict=True)
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    (rule,) = spec["matchConstraints"]["resourceRules"]
+    # The main resources only: pods/binding (the scheduler's bind) stays allowed.
+    assert rule["resources"] == ["pods", "nodes"] and rule["operations"] == ["CREATE", "UPDATE"]
+    # The chart's service accounts (templates/_helpers.tpl: <release>-scheduler, -device-plugin,
+    # -mock-device-plugin in the release namespace).
+    (condition,) = spec["matchConditions"]
+    for name in ("scheduler", "device-plugin", "mock-device-plugin"):
+        assert f"'system:serviceaccount:kube-system:hami-{name}'" in condition["expression"]
+    expressions = [v["expression"] for v in spec["validations"]]
+    assert "request.operation != 'CREATE' || request.resource.resource != 'pods'" in expressions
+    assert "request.operation != 'UPDATE' || object.spec == oldObject.spec" in expressions
+    assert any("object.metadata.labels == oldObject.metadata.labels" in e and "'nodes'" in e for e in expressions)
+

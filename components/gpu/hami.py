@@ -34,7 +34,7 @@ from components.gpu.smoke import (
     smoke_namespace_metadata,
     smoke_pod_manifest,
 )
-from components.gpu.values import HAMI_CHART, hami_values
+from components.gpu.values import HAMI_CHART, hami_token_policy, hami_values
 from components.helm import helm_release
 from components.images import PAUSE_IMAGE
 from components.naming import COMPONENT_PREFIX
@@ -127,6 +127,13 @@ class TenantGpus(pulumi.ComponentResource):
                 depends_on=[*registrations, *args.depends_on])),
         )
 
+        # Before HAMi's pods get their tokens: what those tokens may do (components/gpu/values.py).
+        policy, binding = hami_token_policy()
+        token_policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+            f"{tenant}-hami-token-policy", metadata=policy["metadata"], spec=policy["spec"], opts=inside)
+        token_binding = k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+            f"{tenant}-hami-token-policy-binding", metadata=binding["metadata"], spec=binding["spec"],
+            opts=pulumi.ResourceOptions.merge(inside, pulumi.ResourceOptions(depends_on=[token_policy])))
         self.release = helm_release(
             f"{tenant}-hami",
             HAMI_CHART,
@@ -134,7 +141,7 @@ class TenantGpus(pulumi.ComponentResource):
                                args.runtime_class_name, args.tenant.scheduling.node_policy,
                                args.tenant.scheduling.gpu_policy),
             timeout=HELM_TIMEOUT_SECONDS,
-            opts=pulumi.ResourceOptions.merge(inside, pulumi.ResourceOptions(depends_on=[tunnel])),
+            opts=pulumi.ResourceOptions.merge(inside, pulumi.ResourceOptions(depends_on=[tunnel, token_binding])),
         )
 
         # The cards on each node, once its Node object exists.

@@ -94,6 +94,64 @@ CHART_NODE_POLICY = "binpack"
 CHART_GPU_POLICY = "spread"
 
 
+# Service accounts of the chart's pods that run on GPU workers or anywhere (templates/_helpers.tpl: the fullname is
+# the release name, which contains the chart name): their projected tokens sit on the node that runs them.
+HAMI_SERVICE_ACCOUNTS = tuple(f"system:serviceaccount:{HAMI_NAMESPACE}:{HAMI_RELEASE}-{name}"
+                              for name in ("scheduler", "device-plugin", "mock-device-plugin"))
+HAMI_TOKEN_POLICY = "gpu-tenancy-hami-tokens"
+
+
+def hami_token_policy() -> list[dict[str, Any]]:
+    """A ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA since Kubernetes 1.30, on by default) and its
+    binding that narrow what HAMi's tokens can do below what its chart's RBAC grants.
+
+    The chart's ClusterRoles give the nvidia device plugin pods `create, update, patch` and nodes `update, patch`
+    (templates/device-plugin/monitorrole.yaml), the scheduler pods `patch` and nodes `patch`
+    (templates/scheduler/clusterrole.yaml), the mock plugin nodes `update, patch`: with its token, root on a GPU
+    worker could start a pod under any service account or swap a running pod's image, i.e. become tenant admin.
+    What HAMi itself writes is metadata only: pod annotations (allocations) and labels (the scheduler's leader
+    label), node annotations (node locks, device registration) (pkg/util/nodelock, pkg/device-plugin/.../server.go,
+    cmd/scheduler). So for these users: no pod is created, and an update may not change a pod's or node's `spec`
+    or a node's labels. Subresources (pods/binding, which
+    the scheduler needs) are not matched.
+    """
+    users = ", ".join(f"'{user}'" for user in HAMI_SERVICE_ACCOUNTS)
+    same_labels = ("(!has(object.metadata.labels) && !has(oldObject.metadata.labels)) || "
+                   "(has(object.metadata.labels) && has(oldObject.metadata.labels) && "
+                   "object.metadata.labels == oldObject.metadata.labels)")
+    return [
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": HAMI_TOKEN_POLICY},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{
+                    "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                    "resources": ["pods", "nodes"],
+                }]},
+                "matchConditions": [{"name": "hami-service-accounts",
+                                     "expression": f"request.userInfo.username in [{users}]"}],
+                "validations": [
+                    {"expression": "request.operation != 'CREATE' || request.resource.resource != 'pods'",
+                     "message": "HAMi's service accounts may not create pods"},
+                    {"expression": "request.operation != 'UPDATE' || object.spec == oldObject.spec",
+                     "message": "HAMi's service accounts may change only the metadata of pods and nodes"},
+                    {"expression": f"request.operation != 'UPDATE' || request.resource.resource != 'nodes' || "
+                                   f"{same_labels}",
+                     "message": "HAMi's service accounts may not change node labels"},
+                ],
+            },
+        },
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": HAMI_TOKEN_POLICY},
+            "spec": {"policyName": HAMI_TOKEN_POLICY, "validationActions": ["Deny"]},
+        },
+    ]
+
+
 def _certgen_image() -> dict[str, str]:
     # charts/hami _commons.tpl common.images.image joins registry/repository:tag, so a tag@digest pins it.
     return {"registry": HAMI_CERTGEN_REGISTRY, "repository": HAMI_CERTGEN_REPOSITORY, "tag": HAMI_CERTGEN_TAG,

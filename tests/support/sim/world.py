@@ -88,6 +88,8 @@ class KubeApi:
             "Namespace", "Secret", "ConfigMap", "ServiceAccount", "Service", "Pod", "Node", "ResourceQuota",
             "NetworkPolicy", "Deployment", "DaemonSet", "StatefulSet", "Role", "RoleBinding", "ClusterRole",
             "ClusterRoleBinding", "RuntimeClass", "Lease", "EndpointSlice", "CustomResourceDefinition",
+            # admissionregistration.k8s.io/v1, served by every API server since Kubernetes 1.30.
+            "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
         }
     )
     # Admission: callables(identity, operation, obj, old) -> obj (mutated) or raise ApiError.
