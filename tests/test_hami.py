@@ -16,6 +16,7 @@ from components.gpu.cards import JOIN_ANNOTATION, REGISTER_ANNOTATION, device_ty
 from components.gpu.smoke import planned_evidence
 from components.gpu.values import HAMI_TOKEN_POLICY, WEBHOOK_EXEMPT_NAMESPACES, hami_token_policy
 from components.naming import node_name
+from components.tenant.spec import SYSTEM_NODE_LABEL
 from config import GpuCard, SmokeTest, Tenant
 from config.models import SMOKE_TEST_NAMESPACE
 from tests.support import mockrun
@@ -407,6 +408,27 @@ def test_nvidia_mode_publishes_no_hami_port_on_the_gpu_servers_and_the_webhook_s
             "hami-scheduler": "ClusterIP", "hami-device-plugin-monitor": "ClusterIP"}
         assert node_ports(api) == []
         assert sim.output("tenants")[tenant["name"]]["smokeTest"]["schedulerName"] == "hami-scheduler"
+
+
+def test_the_worker_without_gpus_is_labelled_a_system_node_before_calico_and_hami_place_controllers_there(lab):
+    # Review S-1: the tigera-operator (bind, escalate), calico-kube-controllers, HAMi's scheduler (pods patch,
+    # binding) and its certificate Jobs (every MutatingWebhookConfiguration) keep their tokens off the GPU workers.
+    run = lab.run
+    selector = {SYSTEM_NODE_LABEL: "true"}
+    node = node_name(TENANT, "cpu-0")
+    label = run.named(f"{node}-system-label", "kubernetes:core/v1:NodePatch")
+    assert label.inputs["metadata"] == {"name": node, "labels": selector,
+                                        "annotations": {JOIN_ANNOTATION: registered(lab, "cpu-0").resource_id}}
+    assert run.depends_on(label, registered(lab, "cpu-0"))
+    assert not [r for r in run.resources if r.name.endswith("-system-label") and r.name != label.name]
+    assert lab.api.find("Node", None, node)["metadata"]["labels"][SYSTEM_NODE_LABEL] == "true"
+    calico = run.named(f"{TENANT}-calico")
+    assert run.depends_on(calico, label)
+    assert calico.inputs["values"]["nodeSelector"][SYSTEM_NODE_LABEL] == "true"
+    assert calico.inputs["values"]["installation"]["calicoKubeControllersDeployment"]["spec"]["template"]["spec"][
+        "nodeSelector"] == selector
+    scheduler = run.named(f"{TENANT}-hami").inputs["values"]["scheduler"]
+    assert scheduler["nodeSelector"] == selector == scheduler["patch"]["nodeSelector"]
 
 
 def test_hamis_token_policy_is_in_place_before_hami_runs(lab):

@@ -197,3 +197,13 @@ def test_hamis_tokens_are_narrowed_by_an_admission_policy_for_the_charts_service
     assert "request.operation != 'UPDATE' || object.spec == oldObject.spec" in expressions
     assert any("object.metadata.labels == oldObject.metadata.labels" in e and "'nodes'" in e for e in expressions)
 
+
+@pytest.mark.parametrize("mode", ["mock", "nvidia"])
+def test_the_scheduler_and_certificate_jobs_run_on_system_workers_when_the_tenant_has_some(chart, mode):
+    selector = {"node-restriction.kubernetes.io/gpu-tenancy-system": "true"}
+    plain = hami_values(mode, "v1.35.0", VERSIONS)["scheduler"]
+    assert "nodeSelector" not in plain and "nodeSelector" not in plain["patch"]
+    values = hami_values(mode, "v1.35.0", VERSIONS, system_nodes=selector)
+    assert values["scheduler"]["nodeSelector"] == selector == values["scheduler"]["patch"]["nodeSelector"]
+    # scheduler.nodeSelector is read by templates/scheduler/deployment.yaml but not listed in values.yaml.
+    assert unknown_value_keys(values, chart) == ["scheduler.nodeSelector"]

@@ -17,10 +17,10 @@ import yaml
 from components.management.kamaji import kamaji_values
 from components.naming import DEFAULT_DATASTORE
 from components.tenant import spec as tenant_spec
-from config import Quota, Versions, load_stack_config
+from config import Quota, Versions, Worker, load_stack_config
 from config.models import DEFAULT_OBJECT_COUNTS
 from tests.support import netpol
-from tests.support.crd_schema import _strict, schema_errors
+from tests.support.crd_schema import _strict, crd_json_schema, schema_errors
 from tests.support.fixtures import KIND_SUBNET_V4, kubeconfig_yaml, tenant_ca_pem
 from tests.support.sim import paths
 from tests.support.sim.providers import changed_paths, k8s_path
@@ -712,3 +712,33 @@ def test_default_object_counts_leave_room_in_the_shared_etcd():
     # Two lab tenants of one namespace each, every object at its size limit, stay below the shared etcd's quota.
     shared_mib = int(kamaji_values(Versions())["kamaji-etcd"]["quotaBackendBytes"]) // 2**20
     assert 2 * worst_case_mib(DEFAULT_OBJECT_COUNTS) < shared_mib
+
+
+# --------------------------------------------------------------------------- #
+# Where the powerful controllers run (review S-1)
+# --------------------------------------------------------------------------- #
+
+
+def test_a_system_node_selector_exists_only_where_a_tenant_has_a_worker_without_gpus(tenants):
+    assert all(tenant.workers and all(w.gpus for w in tenant.workers) for tenant in tenants[:2])
+    assert [tenant_spec.system_node_selector(t) for t in tenants[:2]] == [None, None]
+    mixed = tenants[0].model_copy(update={"workers": [*tenants[0].workers, Worker(name="system")]})
+    assert tenant_spec.system_node_selector(mixed) == {tenant_spec.SYSTEM_NODE_LABEL: "true"}
+    # A label prefix NodeRestriction keeps kubelets from setting on their own Node.
+    assert tenant_spec.SYSTEM_NODE_LABEL.startswith("node-restriction.kubernetes.io/")
+
+
+def test_calico_runs_its_operator_and_kube_controllers_on_system_workers_only_when_there_are_some(tenants, vendor_dir):
+    selector = {tenant_spec.SYSTEM_NODE_LABEL: "true"}
+    plain = tenant_spec.calico_operator_values(tenants[0].pod_cidr, "1.2.3.4:6443", 2)
+    assert "nodeSelector" not in plain and "calicoKubeControllersDeployment" not in plain["installation"]
+    values = tenant_spec.calico_operator_values(tenants[0].pod_cidr, "1.2.3.4:6443", 2, selector)
+    chart = yaml.safe_load((vendor_dir / "calico" / "values.yaml").read_text())
+    # The chart's top-level nodeSelector places the tigera-operator Deployment; its own default is kept.
+    assert values["nodeSelector"] == {**chart["nodeSelector"], **selector}
+    controllers = values["installation"]["calicoKubeControllersDeployment"]
+    assert controllers["spec"]["template"]["spec"]["nodeSelector"] == selector
+    installation = {"apiVersion": "operator.tigera.io/v1", "kind": "Installation", "metadata": {"name": "default"},
+                    "spec": values["installation"]}
+    schema = crd_json_schema(vendor_dir / "calico" / "operator.tigera.io_installations.yaml", "v1")
+    assert schema_errors(installation, schema) == []

@@ -379,8 +379,10 @@ def test_a_replaced_container_leaves_and_joins_again_and_a_removed_worker_is_res
     sim.config["tenants"][0]["workers"] = sim.config["tenants"][0]["workers"][:1]
     plan = sim.up(skip_preview=True)
 
+    # Both have no cards: system workers, labelled as such (components.tenant.spec.SYSTEM_NODE_LABEL).
     gone = {f"tenant-a-{worker}-{part}" for worker in ("worker-1", "worker-2")
-            for part in ("membership", "join", "registered", "container", "image", "drain", "ready")}
+            for part in ("membership", "join", "registered", "container", "image", "drain", "ready",
+                         "system-label")}
     assert plan.names("delete") == gone, plan.render()
     assert recorder.index(("reset", "tenant-a-worker-1")) < recorder.index(("delete Node", "tenant-a-worker-1"))
     assert ("reset", "tenant-a-worker-2") not in recorder and ("delete Node", "tenant-a-worker-2") in recorder

@@ -38,6 +38,7 @@ from components.gpu.values import HAMI_CHART, hami_token_policy, hami_values
 from components.helm import helm_release
 from components.images import PAUSE_IMAGE
 from components.naming import COMPONENT_PREFIX
+from components.tenant.spec import system_node_selector
 from components.worker.access import NodeAccess
 
 # Helm waits for HAMi's Deployment, its certificate hook Jobs and (in mock mode) the plugin DaemonSet.
@@ -139,7 +140,7 @@ class TenantGpus(pulumi.ComponentResource):
             HAMI_CHART,
             values=hami_values(args.gpu_mode, args.tenant.kubernetes_version, args.versions,  # type: ignore[arg-type]
                                args.runtime_class_name, args.tenant.scheduling.node_policy,
-                               args.tenant.scheduling.gpu_policy),
+                               args.tenant.scheduling.gpu_policy, system_node_selector(args.tenant)),
             timeout=HELM_TIMEOUT_SECONDS,
             opts=pulumi.ResourceOptions.merge(inside, pulumi.ResourceOptions(depends_on=[tunnel, token_binding])),
         )

@@ -112,7 +112,7 @@ def hami_token_policy() -> list[dict[str, Any]]:
     What HAMi itself writes is metadata only: pod annotations (allocations) and labels (the scheduler's leader
     label), node annotations (node locks, device registration) (pkg/util/nodelock, pkg/device-plugin/.../server.go,
     cmd/scheduler). So for these users: no pod is created, and an update may not change a pod's or node's `spec`
-    or a node's labels. Subresources (pods/binding, which
+    or a node's labels (the platform's controllers are placed by a node label). Subresources (pods/binding, which
     the scheduler needs) are not matched.
     """
     users = ", ".join(f"'{user}'" for user in HAMI_SERVICE_ACCOUNTS)
@@ -161,10 +161,13 @@ def _certgen_image() -> dict[str, str]:
 def hami_values(
     gpu_mode: GpuMode, kubernetes_version: str, versions: Versions, runtime_class_name: str | None = None,
     node_policy: str = CHART_NODE_POLICY, gpu_policy: str = CHART_GPU_POLICY,
+    system_nodes: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Values for the `hami` chart in a tenant running `kubernetes_version`, scheduling with the tenant's
     `scheduling` policies (only written when they differ from the chart's, so a stack that sets none keeps its
-    release values)."""
+    release values); `system_nodes`: the node selector of the tenant's workers without GPUs, where the scheduler
+    (pods patch, binding) and the certificate Jobs (update on every MutatingWebhookConfiguration) then run instead
+    of on a GPU worker."""
     if gpu_mode not in ("mock", "nvidia"):
         raise ValueError(f"gpuMode must be 'mock' or 'nvidia', got {gpu_mode!r}")
     mock = gpu_mode == "mock"
@@ -202,6 +205,10 @@ def hami_values(
     if (node_policy, gpu_policy) != (CHART_NODE_POLICY, CHART_GPU_POLICY):
         values["scheduler"]["defaultSchedulerPolicy"] = {"nodeSchedulerPolicy": node_policy,
                                                          "gpuSchedulerPolicy": gpu_policy}
+    if system_nodes:
+        # templates/scheduler/deployment.yaml and job-patch/*.yaml read these.
+        values["scheduler"]["nodeSelector"] = dict(system_nodes)
+        values["scheduler"]["patch"]["nodeSelector"] = dict(system_nodes)
     if mock:
         values["mockDevicePlugin"]["image"] = {"tag": versions.mock_device_plugin}
         values["device-config"] = {"content": device_config_yaml()}

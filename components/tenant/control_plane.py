@@ -316,6 +316,7 @@ class TenantCni(pulumi.ComponentResource):
         super().__init__(f"{COMPONENT_PREFIX}:TenantCni", name, None, opts)
         _, pod_cidr = tenant_spec.resolved_cidrs(args.tenant)
         workers = len(args.tenant.workers)
+        system_nodes = tenant_spec.system_node_selector(args.tenant)
         inside = pulumi.ResourceOptions(parent=self, provider=args.tenant_provider, deleted_with=args.deleted_with)
         calico_crds = helm_release(
             f"{name}-calico-crds",
@@ -328,7 +329,7 @@ class TenantCni(pulumi.ComponentResource):
             f"{name}-calico",
             tenant_spec.CALICO_OPERATOR_CHART,
             values=pulumi.Output.from_input(args.endpoint).apply(
-                lambda endpoint: tenant_spec.calico_operator_values(pod_cidr, endpoint, workers)
+                lambda endpoint: tenant_spec.calico_operator_values(pod_cidr, endpoint, workers, system_nodes)
             ),
             create_namespace=True,
             timeout=CALICO_TIMEOUT_SECONDS,

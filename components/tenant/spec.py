@@ -477,10 +477,31 @@ CALICO_OPERATOR_CHART = Chart("calico", "tigera-operator", CALICO_NAMESPACE)
 CALICO_BLOCK_SIZE = 26
 
 
-def calico_operator_values(pod_cidr: str, endpoint: str, workers: int) -> dict[str, Any]:
-    """tigera-operator chart values: one VXLAN pool over the tenant's pod range."""
+# The label of a tenant's workers without GPUs, where the platform's most powerful controllers then run. The
+# `node-restriction.kubernetes.io/` prefix is one a kubelet may not set on its own Node (NodeRestriction admission,
+# kubernetes plugin/pkg/admission/noderestriction): root on a GPU worker cannot label that worker a system one and
+# draw the controllers, and their tokens, to it. The program sets it from the Pulumi host.
+SYSTEM_NODE_LABEL = "node-restriction.kubernetes.io/gpu-tenancy-system"
+
+
+def system_node_selector(tenant: Tenant) -> dict[str, str] | None:
+    """{SYSTEM_NODE_LABEL: "true"} when the tenant has a worker without GPUs, else None (no place but GPU workers)."""
+    return {SYSTEM_NODE_LABEL: "true"} if any(not worker.gpus for worker in tenant.workers) else None
+
+
+def calico_operator_values(pod_cidr: str, endpoint: str, workers: int,
+                           system_nodes: dict[str, str] | None = None) -> dict[str, Any]:
+    """tigera-operator chart values: one VXLAN pool over the tenant's pod range. With `system_nodes`, the operator
+    (whose ClusterRole may bind and escalate roles: charts/tigera-operator/templates/tigera-operator/
+    02-role-tigera-operator.yaml) and calico-kube-controllers run only there."""
     host, port = split_endpoint(endpoint)
-    return {
+    placement: dict[str, Any] = {}
+    if system_nodes:
+        placement = {
+            # The chart's own default (values.yaml nodeSelector) kept; Helm merges the maps.
+            "nodeSelector": {"kubernetes.io/os": "linux", **system_nodes},
+        }
+    values: dict[str, Any] = {
         "installation": {
             "calicoNetwork": {
                 # VXLAN needs no BGP peering between the worker containers.
@@ -507,7 +528,13 @@ def calico_operator_values(pod_cidr: str, endpoint: str, workers: int) -> dict[s
         # Host-networked operator and calico-node reach the API server directly, not via a Service
         # that only works once kube-proxy (and so a node) is up.
         "kubernetesServiceEndpoint": {"host": host, "port": port},
+        **placement,
     }
+    if system_nodes:
+        # Installation.spec.calicoKubeControllersDeployment (operator.tigera.io CRD): a pod-template override.
+        values["installation"]["calicoKubeControllersDeployment"] = {
+            "spec": {"template": {"spec": {"nodeSelector": dict(system_nodes)}}}}
+    return values
 
 
 # --------------------------------------------------------------------------- #

@@ -17,11 +17,13 @@ import pulumi_kubernetes as k8s
 import config
 from components import host_operations
 from components.gpu import hami
+from components.gpu.cards import JOIN_ANNOTATION
 from components.gpu.hami import GpuNode, TenantGpus, TenantGpusArgs
 from components.management.cluster import ManagementCluster
 from components.management.image_cache import RegistryMirror, worker_mirrors
 from components.management.kamaji import Kamaji
 from components.naming import COMPONENT_PREFIX, node_name
+from components.tenant import spec as tenant_spec
 from components.tenant.control_plane import TenantCni, TenantCniArgs, TenantControlPlane, TenantControlPlaneArgs
 from components.worker.node import NvidiaWorker, TenantAccess, WorkerNode, WorkerNodeArgs, worker_image
 
@@ -151,13 +153,29 @@ class Tenant(pulumi.ComponentResource):
                 ),
                 _formerly_top_level(self),
             ))
+        # Workers without GPUs get the system label, which a kubelet cannot set on itself, before Calico and HAMi
+        # place their controllers by it (components.tenant.spec.SYSTEM_NODE_LABEL).
+        system_nodes = tenant_spec.system_node_selector(tenant)
+        self.system_labels = [
+            k8s.core.v1.NodePatch(
+                f"{node.access.node_name}-system-label",
+                # The join id: a rejoined worker is a fresh Node without the label, and an unchanged patch would
+                # never be sent again.
+                metadata={"name": node.access.node_name, "labels": dict(system_nodes),
+                          "annotations": {JOIN_ANNOTATION: node.registered.id}},
+                opts=pulumi.ResourceOptions(parent=self, provider=control_plane.provider,
+                                            deleted_with=control_plane.tcp, depends_on=[node.registered]),
+            )
+            for worker, node in zip(tenant.workers, self.workers, strict=True)
+            if system_nodes and not worker.gpus
+        ]
         cni = TenantCni(
             tenant.name,
             TenantCniArgs(
                 tenant=tenant,
                 tenant_provider=control_plane.provider,
                 endpoint=control_plane.endpoint,
-                depends_on=[node.registered for node in self.workers],
+                depends_on=[*(node.registered for node in self.workers), *self.system_labels],
                 deleted_with=control_plane.tcp,
             ),
             _formerly_top_level(self),
