@@ -101,6 +101,13 @@ HAMI_SERVICE_ACCOUNTS = tuple(f"system:serviceaccount:{HAMI_NAMESPACE}:{HAMI_REL
 HAMI_TOKEN_POLICY = "gpu-tenancy-hami-tokens"
 
 
+def _unchanged(field: str) -> str:
+    """CEL: `field` is the same in the new and the old object; absent in both counts as the same (selecting an
+    absent field is an error in CEL, which failurePolicy Fail would turn into a refusal)."""
+    new, old = f"object.{field}", f"oldObject.{field}"
+    return f"((!has({new}) && !has({old})) || (has({new}) && has({old}) && {new} == {old}))"
+
+
 def hami_token_policy() -> list[dict[str, Any]]:
     """A ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA since Kubernetes 1.30, on by default) and its
     binding that narrow what HAMi's tokens can do below what its chart's RBAC grants.
@@ -116,9 +123,6 @@ def hami_token_policy() -> list[dict[str, Any]]:
     the scheduler needs) are not matched.
     """
     users = ", ".join(f"'{user}'" for user in HAMI_SERVICE_ACCOUNTS)
-    same_labels = ("(!has(object.metadata.labels) && !has(oldObject.metadata.labels)) || "
-                   "(has(object.metadata.labels) && has(oldObject.metadata.labels) && "
-                   "object.metadata.labels == oldObject.metadata.labels)")
     return [
         {
             "apiVersion": "admissionregistration.k8s.io/v1",
@@ -135,10 +139,10 @@ def hami_token_policy() -> list[dict[str, Any]]:
                 "validations": [
                     {"expression": "request.operation != 'CREATE' || request.resource.resource != 'pods'",
                      "message": "HAMi's service accounts may not create pods"},
-                    {"expression": "request.operation != 'UPDATE' || object.spec == oldObject.spec",
+                    {"expression": f"request.operation != 'UPDATE' || {_unchanged('spec')}",
                      "message": "HAMi's service accounts may change only the metadata of pods and nodes"},
                     {"expression": f"request.operation != 'UPDATE' || request.resource.resource != 'nodes' || "
-                                   f"{same_labels}",
+                                   f"{_unchanged('metadata.labels')}",
                      "message": "HAMi's service accounts may not change node labels"},
                 ],
             },
