@@ -1,5 +1,6 @@
 """HAMi's Helm values, checked against the vendored chart (HAMi v2.10.0 charts/hami, no values schema)."""
 
+import json
 import re
 
 import kubernetes_validate
@@ -209,3 +210,52 @@ def test_the_scheduler_and_certificate_jobs_run_on_system_workers_when_the_tenan
     assert values["scheduler"]["nodeSelector"] == selector == values["scheduler"]["patch"]["nodeSelector"]
     # scheduler.nodeSelector is read by templates/scheduler/deployment.yaml but not listed in values.yaml.
     assert unknown_value_keys(values, chart) == ["scheduler.nodeSelector"]
+
+
+SA = "system:serviceaccount:kube-system:hami-"
+POD = {"metadata": {"name": "p", "labels": {"app": "x"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+NODE = {"metadata": {"name": "n"}, "spec": {"podCIDR": "10.0.0.0/24"}}
+
+
+def _with(obj, **parts):
+    changed = json.loads(json.dumps(obj))
+    for path, value in parts.items():
+        *keys, last = path.split("__")
+        node = changed
+        for key in keys:
+            node = node.setdefault(key, {})
+        node[last] = value
+    return changed
+
+
+@pytest.mark.parametrize("user, operation, resource, new, old, allowed", [
+    # What HAMi itself writes: annotations on pods and nodes, its scheduler's leader label on its own pod.
+    (SA + "device-plugin", "UPDATE", "pods", _with(POD, metadata__annotations={"hami.io/vgpu-node": "n"}), POD, True),
+    (SA + "scheduler", "UPDATE", "pods", _with(POD, metadata__labels={"hami.io/role": "leader"}), POD, True),
+    (SA + "scheduler", "UPDATE", "nodes", _with(NODE, metadata__annotations={"hami.io/mutex.lock": "t"}), NODE, True),
+    (SA + "scheduler", "UPDATE", "nodes", {"metadata": {"name": "n", "annotations": {"a": "b"}}},
+     {"metadata": {"name": "n"}}, True),
+    # What would make root on a GPU worker tenant admin, or draw the controllers to it.
+    (SA + "device-plugin", "CREATE", "pods", POD, None, False),
+    (SA + "scheduler", "UPDATE", "pods", _with(POD, spec__containers=[{"name": "c", "image": "evil"}]), POD, False),
+    (SA + "mock-device-plugin", "UPDATE", "nodes",
+     _with(NODE, metadata__labels={"node-restriction.kubernetes.io/gpu-tenancy-system": "true"}), NODE, False),
+    (SA + "device-plugin", "UPDATE", "nodes", _with(NODE, spec__taints=[{"key": "x", "effect": "NoExecute"}]), NODE,
+     False),
+    # Anyone else is not this policy's business.
+    ("kubernetes-admin", "CREATE", "pods", POD, None, True),
+])
+def test_the_token_policy_admits_what_hami_writes_and_refuses_the_rest(user, operation, resource, new, old, allowed):
+    # Core CEL only (has, ==, in), which cel-python evaluates as the API server's cel-go does.
+    celpy = pytest.importorskip("celpy", reason="cel-python (requirements-dev.txt) evaluates the policy's CEL")
+    spec = hami_token_policy()[0]["spec"]
+    activation = celpy.json_to_cel({"request": {"userInfo": {"username": user}, "operation": operation,
+                                                "resource": {"group": "", "version": "v1", "resource": resource}},
+                                    "object": new, "oldObject": old})
+    env = celpy.Environment()
+
+    def holds(expression):
+        return bool(env.program(env.compile(expression)).evaluate(activation))
+
+    matched = all(holds(condition["expression"]) for condition in spec["matchConditions"])
+    assert (not matched or all(holds(v["expression"]) for v in spec["validations"])) is allowed
