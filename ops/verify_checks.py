@@ -1067,9 +1067,11 @@ def _cache_reach(tenant: TenantTarget, platform: Platform) -> _Reach | None:
         return None
     probes = [_Probe(cache.address or cache.host, port) for cache in platform.image_caches
               for port in dict.fromkeys((cache.port, image_cache.DEBUG_PORT))]
-    fix = ("the caches must answer the nodes only: keep tenant pods from the caches' addresses (a NetworkPolicy "
-           "or Calico policy in every tenant denying egress to them; the nodes' containerd is not a pod and "
-           "is not affected)")
+    fix = ("the caches must answer the nodes only: each container node drops its pods' connections to them "
+           "(unit gpu-tenancy-mirror-fence, chain GPU-TENANCY-MIRRORS in iptables' mangle FORWARD, installed by "
+           "node-mirrors.sh: `make up` puts it back; see it with `docker exec <node> iptables -t mangle -S "
+           "GPU-TENANCY-MIRRORS`), or keep tenant pods from the caches' addresses with a NetworkPolicy or Calico "
+           "policy in every tenant denying egress to them (the nodes' containerd is not a pod and is not affected)")
     return _Reach("pod → image caches", tenant, "image caches", probes, never=fix, owner="the lab")
 
 

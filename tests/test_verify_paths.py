@@ -104,7 +104,7 @@ def test_hami_extender_on_a_node_port_the_chart_does_not_default_to(platform):
 def test_image_caches_closed_and_open(platform):
     result = check(platform)["pod → image caches"]
     assert result.ok and "172.18.0.5:5000" in result.detail and "filtered" in result.detail
-    # Nothing keeps tenant-a's pods from the caches (today's lab, S-7): the proxy answers them.
+    # Nothing keeps tenant-a's pods from the caches (a node without its mirror fence, S-7): the proxy answers them.
     platform.tenants["tenant-a"].network_policies.clear()
     result = check(platform)["pod → image caches"]
     assert result.failed
