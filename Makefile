@@ -111,22 +111,24 @@ secret: backend
 # removed when it ends.
 PRIVATE_TMP := tmp="$$(mktemp -d)" && trap 'rm -rf "$$tmp"' EXIT && TMPDIR="$$tmp"
 
-# In this order, one step after the other: the host and stack checks (no download needed, so the preflight table
-# appears even offline), then the pinned chart (the fetch stops at the first unreachable host), then its check.
-up: venv
+# What `make up` and `make preview` do first, in this order, one step after the other: the host and stack checks (no
+# download needed, so the preflight table appears even offline), then the pinned charts (the fetch stops at the first
+# unreachable host), then their check, then the backend and stack.
+define BEFORE_PULUMI
 	@$(PY) -m ops.preflight --stack $(STACK)
 	$(PY) -m ops.upstream fetch --group chart
 	@$(PY) -m ops.upstream verify --group chart
-	@$(MAKE) --no-print-directory backend
+	+@$(MAKE) --no-print-directory backend
+endef
+
+up: venv
+	$(BEFORE_PULUMI)
 	$(PRIVATE_TMP) pulumi up --stack $(STACK) $(PULUMI_FLAGS)
 	@$(PY) -m ops.status --stack $(STACK) || true
 
 # What `make up` would do, with the same steps before it (and the same private TMPDIR: the kubeconfig file).
 preview: venv
-	@$(PY) -m ops.preflight --stack $(STACK)
-	$(PY) -m ops.upstream fetch --group chart
-	@$(PY) -m ops.upstream verify --group chart
-	@$(MAKE) --no-print-directory backend
+	$(BEFORE_PULUMI)
 	$(PRIVATE_TMP) pulumi preview --stack $(STACK) $(PULUMI_FLAGS)
 
 # A cluster that no longer answers cannot stop a tear-down: its objects are dropped from the state
