@@ -104,8 +104,11 @@ def test_hami_extender_on_a_node_port_the_chart_does_not_default_to(platform):
 def test_image_caches_closed_and_open(platform):
     result = check(platform)["pod → image caches"]
     assert result.ok and "172.18.0.5:5000" in result.detail and "filtered" in result.detail
-    # Nothing keeps tenant-a's pods from the caches (a node without its mirror fence, S-7): the proxy answers them.
-    platform.tenants["tenant-a"].network_policies.clear()
+    # A host-network pod is the node itself, which pulls from the caches: the fence drops only forwarded traffic.
+    assert platform.tenants["tenant-a"].network.outcome(platform.tenants["tenant-a"], {
+        "metadata": {"namespace": "default"}, "spec": {"hostNetwork": True}}, "172.18.0.5", 5000) == "connected"
+    # Nothing keeps tenant-a's pods from the caches (its node without its mirror fence, S-7): the proxy answers them.
+    platform.tenants["tenant-a"].network.fenced_nodes.clear()
     result = check(platform)["pod → image caches"]
     assert result.failed
     assert "connected to 172.18.0.5:5000, 172.18.0.6:5000, 172.18.0.7:5000" in result.detail

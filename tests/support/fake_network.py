@@ -17,6 +17,9 @@ The rules, each from the component that enforces it:
   flag, so packets pass unjudged when nobody reads it); "none" never;
 - the management pod network is not routed from tenant workers (the packet leaves by the worker's default route
   and nobody answers) unless `routed_pod_network` says a route was added;
+- a container node's mirror fence (components/worker/scripts/node-mirrors.sh: a mangle FORWARD chain that drops
+  forwarded TCP to the kind network on the caches' ports) drops what its pods send there; a host-network pod's
+  traffic is the node's own, not forwarded, so the fence does not see it;
 - names do not resolve in a tenant pod: the probes that matter use addresses.
 """
 
@@ -62,6 +65,9 @@ class FakeNetwork:
     # Other hosts on the kind network (the image caches): address -> ports something listens on.
     hosts: dict[str, set[int]] = field(default_factory=dict)
     routed_pod_network: bool = False
+    # The kind network, and the nodes whose mirror fence is in place: node address -> the TCP ports it drops.
+    kind_network: str = "172.18.0.0/16"
+    fenced_nodes: dict[str, set[int]] = field(default_factory=dict)
 
     def enforces(self) -> bool:
         return self.cni == "calico" or (self.cni == "kindnetd" and self.kindnetd_reading)
@@ -84,6 +90,9 @@ class FakeNetwork:
         if not _dig(pod, "spec", "hostNetwork") and not netpol.allowed(_policies(source), "egress", namespace, labels, netpol.Peer(host), port):
             return "filtered"
         worker = next((node_address(n) for n in source.nodes if node_address(n)), None)
+        if (not _dig(pod, "spec", "hostNetwork") and port in self.fenced_nodes.get(worker or "", set())
+                and _in(host, [self.kind_network])):
+            return "filtered"  # GPU-TENANCY-MIRRORS -> DROP
         return self._deliver(netpol.Peer(worker or "0.0.0.0"), host, port, from_tenant=True)
 
     def _deliver(self, peer: netpol.Peer, host: str, port: int, from_tenant: bool) -> str:

@@ -36,7 +36,7 @@ from components.kube import ApiError, UnreachableError
 from components.management.image_cache import CERTS_D, MIRRORED_REGISTRIES, hosts_toml
 from components.management.kamaji import etcd_network_policy
 from components.tenant.spec import isolation_network_policy
-from tests.support.fake_network import FakeNetwork
+from tests.support.fake_network import FakeNetwork, node_address
 
 Json = dict[str, Any]
 
@@ -152,14 +152,6 @@ def baseline_violations(pod: Json) -> list[str]:
 MANAGEMENT_NODE_ADDRESS = "172.18.0.2"
 # Where Docker put each pull-through cache on the kind network.
 CACHE_ADDRESSES = {registry: f"172.18.0.{5 + index}" for index, registry in enumerate(MIRRORED_REGISTRIES)}
-
-
-def cache_fence(namespace: str) -> Json:
-    """Stands for whatever keeps a tenant's pods from the image caches: egress anywhere but to the caches."""
-    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-            "metadata": {"name": "no-image-caches", "namespace": namespace},
-            "spec": {"podSelector": {}, "policyTypes": ["Egress"], "egress": [{"to": [{"ipBlock": {
-                "cidr": "0.0.0.0/0", "except": [f"{a}/32" for a in CACHE_ADDRESSES.values()]}}]}]}}
 
 
 def default_reach(host: str) -> str:
@@ -697,7 +689,6 @@ def healthy_platform(tenants: Iterable[str] = ("tenant-a", "tenant-b"), gpu_mode
             "metadata": {"name": "hami-scheduler", "namespace": "kube-system"},
             "spec": {"type": "ClusterIP", "ports": [{"name": "http", "port": 443}, {"name": "scheduler",
                                                                                     "port": 31998}]}}
-        cluster.network_policies["default"] = [cache_fence("default")]
         # One agent per node (a DaemonSet), each with its tunnel to the tenant's Konnectivity server open.
         cluster.konnectivity_server = (endpoint.split(":")[0], 8132)
         for node_name in planned:
@@ -773,7 +764,9 @@ def healthy_platform(tenants: Iterable[str] = ("tenant-a", "tenant-b"), gpu_mode
             "quota": None,
         }
         clusters[name] = cluster
-    network = FakeNetwork(management, clusters, hosts={address: {5000} for address in CACHE_ADDRESSES.values()})
+    # Every container node has its mirror fence on the caches' port (node-mirrors.sh).
+    network = FakeNetwork(management, clusters, hosts={address: {5000} for address in CACHE_ADDRESSES.values()},
+                          fenced_nodes={node_address(n): {5000} for c in clusters.values() for n in c.nodes})
     for cluster in (management, *clusters.values()):
         cluster.network = network
     # Every node pulls through the caches: node-mirrors.sh wrote its hosts.toml files.
