@@ -63,6 +63,7 @@ describe each release's chart files (chart_digest).
 from __future__ import annotations
 
 import argparse
+import copy
 import errno
 import hashlib
 import json
@@ -105,20 +106,33 @@ class UnreachableError(UpstreamError):
 # --------------------------------------------------------------------------------------------------- manifest
 
 
+# A manifest file's validated entries, by the sha256 of its bytes: a program run asks for them once per Helm release
+# and per chart's CRDs (components/helm.py), three dozen times, and parsing and validating costs ~9 ms each time,
+# reading and hashing the file well under one.
+_VALIDATED: dict[str, list[dict]] = {}
+
+
 def load_manifest(manifest: Path | str | Sequence[dict] | None = None) -> list[dict]:
-    """The manifest entries, validated. `manifest` is a path, a ready list of entries, or None (the default)."""
+    """The manifest entries, validated. `manifest` is a path, a ready list of entries, or None (the default).
+    Every caller gets its own copy of the entries."""
     if manifest is None or isinstance(manifest, (str, Path)):
         path = Path(manifest) if manifest is not None else MANIFEST
         try:
-            entries = json.loads(path.read_text(encoding="utf-8"))
+            data = path.read_bytes()
+            digest = hashlib.sha256(data).hexdigest()
+            if digest not in _VALIDATED:
+                _VALIDATED[digest] = _validated(json.loads(data.decode("utf-8")))
         except (OSError, ValueError) as err:
             raise UpstreamError(f"cannot read manifest {path}: {err}") from err
-    else:
-        entries = list(manifest)
+        return copy.deepcopy(_VALIDATED[digest])
+    return _validated(list(manifest))
+
+
+def _validated(entries: object) -> list[dict]:
     problems = manifest_problems(entries)
     if problems:
         raise UpstreamError("invalid upstream manifest:\n  " + "\n  ".join(problems))
-    return entries
+    return entries  # type: ignore[return-value]
 
 
 def manifest_problems(entries: object) -> list[str]:

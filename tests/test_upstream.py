@@ -506,6 +506,22 @@ def test_manifest_validation_rejects_duplicates_and_missing_hashes(manifest):
     assert any("needs exactly one of sha256 / git_blob, has none" in p for p in problems)
 
 
+def test_a_manifest_file_is_read_again_when_it_changes_and_each_caller_gets_its_own_copy(manifest, tmp_path):
+    """load_manifest keeps a file's validated entries while the file is unchanged (a program run asks for them once
+    per Helm release): an edited file is read and validated again, and no caller can change another's entries."""
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps(manifest))
+    first = upstream.load_manifest(path)
+    first[0]["dest"] = "changed/by/a/caller"
+    assert upstream.load_manifest(path) == manifest
+    edited = [dict(manifest[0], ref="1" * 40), *manifest[1:]]
+    path.write_text(json.dumps(edited))
+    assert upstream.load_manifest(path)[0]["ref"] == "1" * 40
+    path.write_text(json.dumps([dict(manifest[0], ref="v1")]))
+    with pytest.raises(upstream.UpstreamError, match="ref must be a full 40-hex commit id"):
+        upstream.load_manifest(path)
+
+
 def test_vendor_dir_fixture_order(manifest, server, tmp_path):
     """../shared/vendor first, else a complete verified .cache copy, else nothing (the fixture then skips)."""
     shared = tmp_path / "shared"
