@@ -19,10 +19,11 @@ NODE_LEAVE = "node-leave.sh"
 KIND_CREATE = "kind-create.sh"
 KIND_DELETE = "kind-delete.sh"
 NODE_MIRRORS = "node-mirrors.sh"
+NODE_UPGRADE = "node-upgrade.sh"
 DISPATCH = "dispatch.sh"
 CONTAINER_EXEC = "container-exec.sh"
 # The scripts dispatch.sh may run on a node.
-NODE_SCRIPT_NAMES = (NODE_JOIN, NODE_LEAVE, NODE_MIRRORS)
+NODE_SCRIPT_NAMES = (NODE_JOIN, NODE_LEAVE, NODE_MIRRORS, NODE_UPGRADE)
 SCRIPT_NAMES = (*NODE_SCRIPT_NAMES, KIND_CREATE, KIND_DELETE, DISPATCH, CONTAINER_EXEC)
 _SCRIPT_DIRS = {KIND_CREATE: MANAGEMENT_SCRIPTS, KIND_DELETE: MANAGEMENT_SCRIPTS,
                 **{name: WORKER_SCRIPTS for name in (*NODE_SCRIPT_NAMES, DISPATCH, CONTAINER_EXEC)}}
@@ -56,6 +57,10 @@ NODE_JOIN_ENV = (
 GPU_MODE_ENV = "GPU_MODE"  # "nvidia"; unset otherwise
 NVIDIA_RUNTIME_CLASS_ENV = "NVIDIA_RUNTIME_CLASS"  # nvidia.runtimeClassName, "" when nvidia must be the default
 GPU_UUIDS_ENV = "GPU_UUIDS"  # the configured cards' UUIDs, space-separated
+# node-upgrade.sh (run on SSH workers; NODE_NAME_ENV and TENANT_VERSION_ENV too).
+UPGRADE_MODE_ENV = "UPGRADE_MODE"
+UPGRADE_MODE_RECORD = "record"  # just joined at TENANT_VERSION: record it, change nothing
+UPGRADE_MODE_UPGRADE = "upgrade"  # the version changed: check the packages, kubeadm upgrade node, restart kubelet
 # node-mirrors.sh (run on the kind node and on workers).
 REGISTRY_MIRRORS_ENV = "REGISTRY_MIRRORS"  # lines "<registry> <upstream server URL> <mirror URL>"
 CONFIGURE_CONTAINERD_ENV = "CONFIGURE_CONTAINERD"  # "true": containerd 2.x may get our drop-in and a restart

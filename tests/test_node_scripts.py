@@ -29,6 +29,7 @@ TOKEN_SECRET = TOKEN.split(".")[1]
 ENDPOINT = "172.18.255.200:6443"
 CA_HASH = "sha256:" + "ab" * 32
 VERSION = "v1.35.0"
+NEW = "v1.36.1"  # the version node-upgrade.sh brings a server to
 
 
 def pem(seed: bytes, width: int = 64, newline: str = "\n") -> str:
@@ -57,7 +58,7 @@ SYSTEM_TOOLS = ("bash", "env", "mktemp", "rm", "wc", "sleep", "cat", "cp", "stat
 PRELUDE = r"""#!/bin/bash
 set -u
 env >>"$CALLS/env.log"
-rec() { local name=$1; shift; { printf '%s' "$#"; printf '\x1f%s' "$@"; printf '\n'; } >>"$CALLS/$name.argv"; }
+rec() { local name=$1; shift; { printf '%s' "$#"; printf '\x1f%s' "$@"; printf '\n'; } >>"$CALLS/$name.argv"; printf '%s %s\n' "$name" "$*" >>"$CALLS/sequence.log"; }
 next_count() { local f="$CALLS/$1.count" n; n=$(( $(cat "$f" 2>/dev/null || echo 0) + 1 )); echo "$n" >"$f"; echo "$n"; }
 pick() { local -a plan; read -r -a plan <<<"$1"; local i=$(( $2 - 1 )); if (( i < ${#plan[@]} )); then echo "${plan[$i]}"; else echo "${plan[-1]}"; fi; }
 """
@@ -100,6 +101,13 @@ case "$1" in
         echo "error: bootstrap token secret $secret rejected" >&2
         exit 1 ;;
     esac ;;
+  upgrade)
+    [[ "$*" == "upgrade node" ]] || { echo "stub kubeadm: expected upgrade node" >&2; exit 2; }
+    [[ "${KUBEADM_UPGRADE_FAILS:-}" == 1 ]] && { echo 'unable to fetch the kubeadm-config ConfigMap: configmaps "kubeadm-config" is forbidden' >&2; exit 1; }
+    mkdir -p "$GPU_TENANCY_NODE_ROOT/var/lib/kubelet"
+    echo "kubelet configuration of the cluster" >"$GPU_TENANCY_NODE_ROOT/var/lib/kubelet/config.yaml"
+    echo '[upgrade/kubelet-config] The kubelet configuration for this node was successfully upgraded!'
+    exit 0 ;;
   reset)
     if [[ "${KUBEADM_RESET_FAILS:-}" == 1 ]]; then
       echo "[reset] unable to stop the kubelet: Failed to stop kubelet.service: Connection timed out" >&2
@@ -287,6 +295,23 @@ class Node:
 
     def run_join(self, kind: str = ns.NODE_KIND_CONTAINER, **env: str | None) -> subprocess.CompletedProcess[str]:
         return self.run(ns.script_text(ns.NODE_JOIN), **{**JOIN_ENV, ns.NODE_KIND_ENV: kind, **env})
+
+    def run_upgrade(self, mode: str = ns.UPGRADE_MODE_UPGRADE, **env: str | None) -> subprocess.CompletedProcess[str]:
+        return self.run(ns.script_text(ns.NODE_UPGRADE), **{ns.NODE_NAME_ENV: NODE, ns.TENANT_VERSION_ENV: NEW,
+                                                             ns.UPGRADE_MODE_ENV: mode, **env})
+
+    def sequence(self) -> list[str]:
+        """Every stub call that may change the node, in the order they happened ("<tool> <args>"); version queries
+        (`kubelet --version`; kubeadm records none) change nothing."""
+        path = self.calls_dir / "sequence.log"
+        return [line for line in (path.read_text().splitlines() if path.exists() else [])
+                if line != "kubelet --version"]
+
+    def add_tool(self, name: str) -> None:
+        """A tool that is only looked for (a package manager): present, never to be run."""
+        path = self.base / "bin" / name
+        path.write_text(PRELUDE + f'rec {name} "$@"\necho "stub {name}: must not run" >&2\nexit 2\n')
+        path.chmod(path.stat().st_mode | stat.S_IXUSR)
 
     def run_leave(self, kind: str = ns.NODE_KIND_CONTAINER, **env: str | None) -> subprocess.CompletedProcess[str]:
         return self.run(ns.script_text(ns.NODE_LEAVE), **{ns.NODE_NAME_ENV: NODE, ns.NODE_KIND_ENV: kind, **env})
@@ -1240,6 +1265,129 @@ def test_join_then_leave_then_join_again(node):
 
     assert done.returncode == 0, done.stderr
     assert "(attempt 1)" in done.stdout
+
+
+# --------------------------------------------------------------------------- #
+# node-upgrade.sh: an SSH worker follows its tenant to a new version
+# --------------------------------------------------------------------------- #
+
+MARKER = "var/lib/kubelet/gpu-tenancy-version"
+AT_NEW = {"KUBEADM_VERSION": NEW, "KUBELET_VERSION": NEW}
+CORDONED = "The Node stays cordoned (drained) until then; run pulumi up again when they are installed"
+
+
+def test_an_apt_server_without_the_new_packages_is_told_the_exact_apt_commands(node):
+    node.mark_joined()
+    node.add_tool("apt-get")
+    done = node.run_upgrade()
+    assert done.returncode == 1
+    message = " ".join(done.stderr.split())
+    assert f"worker {NODE}: cannot upgrade to {NEW}: this server has kubeadm v1.35.0 and kubelet v1.35.0" in message
+    assert "point /etc/apt/sources.list.d/kubernetes.list at https://pkgs.k8s.io/core:/stable:/v1.36/deb/" in message
+    assert ("sudo apt-mark unhold kubeadm kubelet && sudo apt-get update && sudo apt-get install -y "
+            "kubeadm=1.36.1-1.1 kubelet=1.36.1-1.1 && sudo apt-mark hold kubeadm kubelet") in message
+    assert CORDONED in message
+    # Nothing was changed: no package installed, no kubeadm upgrade, no restart, no record.
+    assert node.sequence() == []
+    assert not node.file(MARKER).exists()
+
+
+def test_a_dnf_server_is_told_the_dnf_command_for_just_the_package_that_is_off(node):
+    node.mark_joined()
+    node.add_tool("dnf")
+    node.add_tool("yum")
+    done = node.run_upgrade(KUBEADM_VERSION=NEW)
+    assert done.returncode == 1
+    message = " ".join(done.stderr.split())
+    assert f"this server has kubeadm {NEW} and kubelet v1.35.0" in message
+    assert "point baseurl in /etc/yum.repos.d/kubernetes.repo at https://pkgs.k8s.io/core:/stable:/v1.36/rpm/" in message
+    assert "then run: sudo dnf install -y kubelet-1.36.1 --disableexcludes=kubernetes" in message
+    assert "kubeadm-1.36.1" not in message and CORDONED in message
+    assert node.sequence() == []
+
+
+def test_a_yum_only_server_gets_yum_and_one_with_neither_gets_the_repository(node):
+    node.mark_joined()
+    node.add_tool("yum")
+    assert "sudo yum install -y kubeadm-1.36.1 kubelet-1.36.1 --disableexcludes=kubernetes" in \
+        " ".join(node.run_upgrade().stderr.split())
+    node.remove_tool("yum")
+    node.remove_tool("kubelet")
+    message = " ".join(node.run_upgrade().stderr.split())
+    assert "kubelet none" in message
+    assert f"neither apt-get nor dnf/yum: install kubeadm kubelet {NEW} from https://pkgs.k8s.io/core:/stable:/v1.36/" \
+        in message
+
+
+def test_a_server_at_the_version_runs_kubeadm_upgrade_node_then_restarts_the_kubelet(node):
+    node.mark_joined()
+    done = node.run_upgrade(**AT_NEW)
+    assert done.returncode == 0, done.stderr
+    assert node.sequence() == ["kubeadm upgrade node", "systemctl daemon-reload", "systemctl restart kubelet"]
+    assert "successfully upgraded" in done.stdout and f"upgraded to {NEW}" in done.stdout
+    assert node.file(MARKER).read_text() == f"{NEW}\n"
+
+
+def test_an_already_upgraded_server_is_left_alone(node):
+    node.mark_joined()
+    assert node.run_upgrade(**AT_NEW).returncode == 0
+    (node.calls_dir / "sequence.log").unlink()
+    done = node.run_upgrade(**AT_NEW)
+    assert done.returncode == 0, done.stderr
+    assert f"already upgraded to {NEW}" in done.stdout
+    assert node.sequence() == []
+
+
+def test_a_failed_kubeadm_upgrade_node_restarts_nothing_and_records_nothing(node):
+    node.mark_joined()
+    done = node.run_upgrade(KUBEADM_UPGRADE_FAILS="1", **AT_NEW)
+    assert done.returncode == 1
+    assert "kubeadm upgrade node failed; the Node stays cordoned" in done.stderr
+    assert 'configmaps "kubeadm-config" is forbidden' in done.stderr
+    assert node.sequence() == ["kubeadm upgrade node"]
+    assert not node.file(MARKER).exists()
+
+
+def test_a_failed_kubelet_restart_is_not_recorded_as_upgraded(node):
+    node.mark_joined()
+    done = node.run_upgrade(SYSTEMCTL_ACTIVE_AFTER="2", **AT_NEW)  # the first systemctl call fails
+    assert done.returncode == 1 and "systemctl daemon-reload failed" in done.stderr
+    assert node.sequence() == ["kubeadm upgrade node", "systemctl daemon-reload"]
+    assert not node.file(MARKER).exists()
+
+
+@pytest.mark.parametrize("mode", [ns.UPGRADE_MODE_RECORD, ns.UPGRADE_MODE_UPGRADE])
+def test_a_server_not_joined_has_nothing_to_upgrade(node, mode):
+    done = node.run_upgrade(mode)
+    assert done.returncode == 0, done.stderr
+    assert "is not joined" in done.stdout and "nothing to upgrade" in done.stdout
+    assert node.sequence() == []
+    assert not node.file(MARKER).exists()
+
+
+def test_a_first_join_only_records_its_version_and_a_later_upgrade_to_it_is_a_no_op(node):
+    node.mark_joined()
+    done = node.run_upgrade(ns.UPGRADE_MODE_RECORD, **{ns.TENANT_VERSION_ENV: VERSION})
+    assert done.returncode == 0, done.stderr
+    assert node.sequence() == []  # no version check, no kubeadm, no restart
+    assert node.file(MARKER).read_text() == f"{VERSION}\n"
+    # The same version again (the script's text changed, say): the server at 1.35.2 is not pushed to 1.35.0.
+    done = node.run_upgrade(**{ns.TENANT_VERSION_ENV: VERSION, "KUBELET_VERSION": "v1.35.2"})
+    assert done.returncode == 0 and "already upgraded" in done.stdout
+    assert node.sequence() == []
+
+
+@pytest.mark.parametrize(("variable", "value", "message"), [
+    (ns.TENANT_VERSION_ENV, "1.36", "TENANT_VERSION must look like v1.36.1"),
+    (ns.UPGRADE_MODE_ENV, "force", "UPGRADE_MODE must be 'record' or 'upgrade'"),
+    (ns.NODE_NAME_ENV, "Bad_Name", "NODE_NAME must be a DNS subdomain name"),
+    (ns.UPGRADE_MODE_ENV, None, "required environment variable(s) not set: UPGRADE_MODE"),
+])
+def test_upgrade_inputs_are_checked_before_the_node_is_looked_at(node, variable, value, message):
+    node.mark_joined()
+    done = node.run_upgrade(**{variable: value, **AT_NEW})
+    assert done.returncode == 1 and message in done.stderr
+    assert node.sequence() == []
 
 
 # --------------------------------------------------------------------------- #
