@@ -29,7 +29,8 @@ _SCRIPT_DIRS = {KIND_CREATE: MANAGEMENT_SCRIPTS, KIND_DELETE: MANAGEMENT_SCRIPTS
                 **{name: WORKER_SCRIPTS for name in (*NODE_SCRIPT_NAMES, DISPATCH, CONTAINER_EXEC)}}
 
 # dispatch.sh (run on the node): its argument is the action, its stdin this file and then the data block.
-ACTIONS = ("create", "delete")
+# `update` is what pulumi-command runs when a Command's inputs change and it has an `update` command (SSH only).
+ACTIONS = ("create", "update", "delete")
 # container-exec.sh (run on the Pulumi host for a container worker).
 CONTAINER_ENV = "GPU_TENANCY_CONTAINER"
 GONE_HINT_ENV = "GPU_TENANCY_GONE_HINT"

@@ -476,3 +476,28 @@ def test_a_script_variable_that_is_not_an_upper_case_shell_name_is_refused():
 
     with pytest.raises(ProgramFailedError, match="'BAD-NAME' is not an upper-case shell variable name"):
         run_program({}, program=program, preview=True)
+
+
+UPDATE = NodeScript(ns.NODE_UPGRADE, {"U": "update-value"})
+
+
+def _with_update(access: NodeAccess):
+    def program():
+        run_on_node("on-node", access, create=CREATE, update=UPDATE)
+
+    return run_program({}, program=program, preview=True)
+
+
+def test_an_ssh_command_with_an_update_runs_the_update_line_when_its_inputs_change():
+    """pulumi-command v1.2.1 remote/commandController.go Update: the `update` command when there is one."""
+    inputs = _with_update(NodeAccess(node_name="n-0", ssh=ssh_connection(user="ops"))).named("on-node", REMOTE).inputs
+    assert inputs["update"] == "sudo -n bash -s -- update" == ssh_command("update", "ops")
+    assert list(read_node_stdin(inputs["stdin"])) == ["create", "update"]
+    updated = invocation(REMOTE, inputs, "update")
+    assert (updated.script, updated.action, updated.environment) == (ns.NODE_UPGRADE, "update", {"U": "update-value"})
+
+
+def test_a_container_command_cannot_have_an_update():
+    """container-exec.sh knows only create and delete."""
+    with pytest.raises(ProgramFailedError, match="an update script runs on SSH workers only"):
+        _with_update(NodeAccess(node_name="n-0", container_name="n-0"))

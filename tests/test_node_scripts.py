@@ -1292,6 +1292,18 @@ def test_an_apt_server_without_the_new_packages_is_told_the_exact_apt_commands(n
     assert not node.file(MARKER).exists()
 
 
+def test_the_readme_shows_the_message_an_operator_gets(node):
+    """README "Upgrading a tenant": its sample is what the script prints for an apt server at v1.35.0."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    prefix = "error: ... team-vision-gpu-01-upgrade: ... "
+    shown = next(line for line in readme.splitlines() if line.startswith(prefix))[len(prefix):]
+    node.mark_joined()
+    node.add_tool("apt-get")
+    done = node.run_upgrade(**{ns.NODE_NAME_ENV: "team-vision-gpu-01"})
+    assert done.returncode == 1
+    assert done.stderr == f"{shown}\n"
+
+
 def test_a_dnf_server_is_told_the_dnf_command_for_just_the_package_that_is_off(node):
     node.mark_joined()
     node.add_tool("dnf")

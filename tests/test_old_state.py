@@ -313,9 +313,10 @@ def stack(request):
 # cache is gone (issue 20 #5, nothing pulls from it), each tenant's smoke pod has its own namespace and a dedicated
 # etcd's setup Jobs their own policy, built from reads of the management API server (issue 21 #5, #7).
 # Issue 22: each workload namespace has an object-count quota, and each tenant an admission policy for HAMi's tokens.
+# Issue 23: each SSH worker has `<node>-upgrade` (node-upgrade.sh; its first `up` only records the joined version).
 REMOVED_SINCE = {"image-mirror-ghcr-io"}
 ADDED_SINCE_SUFFIX = ("-gpu-smoke-namespace", "-etcd-setup", "-management-api-service", "-management-api-endpoints",
-                      "-hami-token-policy", "-hami-token-policy-binding")
+                      "-hami-token-policy", "-hami-token-policy-binding", "-upgrade")
 ADDED_SINCE_PART = ("-object-quota-",)
 
 

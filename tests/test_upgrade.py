@@ -4,13 +4,14 @@ an upgrade runs on the lifecycle simulator (README "Upgrading a tenant")."""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 
 from components import host_operations
 from components.kube import ApiError
 from config import ConfigError, load_stack_config, upgrade
-from tests.support.lifecycle_support import changed_by_owner, kind_lab, tenant_names
+from tests.support.lifecycle_support import adopt_lab, changed_by_owner, kind_lab, tenant_names
 from tests.support.mockrun import reference_stack
 from tests.support.sim.state import comparable
 
@@ -309,3 +310,104 @@ def test_the_simulated_eviction_applies_the_budgets_as_eviction_go_does(two_work
         api.evict(None, "default", "unknown-a")
     assert {p["metadata"]["name"] for p in api.list("Pod", "default")} >= {"one-b", "stale-a", "unknown-a"}
     assert not {"one-a", "done", "free"} & {p["metadata"]["name"] for p in api.list("Pod", "default")}
+
+
+# --------------------------------------------------------------------------- #
+# On the simulator: SSH workers (components/worker/scripts/node-upgrade.sh)
+# --------------------------------------------------------------------------- #
+
+VISION = "team-vision"
+VISION_SERVERS = {"team-vision-gpu-01": "10.20.1.11", "team-vision-gpu-02": "10.20.1.12"}
+
+
+def set_packages(sim, host: str, version: str, manager: str) -> None:
+    machine = sim.world.ssh[host].machine
+    machine.kubeadm_version = machine.kubelet_version = version
+    machine.package_manager = manager
+
+
+@pytest.fixture(scope="module")
+def adopted_at_v1_35_0():
+    """The production example (existing cluster, SSH-joined GPU servers with kubeadm and kubelet v1.35.0; apt on
+    team-vision's gpu-01, dnf on the other servers), after its first `up`."""
+    sim = adopt_lab()
+    for host in sim.world.ssh:
+        set_packages(sim, host, "v1.35.0", "apt" if host == VISION_SERVERS["team-vision-gpu-01"] else "dnf")
+    sim.up()
+    return sim
+
+
+def unschedulable(sim, tenant: str, nodes) -> set[str]:
+    """The tenant's Nodes that take no new pod now: missing, cordoned or not Ready."""
+    api = tenant_api(sim, tenant)
+    out = set()
+    for name in nodes:
+        node = api.find("Node", None, name)
+        conditions = {c["type"]: c["status"] for c in ((node or {}).get("status") or {}).get("conditions") or []}
+        if node is None or (node.get("spec") or {}).get("unschedulable") or conditions.get("Ready") != "True":
+            out.add(name)
+    return out
+
+
+def kubelet_versions(sim, tenant: str) -> dict[str, str | None]:
+    return {n["metadata"]["name"]: ((n.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion")
+            for n in tenant_api(sim, tenant).list("Node")}
+
+
+def test_an_ssh_worker_is_upgraded_once_its_packages_are_installed_one_server_at_a_time(adopted_at_v1_35_0,
+                                                                                       monkeypatch):
+    from tests.support.sim import world as sim_world
+
+    sim = adopted_at_v1_35_0.fork()
+    assert kubelet_versions(sim, VISION) == dict.fromkeys(VISION_SERVERS, "v1.35.0")
+    speech_before = {urn: comparable((r.inputs, r.outputs)) for urn, r in sim.engine.state.items()
+                     if "team-speech" in urn}
+    seen: list[set[str]] = []
+    react = sim_world.KubeApi._react
+
+    def observed(self, *args, **kwargs):
+        result = react(self, *args, **kwargs)
+        if self is tenant_api(sim, VISION):
+            seen.append(unschedulable(sim, VISION, VISION_SERVERS))
+        return result
+
+    monkeypatch.setattr(sim_world.KubeApi, "_react", observed)
+    sim.config["tenants"][0]["kubernetesVersion"] = "v1.36.1"
+    # gpu-02 has the new packages already; gpu-01, the first in the roll, does not.
+    set_packages(sim, VISION_SERVERS["team-vision-gpu-02"], "v1.36.1", "dnf")
+    preview = sim.preview()
+    changed = changed_by_owner(preview, tenant_names(sim.config))
+    assert set(changed) == {VISION}, preview.render()
+    assert {"team-vision-gpu-01-upgrade", "team-vision-gpu-02-upgrade"} <= changed[VISION]["update"]
+
+    plan = sim.up(expect_error=True)
+    assert plan.error is not None and "team-vision-gpu-01-upgrade" in plan.error, plan.render()
+    assert "cannot upgrade to v1.36.1: this server has kubeadm v1.35.0 and kubelet v1.35.0" in plan.error
+    assert "sudo apt-get install -y kubeadm=1.36.1-1.1 kubelet=1.36.1-1.1" in plan.error
+    assert "The Node stays cordoned (drained) until then; run pulumi up again" in plan.error
+    # What README "Upgrading a tenant" shows the operator (tests/test_node_scripts.py: the script prints it).
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    prefix = "error: ... team-vision-gpu-01-upgrade: ... "
+    assert next(line for line in readme.splitlines() if line.startswith(prefix))[len(prefix):] in plan.error
+    # gpu-01 is drained and cordoned at its old kubelet; gpu-02 was never drained; the other tenant is untouched.
+    assert unschedulable(sim, VISION, VISION_SERVERS) == {"team-vision-gpu-01"}
+    assert kubelet_versions(sim, VISION) == dict.fromkeys(VISION_SERVERS, "v1.35.0")
+    assert {urn: comparable((r.inputs, r.outputs)) for urn, r in sim.engine.state.items()
+            if "team-speech" in urn} == speech_before
+    left = changed_by_owner(sim.preview(), tenant_names(sim.config))
+    assert {"team-vision-gpu-01-upgrade", "team-vision-gpu-01-ready", "team-vision-gpu-02-drain"} \
+        <= set().union(*left[VISION].values())
+
+    # The operator installs them (what the message says); the next `up` goes on from gpu-01.
+    set_packages(sim, VISION_SERVERS["team-vision-gpu-01"], "v1.36.1", "apt")
+    plan = sim.up()
+    positions = order(plan, "team-vision-gpu-01-drain", "team-vision-gpu-01-upgrade", "team-vision-gpu-01-ready",
+                      "team-vision-gpu-02-drain", "team-vision-gpu-02-upgrade", "team-vision-gpu-02-ready")
+    assert positions == sorted(positions), plan.render()
+    assert kubelet_versions(sim, VISION) == dict.fromkeys(VISION_SERVERS, "v1.36.1")
+    assert sim.output("tenants")[VISION]["nodeVersions"] == dict.fromkeys(VISION_SERVERS, "v1.36.1")
+    assert unschedulable(sim, VISION, VISION_SERVERS) == set()
+    assert seen and all(len(out) <= 1 for out in seen), [out for out in seen if len(out) > 1]
+    assert {"team-vision-gpu-01"} in seen and {"team-vision-gpu-02"} in seen
+    assert {sim.world.ssh[host].machine.kubelet_config_version for host in VISION_SERVERS.values()} == {"v1.36.1"}
+    assert sim.up().changed() == {}

@@ -274,7 +274,28 @@ def test_join_is_replaced_with_the_membership_the_machine_or_the_control_plane(l
     assert join.delete_before_replace
 
 
-def test_only_the_joins_run_on_nodes_and_no_tenant_credential_reaches_one(lab):
+def test_an_ssh_worker_upgrades_after_its_join_and_its_ready_waits_for_the_new_kubelet(lab):
+    """`<node>-upgrade`: created (record) with the join, replaced with a rejoin, updated (upgrade) on a new version;
+    `<node>-ready` runs after it and wants the tenant's version from the SSH Node's kubelet too."""
+    upgrade = lab.run.named(f"{SSH_NODE}-upgrade", REMOTE)
+    join = lab.run.named(f"{SSH_NODE}-join", REMOTE)
+    assert upgrade.inputs["triggers"] == [lab.state(f"{SSH_NODE}-join").id]
+    assert join.urn in upgrade.dependencies
+    assert upgrade.inputs["create"] == "sudo -n bash -s -- create"
+    assert upgrade.inputs["update"] == "sudo -n bash -s -- update"
+    assert "delete" not in upgrade.inputs  # a leave resets the node: nothing of the upgrade to undo
+    created, updated = (invocation(REMOTE, upgrade.raw_inputs, action) for action in ("create", "update"))
+    assert (created.script, created.environment[ns.UPGRADE_MODE_ENV]) == (ns.NODE_UPGRADE, ns.UPGRADE_MODE_RECORD)
+    assert (updated.script, updated.environment[ns.UPGRADE_MODE_ENV]) == (ns.NODE_UPGRADE, ns.UPGRADE_MODE_UPGRADE)
+    assert updated.environment[ns.TENANT_VERSION_ENV] == "v1.35.0"
+    ready = lab.run.named(f"{SSH_NODE}-ready")
+    assert ready.inputs["kubelet_version"] == "v1.35.0"
+    assert upgrade.urn in ready.dependencies
+    # A container worker has no upgrade of its own: it is replaced by a container of the new version.
+    assert not [r for r in lab.run.resources if r.name == f"{NODE}-upgrade"]
+
+
+def test_only_the_joins_and_the_ssh_upgrade_run_on_nodes_and_no_tenant_credential_reaches_one(lab):
     world = lab.sim.world
     management = world.kind["gpu-tenancy"].api
     kubeconfigs = [
@@ -288,14 +309,19 @@ def test_only_the_joins_run_on_nodes_and_no_tenant_credential_reaches_one(lab):
 
     node_side = [r for r in lab.run.resources
                  if r.type == REMOTE or (r.type == LOCAL and r.inputs.get("interpreter") == container_interpreter())]
-    assert sorted(r.name for r in node_side) == [f"{SSH_NODE}-join", f"{NODE}-join"]
+    assert sorted(r.name for r in node_side) == [f"{SSH_NODE}-join", f"{SSH_NODE}-upgrade", f"{NODE}-join"]
     for resource in node_side:
         inputs = resource.inputs
         decoded = program_values(inputs["stdin"])
-        assert set(decoded) == {"create", "delete"}
         haystack = json.dumps(inputs) + json.dumps(decoded)
-        token = plain(lab.state(resource.name.replace("-join", "-membership")).outputs["token"])
-        assert decoded["create"][ns.JOIN_TOKEN_ENV] == token  # the search does see what is sent
+        if resource.name.endswith("-upgrade"):
+            # The SSH worker's upgrade (node-upgrade.sh) needs no credential at all: kubeadm uses the node's own.
+            assert set(decoded) == {"create", "update"}
+            assert set(decoded["update"]) == {ns.NODE_NAME_ENV, ns.TENANT_VERSION_ENV, ns.UPGRADE_MODE_ENV}
+        else:
+            assert set(decoded) == {"create", "delete"}
+            token = plain(lab.state(resource.name.replace("-join", "-membership")).outputs["token"])
+            assert decoded["create"][ns.JOIN_TOKEN_ENV] == token  # the search does see what is sent
         assert not [c for c in credentials if c in haystack], resource.name
         assert PRIVATE_KEY_BODY not in json.dumps({k: v for k, v in inputs.items() if k != "connection"})
 

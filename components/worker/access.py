@@ -38,7 +38,7 @@ from config.models import SshConnection
 
 # The action word dispatch.sh and container-exec.sh take as their argument; it is on the command line, so it
 # must never carry data.
-CREATE, DELETE = shell.ACTIONS
+CREATE, UPDATE, DELETE = shell.ACTIONS
 ACTIONS = shell.ACTIONS
 
 # pulumi-command output may echo what a script printed: secret, and never streamed to the Pulumi log.
@@ -184,6 +184,7 @@ def run_on_node(
     access: NodeAccess,
     *,
     create: NodeScript,
+    update: NodeScript | None = None,
     delete: NodeScript | None = None,
     gone_hint: str = "",
     triggers: Sequence[pulumi.Input[str]] | None = None,
@@ -191,10 +192,17 @@ def run_on_node(
 ) -> command.local.Command | command.remote.Command:
     """A pulumi-command Command that runs `create` (and `delete` on destroy) on the node.
 
+    `update` (SSH workers only) is what runs when the Command's inputs change: pulumi-command runs its `update`
+    command then, and `create` again only when it has none (pulumi/pulumi-command v1.2.1
+    provider/pkg/provider/remote/commandController.go Update); a changed `triggers` replaces the Command (create).
     The scripts' environments travel inside the secret stdin only. `gone_hint` (container workers) is what a
     delete says when the container is already gone. `opts` carries parent, depends_on and delete_before_replace.
     """
-    scripts = {CREATE: create} if delete is None else {CREATE: create, DELETE: delete}
+    if update is not None and access.ssh is None:
+        raise ValueError(f"{name}: an update script runs on SSH workers only (container-exec.sh knows create and "
+                         "delete)")
+    scripts = {CREATE: create, **({UPDATE: update} if update is not None else {}),
+               **({DELETE: delete} if delete is not None else {})}
     stdin = pulumi.Output.all(**{
         f"{action}.{key}": value for action, script in scripts.items() for key, value in script.environment.items()
     }).apply(lambda values: node_stdin({
@@ -233,6 +241,7 @@ def run_on_node(
             host_key=ssh.host_key,
         ),
         create=ssh_command(CREATE, ssh.user),
+        update=ssh_command(UPDATE, ssh.user) if update is not None else None,
         delete=ssh_command(DELETE, ssh.user) if delete is not None else None,
         stdin=pulumi.Output.secret(stdin),
         # The previous stdout would be sent with Setenv, which servers without AcceptEnv refuse (a warning).

@@ -13,6 +13,10 @@ containerd's hosts.toml files). Either way, membership is three resources, in th
    `kubeadm reset -f` when the worker leaves. It needs no credential beyond the join token.
 3. `<node>-registered` (Pulumi host): waits for the Node to register, then revokes the token.
 
+An SSH worker also gets `<node>-upgrade` (components/worker/scripts/node-upgrade.sh) after its join: on a version
+change it checks the server's kubeadm and kubelet packages, runs `kubeadm upgrade node` and restarts the kubelet,
+between the worker's drain and its `<node>-ready`. (A container worker is replaced by one of the new version.)
+
 Destroy runs them backwards: the node stops being a member (reset) before its Node object is removed, so a
 running kubelet cannot register it again.
 """
@@ -170,9 +174,10 @@ class WorkerNode(pulumi.ComponentResource):
     drain: pulumi.Resource  # cordon and drain before an upgrade
     membership: pulumi.Resource
     join: command.local.Command | command.remote.Command
+    upgrade: command.remote.Command | None  # an SSH worker's upgrade to a new version (None: a container)
     registered: pulumi.Resource
     ready: pulumi.Resource  # back in service after an upgrade
-    kubelet_version: str | None  # what a container worker's kubelet runs (None: an SSH worker's own packages)
+    kubelet_version: str | None  # the kubelet version its Node must report after an upgrade
 
     def __init__(self, name: str, args: WorkerNodeArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(f"{COMPONENT_PREFIX}:WorkerNode", name, None, opts)
@@ -283,21 +288,55 @@ class WorkerNode(pulumi.ComponentResource):
             },
             host_side,
         )
+        self.upgrade = None
+        if self.access.is_ssh:
+            self.upgrade = self._upgrade(name, tenant.kubernetes_version)
         # After an upgrade: the new Node Ready at its version, uncordoned; the tenant's next worker waits for it.
-        self.kubelet_version = (upgrade.image_version(args.image) or tenant.kubernetes_version) \
-            if self.container is not None and args.image is not None else None
+        # A container's kubelet is its image's; an SSH worker's is the tenant's version once `-upgrade` ran.
+        if self.container is not None:
+            self.kubelet_version = (upgrade.image_version(args.image) if args.image is not None else None) \
+                or tenant.kubernetes_version
+        else:
+            self.kubelet_version = tenant.kubernetes_version
         self.ready = host_operations.resource(
             host_operations.NodeReadyProvider(),
             f"{name}-ready",
             {"kubeconfig": tenant.operator_kubeconfig, "node_name": node, "version": tenant.kubernetes_version,
              "kubelet_version": self.kubelet_version, "registration": self.registered.id},
-            host_side,
+            pulumi.ResourceOptions.merge(host_side, pulumi.ResourceOptions(
+                depends_on=[self.upgrade] if self.upgrade is not None else [])),
             outputs=("reported",),
         )
         # Resolves only once the Node has registered, so whatever uses the name waits for it.
         self.node_name = self.registered.id.apply(lambda _: node)
 
         self.register_outputs({"node_name": self.node_name})
+
+    def _upgrade(self, name: str, version: str) -> command.remote.Command:
+        """`<node>-upgrade` of an SSH worker, after its join (so after its drain) and before its `-ready`.
+
+        pulumi-command runs `create` when the Command is created and `update` when its inputs change (v1.2.1
+        provider/pkg/provider/remote/commandController.go Create/Update); `triggers` replaces it (create again).
+        So: created with the worker's first join, or replaced with a rejoin (the join's id): node-upgrade.sh records
+        the version the join brought and restarts nothing. A new TENANT_VERSION in the stdin is an update: it
+        upgrades the drained server. A preview shows it as an update of `stdin` (secret, like every node command's).
+        """
+        node = self.access.node_name
+        def script(mode: str) -> NodeScript:
+            return NodeScript(node_scripts.NODE_UPGRADE, {
+                node_scripts.NODE_NAME_ENV: node,
+                node_scripts.TENANT_VERSION_ENV: version,
+                node_scripts.UPGRADE_MODE_ENV: mode,
+            })
+
+        return run_on_node(  # type: ignore[return-value]
+            f"{name}-upgrade",
+            self.access,
+            create=script(node_scripts.UPGRADE_MODE_RECORD),
+            update=script(node_scripts.UPGRADE_MODE_UPGRADE),
+            triggers=[self.join.id],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.join]),
+        )
 
     def _container(self, name: str, args: WorkerNodeArgs) -> docker.Container:
         """The kindest/node container of a local worker, run like kind runs its nodes."""

@@ -713,8 +713,7 @@ class CommandModel:
         command = str(plain(resource.inputs).get(action) or "")
         try:
             # What runs is read from the inputs as data (scripts.invocation), never from the bash text.
-            return scripts.execute(ctx.world, resource.type, resource.inputs,
-                                   "create" if action == "update" else action)
+            return scripts.execute(ctx.world, resource.type, resource.inputs, action)
         except scripts.CommandFailedError as error:
             # commandOutputs.go: the error carries the command and the combined output.
             raise ProviderError(f"exit status 1: running {command.splitlines()[0][:80]!r}:\n{error}") from None

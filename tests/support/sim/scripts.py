@@ -38,7 +38,7 @@ class Invocation:
 
     # The script that does the work: one of components/*/scripts (node-join.sh, kind-create.sh, ...).
     script: str
-    action: str  # "create" or "delete"
+    action: str  # "create", "update" (a Command with an `update` command whose inputs changed) or "delete"
     environment: Mapping[str, str] = field(default_factory=dict)
     # The variables whose values travelled in a secret input (a node command's whole stdin is secret).
     secret: frozenset[str] = frozenset()
@@ -81,8 +81,8 @@ def _script_named(text: str) -> str | None:
 
 
 def invocation(resource_type: str, inputs: Mapping[str, Any], action: str) -> Invocation:
-    """What the Command of `inputs` (secrets still marked) runs for `action`: "create" or "delete" (an update
-    without an `update` command runs `create`: commandController.go Update)."""
+    """What the Command of `inputs` (secrets still marked) runs for `action`: "create", "update" or "delete" (an
+    update without an `update` command runs `create`: commandController.go Update)."""
     values = plain(inputs)
     line = str(values.get(action) or "")
     if resource_type == "command:remote:Command":
@@ -157,6 +157,8 @@ def run(world: World, invocation: Invocation) -> str:
         return _join(world, machine, env)
     if invocation.script == shell.NODE_LEAVE:
         return _leave(world, machine, env)
+    if invocation.script == shell.NODE_UPGRADE:
+        return _upgrade(world, machine, env)
     raise CommandFailedError(f"the simulator has no model of {invocation.script}")
 
 
@@ -256,6 +258,55 @@ def _leave(world: World, machine: Machine, env: dict[str, str]) -> str:
         for path in TENANT_TRACES:
             machine.files.pop(path, None)
     return said
+
+
+def _upgrade(world: World, machine: Machine, env: dict[str, str]) -> str:
+    """node-upgrade.sh (tests/test_node_scripts.py runs the real one against stubs): a server not joined, or one whose
+    configuration is already at the version, is left alone; `record` notes the version the join brought; `upgrade`
+    needs kubeadm and kubelet of exactly the version installed, else it fails naming the packages for the server's
+    package manager, then runs `kubeadm upgrade node` and restarts the kubelet."""
+    node, version, mode = env["NODE_NAME"], env["TENANT_VERSION"], env[shell.UPGRADE_MODE_ENV]
+    if machine.kubelet_conf is None:
+        return f"worker {node} is not joined: node-join.sh joins it at {version}; nothing to upgrade"
+    if mode == shell.UPGRADE_MODE_RECORD:
+        machine.kubelet_config_version = version
+        return f"worker {node} joined at {version}; its kubelet configuration is recorded as {version}"
+    if machine.kubelet_config_version == version:
+        return f"worker {node} is already upgraded to {version}; nothing to do"
+    if machine.kubeadm_version is None or machine.kubelet_version is None:
+        raise CommandFailedError(f"the simulator does not know which kubeadm and kubelet {node} has installed: a "
+                                 "scenario upgrading an SSH worker sets Machine.kubeadm_version and kubelet_version")
+    wrong = [name for name, installed in (("kubeadm", machine.kubeadm_version), ("kubelet", machine.kubelet_version))
+             if installed != version]
+    if wrong:
+        # node-upgrade.sh's message, word for word (tests/test_node_scripts.py pins the script's own).
+        plain_version, minor = version.removeprefix("v"), version.rsplit(".", 1)[0]
+        repo = f"https://pkgs.k8s.io/core:/stable:/{minor}"
+        names = " ".join(wrong)
+        if machine.package_manager == "apt":
+            how = (f"point /etc/apt/sources.list.d/kubernetes.list at {repo}/deb/ (its key: {repo}/deb/Release.key), "
+                   f"then run: sudo apt-mark unhold {names} && sudo apt-get update && sudo apt-get install -y "
+                   f"{' '.join(f'{name}={plain_version}-1.1' for name in wrong)} && sudo apt-mark hold {names}")
+        elif machine.package_manager in ("dnf", "yum"):
+            how = (f"point baseurl in /etc/yum.repos.d/kubernetes.repo at {repo}/rpm/ (gpgkey "
+                   f"{repo}/rpm/repodata/repomd.xml.key), then run: sudo {machine.package_manager} install -y "
+                   f"{' '.join(f'{name}-{plain_version}' for name in wrong)} --disableexcludes=kubernetes")
+        else:
+            how = f"this server has neither apt-get nor dnf/yum: install {names} {version} from {repo}/"
+        raise CommandFailedError(
+            f"gpu-tenancy: worker {node}: cannot upgrade to {version}: this server has kubeadm "
+            f"{machine.kubeadm_version} and kubelet {machine.kubelet_version}, not {version}. To install them, {how}. "
+            "See https://kubernetes.io/docs/tasks/administer-cluster/kubeadm/upgrading-linux-nodes/. "
+            "The Node stays cordoned (drained) until then; run pulumi up again when they are installed: it goes on "
+            "from this worker")
+    try:
+        systems.kubeadm_upgrade_node(world, machine, node)
+    except (UnreachableError, ApiError) as error:
+        raise CommandFailedError(f"gpu-tenancy: worker {node}: kubeadm upgrade node failed; the Node stays "
+                                 f"cordoned. Its output: {error}") from None
+    systems.restart_kubelet(world, machine, node)
+    machine.kubelet_config_version = version
+    return f"worker {node} upgraded to {version}: kubeadm upgrade node, kubelet restarted"
 
 
 # --------------------------------------------------------------------------- #

@@ -894,9 +894,38 @@ def _register_node(world: World, tenant: Tenant, node_name: str) -> None:
 
 
 def reset(world: World, machine: Machine) -> None:
-    """`kubeadm reset -f`: the kubelet stops and forgets the cluster."""
+    """`kubeadm reset -f`: the kubelet stops and forgets the cluster (and /var/lib/kubelet is emptied: kubernetes
+    cmd/kubeadm/app/cmd/phases/reset/cleanupnode.go)."""
     machine.kubelet_conf = None
     machine.kubelet_ca_hash = None
+    machine.kubelet_config_version = None
+
+
+def kubeadm_upgrade_node(world: World, machine: Machine, node_name: str) -> str:
+    """`kubeadm upgrade node` on a worker: with the node's own credentials (/etc/kubernetes/kubelet.conf) it reads
+    the kubeadm-config and kubelet-config ConfigMaps and writes /var/lib/kubelet/config.yaml; its control-plane
+    phases skip a node without a kube-apiserver manifest (kubernetes cmd/kubeadm/app/cmd/upgrade/node.go
+    newNodeData, cmd/kubeadm/app/phases/upgrade/postupgrade.go WriteKubeletConfigFiles). Kamaji writes kubeadm-config
+    from the TenantControlPlane's spec.kubernetes.version (clastix/kamaji 26.8.2-edge internal/resources/
+    kubeadm_utils.go KubeadmPhaseCreate) and lets system:nodes read kubelet-config (internal/kubeadm/uploadconfig.go
+    createConfigMapRBACRules). Returns the version the configuration is now of."""
+    tenant = world.tenants.get(machine.kubelet_conf or "")
+    if tenant is None or not tenant.api.reachable:
+        raise UnreachableError(f"unable to fetch the kubeadm-config ConfigMap: cannot reach {machine.kubelet_conf}")
+    host = world.tenant_hosts.get(tenant.api.server)
+    tcp = host.find("TenantControlPlane", tenant.namespace, tenant.name) if host is not None else None
+    if tcp is None:
+        raise ApiError(404, 'unable to fetch the kubeadm-config ConfigMap: configmaps "kubeadm-config" not found')
+    return tcp["spec"]["kubernetes"]["version"]
+
+
+def restart_kubelet(world: World, machine: Machine, node_name: str) -> None:
+    """`systemctl restart kubelet`: the kubelet now runs the installed binary and reports its version on its Node
+    (kubernetes pkg/kubelet/nodestatus/setters.go VersionInfo)."""
+    tenant = world.tenants.get(machine.kubelet_conf or "")
+    node = tenant.api.find("Node", None, node_name) if tenant is not None else None
+    if node is not None and machine.kubelet_version is not None:
+        node.setdefault("status", {}).setdefault("nodeInfo", {})["kubeletVersion"] = machine.kubelet_version
 
 
 def _tenant_controller(world: World, api: KubeApi, event: str, obj: dict[str, Any]) -> None:

@@ -377,8 +377,15 @@ class Machine:
     # ("driver", "toolkit", "nvidia runtime", "nvidia default runtime", "other device plugin": one that runs).
     nvidia_missing: set[str] = field(default_factory=set)
     # The kubelet an SSH machine has installed ("v1.35.0"); None: not modelled, and its Node reports no version.
-    # A container's kubelet is its kindest/node image's.
+    # A container's kubelet is its kindest/node image's. The running kubelet reports the installed one from its
+    # registration or its last restart on (what the Node's status.nodeInfo.kubeletVersion shows).
     kubelet_version: str | None = None
+    # The kubeadm an SSH machine has installed; None: not modelled (the upgrade script's model refuses to guess).
+    kubeadm_version: str | None = None
+    # How it installs packages: "apt", "dnf" or "yum" (what node-upgrade.sh finds on PATH); None: none of them.
+    package_manager: str | None = None
+    # /var/lib/kubelet/gpu-tenancy-version: the version node-upgrade.sh last brought the kubelet configuration to.
+    kubelet_config_version: str | None = None
 
 
 @dataclass
