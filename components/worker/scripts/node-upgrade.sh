@@ -11,7 +11,9 @@
 # cmd/kubeadm/app/phases/upgrade/postupgrade.go WriteKubeletConfigFiles); its control-plane and addon phases skip a
 # node without a kube-apiserver manifest. Kamaji keeps both ConfigMaps current with the TenantControlPlane's version,
 # readable by system:nodes (clastix/kamaji 26.8.2-edge internal/resources/kubeadm_utils.go KubeadmPhaseCreate with
-# TenantControlPlaneVersion, internal/kubeadm/uploadconfig.go UploadKubeletConfig createConfigMapRBACRules).
+# TenantControlPlaneVersion; internal/kubeadm/uploadconfig.go: UploadKubeadmConfig calls kubeadm's
+# uploadconfig.UploadConfiguration, which binds Role kubeadm:nodes-kubeadm-config to system:nodes, and
+# UploadKubeletConfig's createConfigMapRBACRules binds kubelet-config's Role to system:nodes).
 #
 # Environment (names in components/shell.py):
 #   NODE_NAME       Kubernetes Node name (for messages)
