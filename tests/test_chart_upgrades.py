@@ -108,13 +108,13 @@ def test_only_charts_installed_on_their_own_have_a_crds_directory():
 
 
 def test_a_no_change_preview_of_a_running_lab_updates_no_chart():
-    sim = running_kind_lab()
+    sim = running_kind_lab(one_tenant=True)
     plan = sim.preview()
     assert plan.changed() == {}, plan.render()
 
 
 def test_a_kamaji_chart_bump_upgrades_the_release_and_its_crds_on_a_running_lab(tmp_path, monkeypatch):
-    sim = running_kind_lab()
+    sim = running_kind_lab(one_tenant=True)
     api = sim.world.kind["gpu-tenancy"].api
     before = api.find("CustomResourceDefinition", None, "tenantcontrolplanes.kamaji.clastix.io")
     assert before["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["description"] == "rev 1"
@@ -134,7 +134,7 @@ def test_a_kamaji_chart_bump_upgrades_the_release_and_its_crds_on_a_running_lab(
 
 
 def test_a_cert_manager_chart_bump_upgrades_only_cert_manager(tmp_path, monkeypatch):
-    sim = running_kind_lab()
+    sim = running_kind_lab(one_tenant=True)
     bumped_manifest(tmp_path, monkeypatch, "charts/cert-manager/templates/deployment.yaml")
     plan = sim.preview()
     assert plan.changed() == {"update": {"kamaji-cert-manager"}}, plan.render()

@@ -59,7 +59,7 @@ def test_a_cluster_name_change_keeps_pulling_through_the_cache_it_filled():
 def test_after_a_tenant_ca_rotation_the_workers_rejoin_and_nothing_is_left_failing():
     from tests.support.sim import systems
 
-    running = running_kind_lab()
+    running = running_kind_lab(one_tenant=True)
     world = running.world
     (server,) = [s for s, t in world.tenants.items() if t.name == "tenant-a"]
     systems.rotate_ca(world, server)
@@ -77,7 +77,7 @@ def test_a_control_plane_deleted_by_hand_comes_back_and_its_workers_rejoin_it():
     """The other way a CA changes at the same address: `kubectl delete tcp`, `pulumi refresh` (the tenant's objects
     are gone with it, PULUMI_K8S_DELETE_UNREACHABLE as `make down` sets it), then `up`: MetalLB hands the new
     control plane the freed address, with a new CA, and the workers' old memberships are deleted first."""
-    running = running_kind_lab()
+    running = running_kind_lab(one_tenant=True)
     world = running.world
     (cluster,) = world.kind.values()
     (server,) = [s for s, t in world.tenants.items() if t.name == "tenant-a"]

@@ -12,13 +12,14 @@ import pytest
 
 from components import host_operations
 from components.management import kamaji
-from tests.support.lifecycle_support import kind_lab, lab_world
+from tests.support.lifecycle_support import kind_lab, lab_world, one_tenant_stack
 
 
 def lab(race: str):
+    """Every gate is a tenant's own (or the management layer's): one tenant asks the question."""
     world = lab_world(races=False, tuned_conntrack=True, kind_network=True)
     setattr(world, race, True)
-    return kind_lab(world=world)
+    return kind_lab(one_tenant_stack(), world=world)
 
 
 def skip_wait(monkeypatch, provider: type) -> None:

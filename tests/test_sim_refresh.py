@@ -23,14 +23,14 @@ def _management(sim):
 
 
 def test_a_refresh_of_a_running_lab_deletes_nothing_and_the_next_preview_is_empty():
-    running = running_kind_lab()
+    running = running_kind_lab(one_tenant=True)
     plan = running.refresh()
     assert "delete" not in plan.changed(), plan.render()
     assert running.preview().changed() == {}
 
 
 def test_an_object_deleted_by_hand_leaves_the_state_and_the_next_up_creates_it():
-    running = running_kind_lab()
+    running = running_kind_lab(one_tenant=True)
     _management(running).remove("NetworkPolicy", "tenant-a", "tenant-isolation")
     plan = running.refresh()
     assert plan.changed().get("delete") == {POLICY}, plan.render()
@@ -39,7 +39,7 @@ def test_an_object_deleted_by_hand_leaves_the_state_and_the_next_up_creates_it()
 
 
 def test_a_label_changed_on_the_cluster_shows_in_the_next_up_and_is_put_back():
-    running = running_kind_lab()
+    running = running_kind_lab(one_tenant=True)
     live = _management(running).find("NetworkPolicy", "tenant-a", "tenant-isolation")
     (label, value) = next(iter(live["metadata"]["labels"].items()))
     live["metadata"]["labels"][label] = "changed-by-hand"
@@ -53,7 +53,7 @@ def test_a_label_changed_on_the_cluster_shows_in_the_next_up_and_is_put_back():
 
 
 def test_a_cache_container_removed_by_hand_leaves_the_state_and_the_next_up_runs_it_again():
-    running = running_kind_lab()
+    running = running_kind_lab(one_tenant=True)
     docker = running.world.docker
     (name,) = [n for n in docker.containers if n.endswith("-mirror-quay-io")]
     docker.containers.pop(name)
@@ -65,7 +65,7 @@ def test_a_cache_container_removed_by_hand_leaves_the_state_and_the_next_up_runs
 
 @pytest.mark.parametrize("delete_unreachable", [False, True], ids=["fails", "with-delete-unreachable"])
 def test_a_refresh_with_a_tenant_unreachable_fails_unless_told_to_drop_its_objects(delete_unreachable):
-    running = running_kind_lab()
+    running = running_kind_lab(one_tenant=True)
     (server,) = [s for s, t in running.world.tenants.items() if t.name == "tenant-a"]
     running.world.tenants[server].api.reachable = False
     env = {"PULUMI_K8S_DELETE_UNREACHABLE": "true"} if delete_unreachable else {}
