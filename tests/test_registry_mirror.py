@@ -26,7 +26,7 @@ from components.management.image_cache import (
 from components.shell import CONFIGURE_CONTAINERD_ENV
 from config.models import KIND_NODE_IMAGES
 from ops.graph import generated_config
-from tests.support.lifecycle_support import adopt_lab, kind_lab, running_kind_lab
+from tests.support.lifecycle_support import adopt_lab, kind_lab, one_tenant_stack, running_kind_lab
 from tests.support.mockrun import reference_stack, registered
 from tests.support.sim.state import plain
 from tests.support.sim.world import MIRROR_MARKER
@@ -132,7 +132,7 @@ def test_the_cache_image_is_pinned_and_the_registry_config_is_set_by_environment
 
 
 def test_destroy_keeps_the_cache_volume_and_the_next_up_uses_it_again():
-    sim = running_kind_lab()
+    sim = running_kind_lab(one_tenant=True)
     sim.destroy()
     # MM-10: exactly what the README says stays (the network is kind's, the images are kept for the next up).
     assert sim.world.leftovers() == [
@@ -147,7 +147,7 @@ def test_destroy_keeps_the_cache_volume_and_the_next_up_uses_it_again():
 def test_a_cache_volume_another_stack_left_is_adopted_not_replaced_on_every_up():
     # PE-4: a stack of the same clusterName made the volume (labelled with its name) and was destroyed; Docker
     # answers this stack's create with that volume, labels and all.
-    sim = kind_lab()
+    sim = kind_lab(one_tenant_stack())
     sim.world.docker.volumes[cache_volume_name(CLUSTER)] = {"gpu-tenancy.stack": "lab-a"}
     assert "image-mirror-cache" in sim.up(env=NO_PROXY_ENV).names("create")
     assert sim.up(env=NO_PROXY_ENV).changed() == {}
@@ -282,7 +282,7 @@ KIND_NODE = f"{CLUSTER}-control-plane"
 
 
 def test_a_cache_whose_upstream_is_down_at_start_does_not_fail_the_up_and_nodes_fall_back():
-    sim = kind_lab()
+    sim = kind_lab(one_tenant_stack())
     sim.world.docker.blocked_hosts.add("quay.io")  # an outage during the first `make up`
     plan = sim.up(env=NO_PROXY_ENV)
     assert plan.ok, plan.render()
@@ -299,7 +299,7 @@ def test_a_cache_whose_upstream_is_down_at_start_does_not_fail_the_up_and_nodes_
 
 
 def test_behind_a_proxy_the_caches_get_the_proxy_of_the_up_and_start():
-    sim = kind_lab()
+    sim = kind_lab(one_tenant_stack())
     sim.world.docker.proxy_only = True
     sim.world.docker.proxies.add(CORPORATE_PROXY)
     env = {**NO_PROXY_ENV, "HTTPS_PROXY": CORPORATE_PROXY, "no_proxy": "localhost,.corp.example"}
