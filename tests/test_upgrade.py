@@ -11,8 +11,9 @@ import pytest
 from components import host_operations
 from components.kube import ApiError
 from config import ConfigError, load_stack_config, upgrade
-from tests.support.lifecycle_support import adopt_lab, changed_by_owner, kind_lab, tenant_names
+from tests.support.lifecycle_support import adopt_lab, changed_by_owner, kind_lab, lab_world, tenant_names
 from tests.support.mockrun import reference_stack
+from tests.support.sim import systems
 from tests.support.sim.state import comparable
 
 KEY = "tenants[0].kubernetesVersion"
@@ -411,3 +412,53 @@ def test_an_ssh_worker_is_upgraded_once_its_packages_are_installed_one_server_at
     assert {"team-vision-gpu-01"} in seen and {"team-vision-gpu-02"} in seen
     assert {sim.world.ssh[host].machine.kubelet_config_version for host in VISION_SERVERS.values()} == {"v1.36.1"}
     assert sim.up().changed() == {}
+
+
+# --------------------------------------------------------------------------- #
+# The simulator's kubelet, which the waits below read
+# --------------------------------------------------------------------------- #
+
+
+@pytest.fixture(scope="module")
+def gpu_servers():
+    """The production example (gpuMode nvidia, two SSH GPU servers per tenant) after its first `up`."""
+    sim = adopt_lab(lab_world(races=False))
+    sim.up()
+    return sim
+
+
+def test_the_simulated_kubelet_copies_extended_capacity_into_allocatable(two_workers):
+    """kubernetes pkg/kubelet/nodestatus/setters.go MachineInfo: capacity others wrote is kept, each entry is copied
+    into allocatable, and an extended resource gone from capacity leaves allocatable."""
+    sim = two_workers.fork()
+    api = tenant_api(sim)
+    status = api.find("Node", None, "tenant-a-worker-0")["status"]
+    status["capacity"].update({"nvidia.com/gpu": "7", "example.com/x": "2"})  # written by someone, capacity only
+    status["allocatable"]["cpu"] = "3"
+    systems.refresh_nodes(sim.world, api)  # the kubelet's next status update
+    assert status["allocatable"]["nvidia.com/gpu"] == "7" and status["allocatable"]["example.com/x"] == "2"
+    assert status["allocatable"]["cpu"] == "3"  # not an extended resource: the simulator leaves it alone
+    del status["capacity"]["nvidia.com/gpu"]
+    systems.refresh_nodes(sim.world, api)
+    # Gone from allocatable too, and so are the mock plugin's resources, which need the capacity.
+    assert not {"nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores"} & set(status["allocatable"])
+
+
+def test_the_simulated_nvidia_plugin_registers_only_where_it_can_run(gpu_servers):
+    """HAMi's device plugin registers `nvidia.com/gpu` with the kubelet (Project-HAMi/HAMi v2.10.0
+    pkg/device-plugin/nvidiadevice/nvinternal/plugin/server.go Register, ListAndWatch: cards x deviceSplitCount);
+    where it cannot run any more, the kubelet keeps the resource at 0 (setters.go MachineInfo
+    removedDevicePlugins), and allocatable follows."""
+    sim = gpu_servers.fork()
+    tenant = sim.config["tenants"][0]
+    node = f"{tenant['name']}-{tenant['workers'][0]['name']}"
+    api = sim.world.tenant_api(tenant["name"])
+    status = api.find("Node", None, node)["status"]
+    assert status["capacity"]["nvidia.com/gpu"] == status["allocatable"]["nvidia.com/gpu"] == "20"
+    sim.world.machines[node].nvidia_missing = {"driver"}
+    systems.refresh_nodes(sim.world, api)
+    status = api.find("Node", None, node)["status"]
+    assert status["capacity"]["nvidia.com/gpu"] == status["allocatable"]["nvidia.com/gpu"] == "0"
+    sim.world.machines[node].nvidia_missing = set()
+    systems.refresh_nodes(sim.world, api)
+    assert api.find("Node", None, node)["status"]["allocatable"]["nvidia.com/gpu"] == "20"

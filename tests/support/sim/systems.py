@@ -759,7 +759,17 @@ def refresh_nodes(world: World, api: KubeApi, *, settled: bool = False) -> None:
         machine = _machine_of(world, node)
         if features.hami is not None and not mock and node["metadata"].get("labels", {}).get("gpu") == "on" \
                 and machine.cards:
-            _real_plugin_registers(node, machine)
+            # The plugin is a DaemonSet pod without hostNetwork (charts/hami templates/device-plugin/
+            # daemonsetnvidia.yaml `hostNetwork: {{ .Values.devicePlugin.hostNetwork | default false }}`): it runs
+            # once the kubelet does and the CNI gives it a network, and registers only where NVML, the toolkit and
+            # the runtime node-join.sh checks for are all there.
+            if ready and not machine.nvidia_missing:
+                _real_plugin_registers(node, machine)
+            elif GPU in capacity:
+                # kubernetes pkg/kubelet/nodestatus/setters.go MachineInfo: a device plugin's resource that is no
+                # longer registered stays in capacity at 0 ("to indicate that the resource is managed by device
+                # plugin and had been registered before").
+                capacity[GPU] = "0"
         devices = _devices(node)
         uid = node["metadata"].get("uid") or node["metadata"]["name"]
         if mock and int(capacity.get(GPU, 0) or 0) > 0 and devices:
@@ -774,6 +784,30 @@ def refresh_nodes(world: World, api: KubeApi, *, settled: bool = False) -> None:
             for resource in (GPUMEM, GPUCORES):
                 capacity.pop(resource, None)
                 allocatable.pop(resource, None)
+        if container is None or container.running:
+            _kubelet_allocatable(status)
+
+
+def _extended(resource: str) -> bool:
+    """kubernetes pkg/apis/core/v1/helper/helpers.go IsExtendedResourceName: a qualified name outside the
+    kubernetes.io domain (and not a quota's `requests.` form): nvidia.com/gpu and the mock plugin's resources."""
+    domain = resource.partition("/")[0] if "/" in resource else ""
+    return bool(domain) and domain != "kubernetes.io" and not domain.endswith(".kubernetes.io") \
+        and not resource.startswith("requests.")
+
+
+def _kubelet_allocatable(status: dict[str, Any]) -> None:
+    """What the kubelet's status update does with extended resources (kubernetes pkg/kubelet/nodestatus/setters.go
+    MachineInfo, read at commit 00267ac8, the only version of the file stored here): capacity entries others wrote (the
+    program's `nvidia.com/gpu` patch) are kept ("avoid blindly overwriting the capacity"), every capacity entry
+    is copied into allocatable (no reservation applies to an extended resource), and an extended resource gone from
+    capacity leaves allocatable too."""
+    capacity, allocatable = status.setdefault("capacity", {}), status.setdefault("allocatable", {})
+    for resource in [key for key in allocatable if _extended(key) and key not in capacity]:
+        del allocatable[resource]
+    for resource, value in capacity.items():
+        if _extended(resource):
+            allocatable[resource] = value
 
 
 # charts/hami values.yaml devicePlugin.deviceSplitCount (vendored, v2.10.0).
