@@ -26,6 +26,7 @@ from typing import Any
 from pulumi.dynamic import CreateResult, DiffResult, Resource, ResourceProvider, UpdateResult
 
 from components import kube
+from components.gpu.cards import JOIN_ANNOTATION, REGISTER_ANNOTATION
 from components.kube import ApiError, UnreachableError
 from components.naming import HAMI_SCHEDULER_NAME
 from components.tenant import spec
@@ -320,7 +321,27 @@ class GpuCapacityProvider(HostOperationProvider):
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
         replaces = [k for k in ("node_name", "registration") if olds.get(k) != news.get(k)]
         changes = bool(replaces) or any(olds.get(k) != news.get(k) for k in ("capacity", "kubeconfig"))
+        if not changes and self._lost(news):
+            changes = True
         return DiffResult(changes=changes, replaces=replaces)
+
+    def _lost(self, props: dict[str, Any]) -> bool:
+        """The Node no longer shows the capacity this resource applied (a status write that did not last, or one
+        undone by hand): the update applies it again, so an upgrade stopped at `<node>-ready` for it goes on with
+        the next `up`. Without known credentials (a first preview), a Node or an answer: no opinion."""
+        kubeconfig = props.get("kubeconfig")
+        if not isinstance(kubeconfig, str):
+            return False
+        try:
+            wanted = self._quantity(props)
+            with self._api(kubeconfig) as tenant:
+                found = tenant.find("Node", props["node_name"])
+        except (ApiError, kube.KubeconfigError, RuntimeError, TypeError, ValueError):
+            return False
+        if found is None:
+            return False
+        status = found.get("status") or {}
+        return any(str((status.get(part) or {}).get(GPU_RESOURCE)) != wanted for part in ("capacity", "allocatable"))
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
         self._patch(news, self._quantity(news))
@@ -676,18 +697,64 @@ class NodeDrainProvider(HostOperationProvider):
 NODE_READY_TIMEOUT = 300.0
 
 
+def _quantity_value(value: Any) -> int | None:
+    """A whole-number Kubernetes quantity as an int (None when absent or not a plain count)."""
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return None
+
+
+def cards_missing(node: dict[str, Any], cards: dict[str, Any] | None) -> str | None:
+    """What of a worker's cards its Node does not show yet (None: all advertised, or no cards to wait for).
+
+    mock: the program's own patches -- `nvidia.com/gpu` in capacity and allocatable equal to the cards' slots
+    (GpuCapacityProvider; the kubelet copies each capacity entry into allocatable at its status update, kubernetes
+    pkg/kubelet/nodestatus/setters.go MachineInfo), and the card annotation applied after this join (the join id
+    next to it). nvidia: `nvidia.com/gpu` in allocatable above zero, which only HAMi's device plugin puts there
+    (it registers the resource with the kubelet, Project-HAMi/HAMi v2.10.0
+    pkg/device-plugin/nvidiadevice/nvinternal/plugin/server.go Register / ListAndWatch)."""
+    if not cards:
+        return None
+    name = (node.get("metadata") or {}).get("name")
+    status = node.get("status") or {}
+    capacity = (status.get("capacity") or {}).get(GPU_RESOURCE)
+    allocatable = (status.get("allocatable") or {}).get(GPU_RESOURCE)
+    if cards.get("mode") == "nvidia":
+        if positive_quantity(allocatable):
+            return None
+        return (f"Node {name} advertises no {GPU_RESOURCE} (allocatable {allocatable!r}): HAMi's device plugin has "
+                f"not registered its cards there (kubectl -n kube-system get pods -o wide -l "
+                f"app.kubernetes.io/component=hami-device-plugin, in the tenant)")
+    wanted = int(cards["gpu"])
+    missing = [f"{GPU_RESOURCE} {part} {value!r}, not {wanted}" for part, value in
+               (("capacity", capacity), ("allocatable", allocatable)) if _quantity_value(value) != wanted]
+    annotations = (node.get("metadata") or {}).get("annotations") or {}
+    if not annotations.get(REGISTER_ANNOTATION):
+        missing.append(f"no {REGISTER_ANNOTATION} annotation")
+    elif annotations.get(JOIN_ANNOTATION) != cards.get("join"):
+        missing.append(f"its {REGISTER_ANNOTATION} annotation is not from this join ({JOIN_ANNOTATION} "
+                       f"{annotations.get(JOIN_ANNOTATION)!r}, not {cards.get('join')!r})")
+    if not missing:
+        return None
+    return f"Node {name} does not advertise its cards: {'; '.join(missing)}"
+
+
 class NodeReadyProvider(HostOperationProvider):
     """After a worker moved to another Kubernetes version: its new Node Ready, its kubelet at that version (when
-    `kubelet_version` is set), then uncordoned, before the next worker of the tenant is drained.
+    `kubelet_version` is set), its cards advertised (when `cards` is set, see `cards_missing`), then uncordoned,
+    before the next worker of the tenant is drained.
 
     On a first build nothing waits here (the Nodes become Ready only with the CNI, which is installed after every
-    worker has joined); a changed registration alone (a rejoin at the same version) waits for nothing either."""
+    worker has joined); a changed registration alone (a rejoin at the same version) waits for nothing either. What
+    `cards` holds is no change by itself: it only says what to wait for when the version changes."""
 
     def create(self, props: dict[str, Any]) -> CreateResult:
         return CreateResult(id_=props["node_name"], outs={**props, "reported": self._reported(props)})
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
-        return DiffResult(changes=_inputs_changed(olds, {**news, "reported": olds.get("reported")}))
+        return DiffResult(changes=_inputs_changed(
+            olds, {**news, "reported": olds.get("reported"), "cards": olds.get("cards")}))
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
         if olds.get("version") != news.get("version"):
@@ -715,7 +782,9 @@ class NodeReadyProvider(HostOperationProvider):
                 if kubelet and running != kubelet:
                     return f"Node {node} runs kubelet {running}, not {kubelet}"
                 conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
-                return None if conditions.get("Ready") == "True" else f"Node {node} is not Ready"
+                if conditions.get("Ready") != "True":
+                    return f"Node {node} is not Ready"
+                return cards_missing(found, props.get("cards"))
 
             try:
                 poll(ready, self.clock, timeout=NODE_READY_TIMEOUT)

@@ -468,6 +468,26 @@ def test_capacity_update_and_diff(api):
     assert api.get("Node", "alpha-worker-0")["status"]["allocatable"] == {"nvidia.com/gpu": "4"}
 
 
+def test_capacity_gone_from_the_node_is_a_change_so_the_next_up_applies_it_again(api, dead_url):
+    """A status write that did not last (or was undone by hand): the diff reads the Node and asks for an update,
+    which is what lets an upgrade stopped at `<node>-ready` for the missing capacity go on with the next `up`."""
+    api.put(node("alpha-worker-0", capacity={"nvidia.com/gpu": "10"}, allocatable={"nvidia.com/gpu": "10"}))
+    provider = host_operations.GpuCapacityProvider()
+    olds = capacity_props(api, 10.0)
+    assert provider.diff("id", olds, dict(olds)).changes is False
+    api.get("Node", "alpha-worker-0")["status"]["allocatable"] = {}
+    assert provider.diff("id", olds, dict(olds)).changes is True
+    api.get("Node", "alpha-worker-0")["status"] = {"capacity": {"nvidia.com/gpu": "4"}}
+    assert provider.diff("id", olds, dict(olds)).changes is True
+    provider.update("id", olds, dict(olds))
+    assert provider.diff("id", olds, dict(olds)).changes is False
+    # No opinion without an answer or without a Node.
+    unreachable = {**olds, "kubeconfig": with_cluster(olds["kubeconfig"], server=dead_url)}
+    assert provider.diff("id", unreachable, dict(unreachable)).changes is False
+    del api.objects[("Node", None, "alpha-worker-0")]
+    assert provider.diff("id", olds, dict(olds)).changes is False
+
+
 def test_capacity_delete_removes_only_the_gpu_resource(api):
     api.put(node("alpha-worker-0", capacity={"cpu": "8", "nvidia.com/gpu": "10"},
                  allocatable={"cpu": "8", "nvidia.com/gpu": "10"}))

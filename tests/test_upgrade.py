@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 
 from components import host_operations
+from components.gpu.cards import JOIN_ANNOTATION
 from components.kube import ApiError
 from config import ConfigError, load_stack_config, upgrade
 from tests.support.lifecycle_support import adopt_lab, changed_by_owner, kind_lab, lab_world, tenant_names
 from tests.support.mockrun import reference_stack
 from tests.support.sim import systems
-from tests.support.sim.state import comparable
+from tests.support.sim.state import comparable, plain
 
 KEY = "tenants[0].kubernetesVersion"
 
@@ -462,3 +463,194 @@ def test_the_simulated_nvidia_plugin_registers_only_where_it_can_run(gpu_servers
     sim.world.machines[node].nvidia_missing = set()
     systems.refresh_nodes(sim.world, api)
     assert api.find("Node", None, node)["status"]["allocatable"]["nvidia.com/gpu"] == "20"
+
+
+# --------------------------------------------------------------------------- #
+# On the simulator: a worker is back in service only with its cards
+# --------------------------------------------------------------------------- #
+
+
+def advertised(sim, tenant: str, node: str) -> str | None:
+    """What of the worker's cards its Node does not show (None: all there), judged as `<node>-ready` judges."""
+    found = sim.world.tenant_api(tenant).find("Node", None, node)
+    if found is None:
+        return "no Node"
+    cards = plain(sim.resource(f"{node}-ready").inputs.get("cards"))
+    if cards and cards.get("mode") == "mock":
+        # The join of the Node as it is now (a registration id is `<node>/<uid>`, NodeRegistrationProvider).
+        cards = {**cards, "join": f"{node}/{found['metadata']['uid']}"}
+    return host_operations.cards_missing(found, cards)
+
+
+def watch_drains(sim, monkeypatch) -> list[tuple[str, dict[str, str | None]]]:
+    """Each drain as it starts: the Node drained, and what every other worker of its tenant misses of its cards
+    right then (the world as the drain finds it)."""
+    seen: list[tuple[str, dict[str, str | None]]] = []
+    drain = host_operations.NodeDrainProvider._drain
+
+    def observed(provider, props):
+        node = props["node_name"]
+        tenant = next(t["name"] for t in sim.config["tenants"] if node.startswith(f"{t['name']}-"))
+        others = [f"{tenant}-{w['name']}" for t in sim.config["tenants"] if t["name"] == tenant
+                  for w in t["workers"] if f"{tenant}-{w['name']}" != node]
+        seen.append((node, {other: advertised(sim, tenant, other) for other in others}))
+        return drain(provider, props)
+
+    monkeypatch.setattr(host_operations.NodeDrainProvider, "_drain", observed)
+    return seen
+
+
+def waits_for(sim, name: str) -> set[str]:
+    """The names of everything resource `name` depends on, directly or not (its state's dependencies, explicit and
+    through its inputs): what Pulumi finishes before it starts `name`, however it runs the rest in parallel."""
+    by_urn = {r.urn: r for r in sim.engine.state.values()}
+    seen: set[str] = set()
+    todo = list(sim.resource(name).all_dependencies())
+    while todo:
+        urn = todo.pop()
+        if urn in seen or urn not in by_urn:
+            continue
+        seen.add(urn)
+        todo += list(by_urn[urn].all_dependencies())
+    return {by_urn[urn].name for urn in seen}
+
+
+def test_the_next_drain_starts_only_once_the_previous_worker_advertises_its_cards(two_workers, monkeypatch):
+    sim = two_workers.fork()
+    # The order does not rest on how the simulator happens to serialize steps: the next drain depends on the
+    # previous worker's card resources, through its `-ready`.
+    assert {"tenant-a-worker-0-ready", "tenant-a-worker-0-gpu-register", "tenant-a-worker-0-gpu-capacity"} <= \
+        waits_for(sim, "tenant-a-worker-1-drain")
+    sim.config["tenants"][0]["kubernetesVersion"] = "v1.36.1"
+    drains = watch_drains(sim, monkeypatch)
+    plan = sim.up()
+    assert [node for node, _ in drains] == ["tenant-a-worker-0", "tenant-a-worker-1"], plan.render()
+    # When worker-1's drain began, worker-0 was back with its cards, from its new join.
+    assert drains[1][1] == {"tenant-a-worker-0": None}
+    for worker in ("tenant-a-worker-0", "tenant-a-worker-1"):
+        positions = order(plan, f"{worker}-registered", f"{worker}-gpu-register", f"{worker}-gpu-capacity",
+                          f"{worker}-ready")
+        assert positions == sorted(positions), plan.render()
+    node = tenant_api(sim).find("Node", None, "tenant-a-worker-0")
+    assert node["status"]["allocatable"]["nvidia.com/gpu"] == node["status"]["capacity"]["nvidia.com/gpu"] == "10"
+    assert node["metadata"]["annotations"][JOIN_ANNOTATION] == sim.resource("tenant-a-worker-0-registered").id
+    assert sim.up().changed() == {}
+
+
+def test_a_rejoined_node_whose_capacity_never_lands_stops_the_up_and_the_next_up_goes_on(two_workers, monkeypatch):
+    """The status write of worker-0's capacity is lost (the API takes it and it does not last): `<node>-ready`
+    stops the update naming the Node and what is missing, worker-1 is not touched; the next `up` sees the
+    capacity missing on the Node (GpuCapacity's diff), applies it again and finishes the roll."""
+    from tests.support.sim import world as sim_world
+
+    sim = two_workers.fork()
+    sim.config["tenants"][0]["kubernetesVersion"] = "v1.36.1"
+    patch_status = sim_world.KubeApi.patch_status
+
+    def lost(self, identity, kind, name, patch):
+        if kind == "Node" and name == "tenant-a-worker-0":
+            return copy.deepcopy(self.objects.get(("Node", None, name)))
+        return patch_status(self, identity, kind, name, patch)
+
+    monkeypatch.setattr(sim_world.KubeApi, "patch_status", lost)
+    drains = watch_drains(sim, monkeypatch)
+    plan = sim.up(expect_error=True)
+    assert plan.error is not None and "tenant-a-worker-0-ready" in plan.error, plan.render()
+    # As README "Upgrading a tenant" shows it.
+    assert "tenant-a-worker-0-ready: gave up after 300s: Node tenant-a-worker-0 does not advertise its cards: " \
+           "nvidia.com/gpu capacity None, not 10; nvidia.com/gpu allocatable None, not 10. The next worker is not " \
+           "drained until this one is back; check the kubelet on tenant-a-worker-0 (journalctl -u kubelet) and run " \
+           "`pulumi up` again" in plan.error, plan.error
+    assert [node for node, _ in drains] == ["tenant-a-worker-0"]
+    assert sim.output("tenants")["tenant-a"]["nodeVersions"]["tenant-a-worker-1"] == "v1.35.0"
+
+    monkeypatch.setattr(sim_world.KubeApi, "patch_status", patch_status)
+    left = sim.preview()
+    changed = changed_by_owner(left, tenant_names(sim.config))
+    assert {"tenant-a-worker-0-gpu-capacity", "tenant-a-worker-0-ready", "tenant-a-worker-1-drain"} <= \
+        changed["tenant-a"]["update"], left.render()
+    plan = sim.up()
+    assert [node for node, _ in drains] == ["tenant-a-worker-0", "tenant-a-worker-1"], plan.render()
+    assert drains[1][1] == {"tenant-a-worker-0": None}
+    assert sim.output("tenants")["tenant-a"]["nodeVersions"] == {
+        "tenant-a-worker-0": "v1.36.1", "tenant-a-worker-1": "v1.36.1"}
+    assert sim.up().changed() == {}
+
+
+def install_everywhere(sim, version: str) -> None:
+    """The owner installed kubeadm and kubelet `version` on every server before the `up` (node-upgrade.sh checks)."""
+    for host in sim.world.ssh:
+        set_packages(sim, host, version, "apt")
+
+
+def test_in_nvidia_mode_the_next_drain_waits_for_the_device_plugins_gpus(gpu_servers, monkeypatch):
+    sim = gpu_servers.fork()
+    tenant = sim.config["tenants"][0]
+    first, second = (f"{tenant['name']}-{w['name']}" for w in tenant["workers"])
+    tenant["kubernetesVersion"] = "v1.36.1"
+    install_everywhere(sim, "v1.36.1")
+    drains = watch_drains(sim, monkeypatch)
+    plan = sim.up()
+    assert [node for node, _ in drains] == [first, second], plan.render()
+    assert drains[1][1] == {first: None}
+    assert plain(sim.resource(f"{first}-ready").inputs["cards"]) == {"mode": "nvidia"}
+    assert sim.up().changed() == {}
+
+
+def test_in_nvidia_mode_a_server_whose_plugin_stops_advertising_stops_the_roll_there(gpu_servers, monkeypatch):
+    """The first server's NVIDIA driver is gone while it is drained: HAMi's device plugin cannot register there,
+    the kubelet reports `nvidia.com/gpu` 0 (the simulator, after kubernetes setters.go MachineInfo), and
+    `<node>-ready` stops the update naming the Node and the plugin; the second server is not drained. With the
+    driver back, the next `up` finishes."""
+    sim = gpu_servers.fork()
+    tenant = sim.config["tenants"][0]
+    first, second = (f"{tenant['name']}-{w['name']}" for w in tenant["workers"])
+    tenant["kubernetesVersion"] = "v1.36.1"
+    install_everywhere(sim, "v1.36.1")
+    machine = sim.world.machines[first]
+    drains = watch_drains(sim, monkeypatch)
+    drain = host_operations.NodeDrainProvider._drain
+
+    def driver_lost(provider, props):
+        drain(provider, props)
+        if props["node_name"] == first:
+            machine.nvidia_missing = {"driver"}
+            systems.refresh_nodes(sim.world, sim.world.tenant_api(tenant["name"]))  # the kubelet's next status
+
+    monkeypatch.setattr(host_operations.NodeDrainProvider, "_drain", driver_lost)
+    plan = sim.up(expect_error=True)
+    assert plan.error is not None and f"{first}-ready" in plan.error, plan.render()
+    assert f"Node {first} advertises no nvidia.com/gpu (allocatable '0'): HAMi's device plugin has not registered " \
+           "its cards there" in plan.error
+    assert [node for node, _ in drains] == [first]
+
+    machine.nvidia_missing = set()
+    plan = sim.up()
+    assert [node for node, _ in drains] == [first, second], plan.render()
+    assert drains[1][1] == {first: None}
+    assert sim.up().changed() == {}
+
+
+def as_before_issue_23_deliverable_2(sim) -> None:
+    """The state as the program before the card waits left it: `<node>-ready` without `cards` and without
+    depending on the card resources. The URNs and parents are the same (the card resources keep their names and
+    their TenantGpus parent)."""
+    cards = {r.urn for r in sim.engine.state.values()
+             if r.name.endswith(("-gpu-register", "-gpu-capacity", "-gpu-label"))}
+    for resource in sim.engine.state.values():
+        dropped = {"NodeReady": ("cards",)}.get(resource.type.rpartition(":")[2], ())
+        for key in dropped:
+            resource.inputs.pop(key, None)
+            resource.outputs.pop(key, None)
+        if dropped:
+            resource.dependencies = [urn for urn in resource.dependencies if urn not in cards]
+
+
+def test_a_running_stack_of_the_previous_program_sees_no_change(two_workers):
+    sim = two_workers.fork()
+    as_before_issue_23_deliverable_2(sim)
+    assert "cards" not in sim.resource("tenant-a-worker-0-ready").inputs
+    preview = sim.preview()
+    assert preview.changed() == {}, preview.render()
+    assert sim.up().changed() == {}
+    assert sim.up().changed() == {}

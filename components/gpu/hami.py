@@ -1,13 +1,14 @@
 """TenantGpus: HAMi in one tenant, its GPUs (simulated, or real NVIDIA cards), and the in-stack proof that they work.
 
-Order inside a tenant: workers joined -> CNI -> Konnectivity agents ready -> HAMi release. The tenant API server
-reaches HAMi's webhook only through the agents (clastix/kamaji
+Built in two steps. First, per node, in each worker's own chain (`node_cards`, called once the worker's Node has
+registered and before its `<node>-ready`, so that an upgraded worker is back in service only with its cards
+advertised): in mock mode the card annotation and the `nvidia.com/gpu` status capacity; in nvidia mode only the
+`gpu=on` label the real device plugin selects. Then, after the CNI (`install`): Konnectivity agents ready -> HAMi
+release. The tenant API server reaches HAMi's webhook only through the agents (clastix/kamaji
 internal/resources/konnectivity/egress_selector_configuration_resource.go), which are ordinary pods that need the
-CNI (internal/resources/konnectivity/agent.go: hostNetwork off by default). Per node, after it has registered: in
-mock mode the card annotation and the `nvidia.com/gpu` status capacity; in nvidia mode only the `gpu=on` label the
-real device plugin selects. Then two bounded waits: HAMi's webhook mutates a dry run of a GPU pod (its Service has
-no endpoint until the scheduler labels itself leader), and in mock mode every GPU node advertises the plugin's
-resources above zero. Last, a fractional GPU pod whose state,
+CNI (internal/resources/konnectivity/agent.go: hostNetwork off by default). Then two bounded waits: HAMi's
+webhook mutates a dry run of a GPU pod (its Service has no endpoint until the scheduler labels itself leader), and
+in mock mode every GPU node advertises the plugin's resources above zero. Last, a fractional GPU pod whose state,
 read back after `pulumi up` created it, must show HAMi's webhook, its scheduler and the device plugin at work,
 or `pulumi up` fails naming the broken link. Everything here lives in the tenant cluster and goes with its
 TenantControlPlane (`deleted_with`).
@@ -40,6 +41,7 @@ from components.images import PAUSE_IMAGE
 from components.naming import COMPONENT_PREFIX
 from components.tenant.spec import system_node_selector
 from components.worker.access import NodeAccess
+from components.worker.node import AdvertisedCards
 
 # Helm waits for HAMi's Deployment, its certificate hook Jobs and (in mock mode) the plugin DaemonSet.
 HELM_TIMEOUT_SECONDS = 600
@@ -87,8 +89,6 @@ class TenantGpusArgs:
     management_kubeconfig: pulumi.Input[str]
     control_plane_namespace: pulumi.Input[str]
     control_plane: pulumi.Resource  # everything here goes with it
-    nodes: list[GpuNode]
-    depends_on: list[pulumi.Resource]  # the tenant's CNI releases (Calico)
     runtime_class_name: str | None = None  # nvidia mode only
 
 
@@ -109,23 +109,80 @@ class TenantGpus(pulumi.ComponentResource):
     smoke_test: pulumi.Output[dict] | None  # evidence: pod, node, schedulerName, devicesAllocated, node resources
 
     def __init__(self, name: str, args: TenantGpusArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        """The component only: the workers add their cards (`node_cards`), then `install` adds HAMi and the proof."""
         super().__init__(f"{COMPONENT_PREFIX}:TenantGpus", name, None, opts)
-        if not args.nodes:
+        self._args = args
+        self._inside = pulumi.ResourceOptions(parent=self, provider=args.tenant_provider,
+                                              deleted_with=args.control_plane)
+        self._host_side = pulumi.ResourceOptions(parent=self, deleted_with=args.control_plane)
+        self._node_resources: list[pulumi.Resource] = []
+
+    def node_cards(self, node: GpuNode) -> AdvertisedCards | None:
+        """The cards of one worker, once its Node object exists, and what its Node shows when they are advertised
+        (what `<node>-ready` waits for after an upgrade); None for a worker without `gpus`."""
+        args, cards = self._args, node.worker.gpus
+        if not cards:
+            return None
+        node_name = node.access.node_name
+        after_registration = pulumi.ResourceOptions.merge(self._inside, pulumi.ResourceOptions(
+            depends_on=[node.registered]))
+        resources: list[pulumi.Resource] = []
+        if args.gpu_mode == "mock":
+            resources.append(k8s.core.v1.NodePatch(
+                f"{node_name}-gpu-register",
+                metadata={
+                    "name": node_name,
+                    "annotations": {REGISTER_ANNOTATION: card_annotation(cards),
+                                    JOIN_ANNOTATION: node.registered.id},
+                },
+                opts=after_registration,
+            ))
+            resources.append(host_operations.resource(
+                host_operations.GpuCapacityProvider(),
+                f"{node_name}-gpu-capacity",
+                {"kubeconfig": args.operator_kubeconfig, "management_kubeconfig": args.management_kubeconfig,
+                 "control_plane_namespace": args.control_plane_namespace, "control_plane_name": args.tenant.name,
+                 "node_name": node_name, "capacity": gpu_capacity(cards),
+                 # A rejoined worker is a fresh Node without the capacity: apply it again.
+                 "registration": node.registered.id},
+                pulumi.ResourceOptions.merge(self._host_side, pulumi.ResourceOptions(depends_on=[node.registered])),
+            ))
+            expected: dict[str, pulumi.Input] = {"mode": "mock", "gpu": gpu_capacity(cards),
+                                                 "join": node.registered.id}
+        else:
+            # The join id as in mock mode: a rejoined worker is a fresh Node without the label, and without a
+            # changed input the patch would be `same` and never sent again (gpu-layer review G1).
+            resources.append(k8s.core.v1.NodePatch(
+                f"{node_name}-gpu-label",
+                metadata={"name": node_name, "labels": dict(NVIDIA_NODE_LABEL),
+                          "annotations": {JOIN_ANNOTATION: node.registered.id}},
+                opts=after_registration,
+            ))
+            # HAMi's device plugin, which the label brings to the node, registers `nvidia.com/gpu` with the kubelet.
+            expected = {"mode": "nvidia"}
+        self._node_resources += resources
+        return AdvertisedCards(resources=resources, expected=expected)
+
+    def install(self, nodes: list[GpuNode], depends_on: list[pulumi.Resource]) -> None:
+        """HAMi, its waits and the smoke test, after the tenant's CNI releases (`depends_on`); every node's cards
+        were added by `node_cards` before."""
+        args = self._args
+        if not nodes:
             raise ValueError(f"tenant {args.tenant.name}: TenantGpus needs at least one joined worker node")
         tenant = args.tenant.name
         mock = args.gpu_mode == "mock"
-        inside = pulumi.ResourceOptions(parent=self, provider=args.tenant_provider, deleted_with=args.control_plane)
-        host_side = pulumi.ResourceOptions(parent=self, deleted_with=args.control_plane)
-        registrations = [node.registered for node in args.nodes]
+        inside, host_side = self._inside, self._host_side
+        node_resources = self._node_resources
+        registrations = [node.registered for node in nodes]
 
         # The webhook is reached through the tunnel: wait for its agents before installing HAMi.
         tunnel = host_operations.resource(
             host_operations.KonnectivityReadyProvider(),
             f"{tenant}-konnectivity-ready",
-            {"kubeconfig": args.operator_kubeconfig, "nodes": len(args.nodes),
-             "registrations": [node.registered.id for node in args.nodes]},
+            {"kubeconfig": args.operator_kubeconfig, "nodes": len(nodes),
+             "registrations": [node.registered.id for node in nodes]},
             pulumi.ResourceOptions.merge(host_side, pulumi.ResourceOptions(
-                depends_on=[*registrations, *args.depends_on])),
+                depends_on=[*registrations, *depends_on])),
         )
 
         # Before HAMi's pods get their tokens: what those tokens may do (components/gpu/values.py).
@@ -145,57 +202,18 @@ class TenantGpus(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions.merge(inside, pulumi.ResourceOptions(depends_on=[tunnel, token_binding])),
         )
 
-        # The cards on each node, once its Node object exists.
-        node_resources: list[pulumi.Resource] = []
-        for node in args.nodes:
-            cards = node.worker.gpus
-            if not cards:
-                continue
-            node_name = node.access.node_name
-            after_registration = pulumi.ResourceOptions.merge(inside, pulumi.ResourceOptions(
-                depends_on=[node.registered]))
-            if mock:
-                node_resources.append(k8s.core.v1.NodePatch(
-                    f"{node_name}-gpu-register",
-                    metadata={
-                        "name": node_name,
-                        "annotations": {REGISTER_ANNOTATION: card_annotation(cards),
-                                        JOIN_ANNOTATION: node.registered.id},
-                    },
-                    opts=after_registration,
-                ))
-                node_resources.append(host_operations.resource(
-                    host_operations.GpuCapacityProvider(),
-                    f"{node_name}-gpu-capacity",
-                    {"kubeconfig": args.operator_kubeconfig, "management_kubeconfig": args.management_kubeconfig,
-                     "control_plane_namespace": args.control_plane_namespace, "control_plane_name": tenant,
-                     "node_name": node_name, "capacity": gpu_capacity(cards),
-                     # A rejoined worker is a fresh Node without the capacity: apply it again.
-                     "registration": node.registered.id},
-                    pulumi.ResourceOptions.merge(host_side, pulumi.ResourceOptions(depends_on=[node.registered])),
-                ))
-            else:
-                # The join id as in mock mode: a rejoined worker is a fresh Node without the label, and without a
-                # changed input the patch would be `same` and never sent again (gpu-layer review G1).
-                node_resources.append(k8s.core.v1.NodePatch(
-                    f"{node_name}-gpu-label",
-                    metadata={"name": node_name, "labels": dict(NVIDIA_NODE_LABEL),
-                              "annotations": {JOIN_ANNOTATION: node.registered.id}},
-                    opts=after_registration,
-                ))
-
-        self.node_names = pulumi.Output.all(*(node.registered.id for node in args.nodes)).apply(
-            lambda _: [node.access.node_name for node in args.nodes]
+        self.node_names = pulumi.Output.all(*(node.registered.id for node in nodes)).apply(
+            lambda _: [node.access.node_name for node in nodes]
         )
         self.gpu_capacity = None
         if mock:
-            capacities = {node.access.node_name: gpu_capacity(node.worker.gpus) for node in args.nodes}
+            capacities = {node.access.node_name: gpu_capacity(node.worker.gpus) for node in nodes}
             self.gpu_capacity = self.node_names.apply(lambda _: dict(capacities))
 
         # Nothing a webhook must admit is created before it answers; it runs again after an upgrade (a new
         # revision) or a rejoin (a new registration).
         revision = self.release.status.apply(lambda status: dict.get(status or {}, "revision"))
-        registration_ids = [node.registered.id for node in args.nodes]
+        registration_ids = [node.registered.id for node in nodes]
         webhook = host_operations.resource(
             host_operations.HamiWebhookReadyProvider(),
             f"{tenant}-hami-webhook-ready",
@@ -205,7 +223,7 @@ class TenantGpus(pulumi.ComponentResource):
         )
         waits: list[pulumi.Resource] = [webhook]
         if mock:
-            for node in args.nodes:
+            for node in nodes:
                 if not node.worker.gpus:
                     continue
                 waits.append(host_operations.resource(
@@ -219,7 +237,7 @@ class TenantGpus(pulumi.ComponentResource):
 
         self.smoke_test = None
         if args.smoke_test.enabled:
-            self.smoke_test = self._smoke_test(tenant, args, inside, [self.release, *node_resources, *waits])
+            self.smoke_test = self._smoke_test(tenant, args, nodes, inside, [self.release, *node_resources, *waits])
 
         self.register_outputs({
             "release": self.release.name,
@@ -228,11 +246,11 @@ class TenantGpus(pulumi.ComponentResource):
             "smoke_test": self.smoke_test,
         })
 
-    def _smoke_test(self, tenant: str, args: TenantGpusArgs, inside: pulumi.ResourceOptions,
+    def _smoke_test(self, tenant: str, args: TenantGpusArgs, nodes: list[GpuNode], inside: pulumi.ResourceOptions,
                     depends_on: list[pulumi.Resource]) -> pulumi.Output[dict]:
         worker = args.smoke_test.worker_in(args.tenant)
         # Validation refuses a smoke test that fits on no worker.
-        node = next(node for node in args.nodes if node.worker is worker)
+        node = next(node for node in nodes if node.worker is worker)
         manifest = smoke_pod_manifest(args.smoke_test, PAUSE_IMAGE, node.access.node_name)
         metadata = {**manifest["metadata"], "annotations": {JOIN_ANNOTATION: node.registered.id}}
         # The proof's own namespace, outside every user quota (components/gpu/smoke.py).

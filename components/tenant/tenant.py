@@ -131,8 +131,26 @@ class Tenant(pulumi.ComponentResource):
             control_plane=control_plane.tcp,
         )
         image = worker_image(tenant) if any(worker.ssh is None for worker in tenant.workers) else None
+        # The component first: each worker adds its own cards to it once its Node has registered, before that worker
+        # is back in service; HAMi and the proof follow after the CNI (`install` below).
+        self.gpus = gpus = TenantGpus(
+            tenant.name,
+            TenantGpusArgs(
+                tenant=tenant,
+                gpu_mode=stack.gpu_mode,
+                smoke_test=stack.smoke_test,
+                versions=stack.versions,
+                tenant_provider=control_plane.provider,
+                operator_kubeconfig=control_plane.operator_kubeconfig,
+                management_kubeconfig=platform.management_kubeconfig,
+                control_plane_namespace=control_plane.namespace,
+                control_plane=control_plane.tcp,
+                runtime_class_name=stack.nvidia.runtime_class_name if stack.nvidia else None,
+            ),
+            _formerly_top_level(self, hami.FORMER_TYPE),
+        )
         # One at a time: a worker is drained for an upgrade only after kube-proxy follows the control plane and the
-        # worker before it is back in service (README "Upgrading a tenant").
+        # worker before it is back in service, its cards advertised (README "Upgrading a tenant").
         self.workers = []
         for worker in tenant.workers:
             previous = [self.workers[-1].ready] if self.workers else []
@@ -150,6 +168,8 @@ class Tenant(pulumi.ComponentResource):
                     if stack.gpu_mode == "nvidia" else None,
                     depends_on=[self.version],
                     drain_after=[*control_plane.kube_proxy, *previous],
+                    cards=lambda access, registered, worker=worker: gpus.node_cards(
+                        GpuNode(worker=worker, access=access, registered=registered)),
                 ),
                 _formerly_top_level(self),
             ))
@@ -180,24 +200,10 @@ class Tenant(pulumi.ComponentResource):
             ),
             _formerly_top_level(self),
         )
-        self.gpus = TenantGpus(
-            tenant.name,
-            TenantGpusArgs(
-                tenant=tenant,
-                gpu_mode=stack.gpu_mode,
-                smoke_test=stack.smoke_test,
-                versions=stack.versions,
-                tenant_provider=control_plane.provider,
-                operator_kubeconfig=control_plane.operator_kubeconfig,
-                management_kubeconfig=platform.management_kubeconfig,
-                control_plane_namespace=control_plane.namespace,
-                control_plane=control_plane.tcp,
-                nodes=[GpuNode(worker=worker, access=node.access, registered=node.registered)
-                       for worker, node in zip(tenant.workers, self.workers, strict=True)],
-                depends_on=cni.releases,
-                runtime_class_name=stack.nvidia.runtime_class_name if stack.nvidia else None,
-            ),
-            _formerly_top_level(self, hami.FORMER_TYPE),
+        self.gpus.install(
+            [GpuNode(worker=worker, access=node.access, registered=node.registered)
+             for worker, node in zip(tenant.workers, self.workers, strict=True)],
+            depends_on=cni.releases,
         )
         self.summary = {
             "namespace": control_plane.namespace,

@@ -24,6 +24,7 @@ running kubelet cannot register it again.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pulumi
@@ -142,6 +143,19 @@ class WorkerNodeArgs:
     # What the drain before an upgrade waits for: the objects that follow the control plane's version (kube-proxy)
     # and the previous worker of the tenant back in service, so that workers roll one at a time.
     drain_after: list[pulumi.Resource] = field(default_factory=list)
+    # The worker's cards, added once its Node has registered (TenantGpus.node_cards; None for no cards): after an
+    # upgrade, `<node>-ready` uncordons only once they are advertised again.
+    cards: Callable[[NodeAccess, pulumi.Resource], AdvertisedCards | None] | None = None
+
+
+@dataclass(frozen=True)
+class AdvertisedCards:
+    """What puts a worker's cards on its Node (`resources`) and what the Node shows once they are advertised
+    (`expected`, for NodeReadyProvider: `{"mode": "mock", "gpu": <count>, "join": <registration id>}` or
+    `{"mode": "nvidia"}`)."""
+
+    resources: list[pulumi.Resource]
+    expected: pulumi.Input[dict]
 
 
 @dataclass(frozen=True)
@@ -291,8 +305,11 @@ class WorkerNode(pulumi.ComponentResource):
         self.upgrade = None
         if self.access.is_ssh:
             self.upgrade = self._upgrade(name, tenant.kubernetes_version)
-        # After an upgrade: the new Node Ready at its version, uncordoned; the tenant's next worker waits for it.
-        # A container's kubelet is its image's; an SSH worker's is the tenant's version once `-upgrade` ran.
+        # The cards first: the Node is back in service only with them.
+        cards = args.cards(self.access, self.registered) if args.cards is not None else None
+        # After an upgrade: the new Node Ready at its version with its cards advertised, uncordoned; the tenant's
+        # next worker waits for it. A container's kubelet is its image's; an SSH worker's is the tenant's version
+        # once `-upgrade` ran.
         if self.container is not None:
             self.kubelet_version = (upgrade.image_version(args.image) if args.image is not None else None) \
                 or tenant.kubernetes_version
@@ -302,9 +319,11 @@ class WorkerNode(pulumi.ComponentResource):
             host_operations.NodeReadyProvider(),
             f"{name}-ready",
             {"kubeconfig": tenant.operator_kubeconfig, "node_name": node, "version": tenant.kubernetes_version,
-             "kubelet_version": self.kubelet_version, "registration": self.registered.id},
+             "kubelet_version": self.kubelet_version, "registration": self.registered.id,
+             "cards": cards.expected if cards is not None else None},
             pulumi.ResourceOptions.merge(host_side, pulumi.ResourceOptions(
-                depends_on=[self.upgrade] if self.upgrade is not None else [])),
+                depends_on=[*([self.upgrade] if self.upgrade is not None else []),
+                            *(cards.resources if cards is not None else [])])),
             outputs=("reported",),
         )
         # Resolves only once the Node has registered, so whatever uses the name waits for it.
