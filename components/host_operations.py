@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from pulumi import log as pulumi_log
 from pulumi.dynamic import CreateResult, DiffResult, Resource, ResourceProvider, UpdateResult
 
 from components import kube
@@ -633,6 +634,13 @@ def _drained_pods(pods: list[dict[str, Any]], node: str) -> list[dict[str, Any]]
     return drained
 
 
+def one_worker_warning(tenant: str, node: str, current: Any, wanted: Any) -> str:
+    """What the preview says when the only worker of a tenant is about to be drained for an upgrade."""
+    return (f"tenant {tenant} has one worker, {node}: its upgrade from {current} to {wanted} drains it, so every "
+            f"workload of tenant {tenant} stops until {node} is back in service (Ready, its cards advertised). Add a "
+            "worker first to keep them running")
+
+
 class NodeDrainProvider(HostOperationProvider):
     """Before a worker moves to another Kubernetes version: its Node cordoned, then its pods evicted.
 
@@ -643,11 +651,26 @@ class NodeDrainProvider(HostOperationProvider):
     on from this worker. A first build (or a new worker) has nothing to drain; neither has a Node that is gone.
     """
 
+    # Inputs that only say what to tell the operator; no change by themselves.
+    NOT_A_CHANGE = ("tenant", "tenant_workers")
+
     def create(self, props: dict[str, Any]) -> CreateResult:
         return CreateResult(id_=props["node_name"], outs=dict(props))
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
-        return DiffResult(changes=_inputs_changed(olds, news))
+        upgrade_planned = olds.get("version") != news.get("version")
+        if upgrade_planned and news.get("tenant_workers") == 1:
+            # Shown in the preview, and only when this drain is planned: the engine diffs every resource with a
+            # state in a preview as in an update (pulumi/pulumi v3.259.0 pkg/resource/deploy/step_generator.go
+            # generateSteps -> diff). The provider host runs without an engine connection (pulumi 3.272.0, as
+            # pinned, sdk/python/lib/pulumi/dynamic/__main__.py get_provider configures Settings without one), so
+            # pulumi.log.warn prints "warning: ..." to its stderr (sdk/python/lib/pulumi/log.py warn), which the
+            # engine shows as a diagnostic of the stack (v3.259.0 sdk/go/common/resource/plugin/plugin.go runtrace,
+            # not hidden for pulumi-resource-pulumi-python).
+            pulumi_log.warn(one_worker_warning(str(news.get("tenant")), str(news.get("node_name")),
+                                               olds.get("version"), news.get("version")))
+        ignored = dict.fromkeys(self.NOT_A_CHANGE)
+        return DiffResult(changes=_inputs_changed({**olds, **ignored}, {**news, **ignored}))
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
         if olds.get("version") != news.get("version"):

@@ -18,6 +18,7 @@ from tests.support.sim import systems
 from tests.support.sim.state import comparable, plain
 
 KEY = "tenants[0].kubernetesVersion"
+README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 # --------------------------------------------------------------------------- #
@@ -632,13 +633,14 @@ def test_in_nvidia_mode_a_server_whose_plugin_stops_advertising_stops_the_roll_t
 
 
 def as_before_issue_23_deliverable_2(sim) -> None:
-    """The state as the program before the card waits left it: `<node>-ready` without `cards` and without
-    depending on the card resources. The URNs and parents are the same (the card resources keep their names and
-    their TenantGpus parent)."""
+    """The state as the program before the card waits and the one-worker warning left it: `<node>-ready` without
+    `cards` and without depending on the card resources, `<node>-drain` without `tenant`/`tenant_workers`. The
+    URNs and parents are the same (the card resources keep their names and their TenantGpus parent)."""
     cards = {r.urn for r in sim.engine.state.values()
              if r.name.endswith(("-gpu-register", "-gpu-capacity", "-gpu-label"))}
     for resource in sim.engine.state.values():
-        dropped = {"NodeReady": ("cards",)}.get(resource.type.rpartition(":")[2], ())
+        dropped = {"NodeReady": ("cards",), "NodeDrain": ("tenant", "tenant_workers")}.get(
+            resource.type.rpartition(":")[2], ())
         for key in dropped:
             resource.inputs.pop(key, None)
             resource.outputs.pop(key, None)
@@ -651,6 +653,106 @@ def test_a_running_stack_of_the_previous_program_sees_no_change(two_workers):
     as_before_issue_23_deliverable_2(sim)
     assert "cards" not in sim.resource("tenant-a-worker-0-ready").inputs
     preview = sim.preview()
-    assert preview.changed() == {}, preview.render()
+    assert preview.changed() == {} and preview.diagnostics == [], preview.render()
     assert sim.up().changed() == {}
     assert sim.up().changed() == {}
+
+
+# --------------------------------------------------------------------------- #
+# A tenant with one worker says so in the preview
+# --------------------------------------------------------------------------- #
+
+ONE_WORKER = ("tenant tenant-a has one worker, tenant-a-worker-0: its upgrade from v1.35.0 to v1.36.1 drains it, "
+              "so every workload of tenant tenant-a stops")
+
+
+def test_the_provider_host_shows_the_warning_of_a_drains_diff_on_its_stderr():
+    """What the engine shows comes from the real host: `python -m pulumi.dynamic` (what pulumi-resource-pulumi-python
+    runs) answers Diff, and `pulumi.log.warn` in the provider, without an engine connection there, prints
+    `warning: ...` to the host's stderr (pulumi/log.py), which the engine turns into diagnostics (plugin.go
+    runtrace). Only a version change of a tenant's only worker says it."""
+    import asyncio
+    import os
+    import subprocess
+    import sys
+
+    import grpc
+    from pulumi.dynamic.dynamic import serialize_provider
+    from pulumi.runtime import rpc
+    from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
+
+    root = README.parent
+    env = {k: v for k, v in os.environ.items() if k.lower() not in ("https_proxy", "all_proxy", "http_proxy")}
+    env["PYTHONPATH"] = str(root)
+    process = subprocess.Popen([sys.executable, "-m", "pulumi.dynamic"], cwd=root, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+
+    def struct(props):
+        loop = asyncio.new_event_loop()
+        try:
+            return loop.run_until_complete(rpc.serialize_properties(props, {}))
+        finally:
+            loop.close()
+
+    olds = {"kubeconfig": "unused", "node_name": "tenant-a-worker-0", "version": "v1.35.0", "tenant": "tenant-a",
+            "tenant_workers": 1, "__provider": serialize_provider(host_operations.NodeDrainProvider())}
+    try:
+        port = int(process.stdout.readline())
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            host = provider_pb2_grpc.ResourceProviderStub(channel)
+            answers = [host.Diff(provider_pb2.DiffRequest(id="id", urn="urn", olds=struct(olds), news=struct(news)))
+                       for news in ({**olds, "version": "v1.36.1"},  # the only worker: warned
+                                    {**olds, "version": "v1.36.1", "tenant_workers": 2},  # one of two: not
+                                    {**olds, "tenant_workers": 1.0})]  # no upgrade: not
+    finally:
+        process.terminate()
+        _, stderr = process.communicate(timeout=30)
+    assert [a.changes for a in answers] == [provider_pb2.DiffResponse.DIFF_SOME, provider_pb2.DiffResponse.DIFF_SOME,
+                                            provider_pb2.DiffResponse.DIFF_NONE]
+    warned = [line for line in stderr.splitlines() if line.startswith("warning: ")]
+    assert len(warned) == 1 and warned[0].startswith(f"warning: {ONE_WORKER}"), stderr
+
+
+def test_the_preview_of_a_one_worker_tenants_upgrade_warns_that_its_workloads_stop():
+    sim = kind_lab(reference_stack())  # each tenant has one worker
+    sim.up()
+    assert sim.preview().diagnostics == []  # no upgrade planned: nothing to say
+    sim.config["tenants"][0]["kubernetesVersion"] = "v1.36.1"
+    preview = sim.preview()
+    [warning] = preview.diagnostics
+    assert warning.startswith(f"warning: {ONE_WORKER} until tenant-a-worker-0 is back"), preview.render()
+    assert "Add a worker first to keep them running" in warning
+    assert f"Diagnostics:\n  pulumi:pulumi:Stack (gpu-tenancy-dev):\n    {warning}" in preview.render()
+    assert f"Diagnostics:\n  pulumi:pulumi:Stack (gpu-tenancy-dev):\n    {warning}\n" in README.read_text()
+    assert "tenant-b" not in warning
+    plan = sim.up(skip_preview=True)
+    assert plan.diagnostics == [warning]  # the update diffs again, and says it again
+    assert sim.preview().diagnostics == []  # done: nothing left to say
+
+
+def test_a_two_worker_tenants_upgrade_does_not_warn(two_workers):
+    sim = two_workers.fork()
+    sim.config["tenants"][0]["kubernetesVersion"] = "v1.36.1"
+    assert sim.preview().diagnostics == []
+
+
+def test_a_one_worker_tenants_upgrade_stopped_at_its_drain_still_warns_in_the_next_preview():
+    """The warning follows the drain still to come, not the version record: `<tenant>-version` is done after a
+    blocked drain, the drain is not."""
+    sim = kind_lab(reference_stack())
+    sim.up()
+    api = tenant_api(sim)
+    api.put({"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"name": "db-0", "namespace": "default", "labels": {"app": "db"}},
+             "spec": {"nodeName": "tenant-a-worker-0", "containers": [{"name": "db", "image": "db"}]},
+             "status": {"phase": "Running"}})
+    api.put({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+             "metadata": {"name": "db", "namespace": "default", "generation": 1},
+             "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}},
+             "status": {"observedGeneration": 1, "disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1}})
+    sim.config["tenants"][0]["kubernetesVersion"] = "v1.36.1"
+    plan = sim.up(expect_error=True)
+    assert plan.error is not None and "tenant-a-worker-0-drain" in plan.error, plan.render()
+    left = sim.preview()
+    assert "tenant-a-version" not in left.names("update"), left.render()
+    assert [line[:len(ONE_WORKER) + 9] for line in left.diagnostics] == [f"warning: {ONE_WORKER}"], left.render()

@@ -129,6 +129,7 @@ class Tenant(pulumi.ComponentResource):
             operator_kubeconfig=control_plane.operator_kubeconfig,
             management_kubeconfig=platform.management_kubeconfig,
             control_plane=control_plane.tcp,
+            workers=len(tenant.workers),
         )
         image = worker_image(tenant) if any(worker.ssh is None for worker in tenant.workers) else None
         # The component first: each worker adds its own cards to it once its Node has registered, before that worker

@@ -120,6 +120,7 @@ class TenantAccess:
     operator_kubeconfig: pulumi.Input[str]  # secret; used on the Pulumi host only
     management_kubeconfig: pulumi.Input[str]  # secret; to tell a dead tenant from a gone one
     control_plane: pulumi.Resource  # the TenantControlPlane: tenant-side objects go with it
+    workers: int = 0  # how many workers the tenant has (a drain of its only one stops all its workloads)
 
 
 @dataclass
@@ -205,7 +206,8 @@ class WorkerNode(pulumi.ComponentResource):
         self.drain = host_operations.resource(
             host_operations.NodeDrainProvider(),
             f"{name}-drain",
-            {"kubeconfig": tenant.operator_kubeconfig, "node_name": node, "version": tenant.kubernetes_version},
+            {"kubeconfig": tenant.operator_kubeconfig, "node_name": node, "version": tenant.kubernetes_version,
+             "tenant": tenant.name, "tenant_workers": tenant.workers},
             pulumi.ResourceOptions.merge(host_side, pulumi.ResourceOptions(
                 depends_on=[*args.depends_on, *args.drain_after])),
         )

@@ -116,6 +116,10 @@ class Plan:
     steps: list[Step] = field(default_factory=list)
     error: str | None = None
     warnings: list[str] = field(default_factory=list)
+    # What the dynamic provider host printed to stderr, line by line: the engine shows each as a diagnostic of the
+    # stack (pulumi/pulumi sdk/go/common/resource/plugin/plugin.go runtrace, Infoerrf with no URN).
+    diagnostics: list[str] = field(default_factory=list)
+    stack_name: str = ""
     outputs: dict[str, Any] = field(default_factory=dict)
     secret_outputs: set[str] = field(default_factory=set)
 
@@ -162,6 +166,9 @@ class Plan:
         lines.append("Resources:")
         lines += [f"    {marks[op]}{n} to {op}" for op, n in counts.items() if n]
         lines.append(f"    {len(self.names('same'))} unchanged")
+        if self.diagnostics:
+            lines += ["", "Diagnostics:", f"  {ROOT_STACK_TYPE} ({PROJECT}-{self.stack_name}):"]
+            lines += [f"    {line}" for line in self.diagnostics]
         for warning in self.warnings:
             lines.append(f"warning: {warning}")
         if self.error:
@@ -533,6 +540,7 @@ class _Operation:
         for path in new.ignore_changes:
             new.inputs = reset_ignored(path, old.inputs, new.inputs)
         diff = model.diff(self.ctx, old, new)
+        self.plan.diagnostics += diff.diagnostics
         if diff.unavailable:
             self.plan.warnings.append(f"{new.name}: The provider for this resource has inputs that are not known "
                                       "during preview.")
@@ -879,6 +887,7 @@ def run_operation(
     """Run one preview / update (program executed) or destroy (program not executed)."""
     env = dict(env or {})
     operation = _Operation(engine, kind, env, replace)
+    operation.plan.stack_name = stack
     engine.op = operation
     engine.last_operation = operation
     try:

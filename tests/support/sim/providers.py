@@ -11,8 +11,10 @@ without preview support).
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import hashlib
+import io
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,6 +55,7 @@ class Diff:
     changed_keys: list[str] = field(default_factory=list)
     delete_before_replace: bool = False
     unavailable: bool = False  # the provider's configuration is unknown (preview)
+    diagnostics: list[str] = field(default_factory=list)  # what the provider printed (dynamic providers)
 
 
 @dataclass
@@ -969,6 +972,26 @@ def _dynamic_provider(ctx: Context, inputs: dict[str, Any]):
     return hostapi.attach(provider, ctx.world)
 
 
+@contextlib.contextmanager
+def _as_provider_host(printed: list[str]):
+    """A provider call as the dynamic provider host makes it: the host configures the SDK without an engine
+    address (pulumi/dynamic/__main__.py get_provider: `configure(Settings(project=..., stack="stack", ...))`), so
+    `pulumi.log.warn` and friends print to stderr (pulumi/log.py: `print("warning: " + msg, file=sys.stderr)`), and
+    the engine reads the plugin's stderr line by line into its diagnostics (sdk/go/common/resource/plugin/plugin.go
+    runtrace; not hidden for pulumi-resource-pulumi-python, isDynamicPluginBinary). Each non-empty line printed
+    lands in `printed`."""
+    from pulumi.runtime import settings
+
+    saved, buffer = settings.SETTINGS.engine, io.StringIO()
+    settings.SETTINGS.engine = None
+    try:
+        with contextlib.redirect_stderr(buffer):
+            yield
+    finally:
+        settings.SETTINGS.engine = saved
+        printed += [line.rstrip() for line in buffer.getvalue().splitlines() if line.strip()]
+
+
 class DynamicModel:
     """A Python dynamic provider: its own create/diff/update/delete run, as the dynamic provider host runs them.
 
@@ -985,8 +1008,10 @@ class DynamicModel:
                                      else old.inputs)
         # dynamic/__main__.py Diff deserializes with keep_unknowns: an unknown input is an `Unknown` object.
         news = {k: (v if not contains_unknown(v) else Unknown()) for k, v in plain(new.inputs).items()}
+        printed: list[str] = []
         try:
-            result = provider.diff(old.id, plain(old.outputs), news)
+            with _as_provider_host(printed):
+                result = provider.diff(old.id, plain(old.outputs), news)
         except Exception as error:  # noqa: BLE001 -- the host answers the Diff call with the exception as an error
             # step_generator.go diffResource returns the provider's error and the step fails, in a preview as in an
             # update (pulumi v3.259.0 pkg/resource/deploy/step_generator.go diff: no DryRun exception).
@@ -994,7 +1019,7 @@ class DynamicModel:
         changed = changed_paths(old.inputs, new.inputs)
         return Diff(changes=result.changes, replace_keys=list(result.replaces or []),
                     changed_keys=sorted({str(p[0]) for p in changed}), detailed=[paths.render(p) for p in changed],
-                    delete_before_replace=bool(result.delete_before_replace))
+                    delete_before_replace=bool(result.delete_before_replace), diagnostics=printed)
 
     def create(self, ctx: Context, resource: Resource) -> tuple[str, dict[str, Any]]:
         if ctx.preview:
