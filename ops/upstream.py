@@ -63,7 +63,6 @@ describe each release's chart files (chart_digest).
 from __future__ import annotations
 
 import argparse
-import copy
 import errno
 import hashlib
 import json
@@ -124,8 +123,15 @@ def load_manifest(manifest: Path | str | Sequence[dict] | None = None) -> list[d
                 _VALIDATED[digest] = _validated(json.loads(data.decode("utf-8")))
         except (OSError, ValueError) as err:
             raise UpstreamError(f"cannot read manifest {path}: {err}") from err
-        return copy.deepcopy(_VALIDATED[digest])
+        return [_copied(entry) for entry in _VALIDATED[digest]]
     return _validated(list(manifest))
+
+
+def _copied(entry: dict) -> dict:
+    """A validated entry's own copy: its values are strings but `edits`, a list of {"line": str, "with": [str]}."""
+    if "edits" not in entry:
+        return dict(entry)
+    return {**entry, "edits": [{"line": edit["line"], "with": list(edit["with"])} for edit in entry["edits"]]}
 
 
 def _validated(entries: object) -> list[dict]:
