@@ -14,6 +14,7 @@ from tests.support.lifecycle_support import (
     kept_after_destroy,
     kind_lab,
     lab_world,
+    one_tenant_stack,
     running_kind_lab,
     tenant_names,
 )
@@ -42,7 +43,7 @@ def test_first_up_survives_kamajis_rbac_window():
     """issue 11 #1: admin.conf has no rights until Kamaji's soot controller binds kubeadm:cluster-admins."""
     world = lab_world(**CALM)
     world.soot_rbac_lag = True
-    sim = kind_lab(world=world)
+    sim = kind_lab(one_tenant_stack(), world=world)
     sim.up()
 
 
@@ -50,13 +51,13 @@ def test_first_up_survives_kamajis_webhook_coming_up():
     """issue 13 #6: Kamaji's readiness does not include its webhook server (failurePolicy Fail)."""
     world = lab_world(**CALM)
     world.kamaji_webhook_lag = True
-    sim = kind_lab(world=world)
+    sim = kind_lab(one_tenant_stack(), world=world)
     sim.up()
 
 
 def test_first_up_on_a_host_with_the_default_conntrack_table():
     """issue 13 #1: kube-proxy 1.35 writes nf_conntrack_max when it differs from its target."""
-    sim = kind_lab(races=False, tuned_conntrack=False, kind_network=True)
+    sim = kind_lab(one_tenant_stack(), races=False, tuned_conntrack=False, kind_network=True)
     assert sim.world.docker.nf_conntrack_max == 262144
     sim.up()
 
