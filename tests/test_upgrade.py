@@ -227,17 +227,22 @@ def test_an_upgrade_moves_the_control_plane_then_kube_proxy_then_one_worker_at_a
     assert sim.up().changed() == {}
 
 
-def test_a_drain_blocked_by_a_disruption_budget_names_the_pod_and_the_next_up_finishes(two_workers):
-    sim = two_workers.fork()
-    api = tenant_api(sim)
+def block_drain(api, node: str) -> None:
+    """Pod default/db-0 on `node`, under a PodDisruptionBudget that allows no disruption (minAvailable 1 of 1)."""
     api.put({"apiVersion": "v1", "kind": "Pod",
              "metadata": {"name": "db-0", "namespace": "default", "labels": {"app": "db"}},
-             "spec": {"nodeName": "tenant-a-worker-1", "containers": [{"name": "db", "image": "db"}]},
+             "spec": {"nodeName": node, "containers": [{"name": "db", "image": "db"}]},
              "status": {"phase": "Running"}})
     api.put({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
              "metadata": {"name": "db", "namespace": "default", "generation": 1},
              "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}},
              "status": {"observedGeneration": 1, "disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1}})
+
+
+def test_a_drain_blocked_by_a_disruption_budget_names_the_pod_and_the_next_up_finishes(two_workers):
+    sim = two_workers.fork()
+    api = tenant_api(sim)
+    block_drain(api, "tenant-a-worker-1")
     sim.config["tenants"][0]["kubernetesVersion"] = "v1.36.1"
     plan = sim.up(expect_error=True)
     assert plan.error is not None and "tenant-a-worker-1-drain" in plan.error, plan.render()
@@ -742,14 +747,7 @@ def test_a_one_worker_tenants_upgrade_stopped_at_its_drain_still_warns_in_the_ne
     sim = kind_lab(reference_stack())
     sim.up()
     api = tenant_api(sim)
-    api.put({"apiVersion": "v1", "kind": "Pod",
-             "metadata": {"name": "db-0", "namespace": "default", "labels": {"app": "db"}},
-             "spec": {"nodeName": "tenant-a-worker-0", "containers": [{"name": "db", "image": "db"}]},
-             "status": {"phase": "Running"}})
-    api.put({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-             "metadata": {"name": "db", "namespace": "default", "generation": 1},
-             "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}},
-             "status": {"observedGeneration": 1, "disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1}})
+    block_drain(api, "tenant-a-worker-0")
     sim.config["tenants"][0]["kubernetesVersion"] = "v1.36.1"
     plan = sim.up(expect_error=True)
     assert plan.error is not None and "tenant-a-worker-0-drain" in plan.error, plan.render()
