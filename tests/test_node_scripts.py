@@ -114,6 +114,8 @@ case "$1" in
       exit 1
     fi
     rm -f "$etc/kubelet.conf" "$etc/bootstrap-kubelet.conf" "$etc/pki/ca.crt"
+    # kubeadm's cleanup-node phase empties /var/lib/kubelet (cmd/kubeadm/app/cmd/phases/reset/cleanupnode.go).
+    rm -rf "${GPU_TENANCY_NODE_ROOT:?}/var/lib/kubelet/"*
     echo "[reset] Stopping the kubelet service"
     exit 0 ;;
 esac
@@ -1276,8 +1278,15 @@ AT_NEW = {"KUBEADM_VERSION": NEW, "KUBELET_VERSION": NEW}
 CORDONED = "The Node stays cordoned (drained) until then; run pulumi up again when they are installed"
 
 
-def test_an_apt_server_without_the_new_packages_is_told_the_exact_apt_commands(node):
+def joined_at(node, version: str = VERSION) -> None:
+    """A server node-join.sh joined (and node-upgrade.sh recorded) at `version`."""
     node.mark_joined()
+    node.file(MARKER).parent.mkdir(parents=True, exist_ok=True)
+    node.file(MARKER).write_text(f"{version}\n")
+
+
+def test_an_apt_server_without_the_new_packages_is_told_the_exact_apt_commands(node):
+    joined_at(node)
     node.add_tool("apt-get")
     done = node.run_upgrade()
     assert done.returncode == 1
@@ -1287,9 +1296,9 @@ def test_an_apt_server_without_the_new_packages_is_told_the_exact_apt_commands(n
     assert ("sudo apt-mark unhold kubeadm kubelet && sudo apt-get update && sudo apt-get install -y "
             "kubeadm=1.36.1-1.1 kubelet=1.36.1-1.1 && sudo apt-mark hold kubeadm kubelet") in message
     assert CORDONED in message
-    # Nothing was changed: no package installed, no kubeadm upgrade, no restart, no record.
+    # Nothing was changed: no package installed, no kubeadm upgrade, no restart; the record says an upgrade is due.
     assert node.sequence() == []
-    assert not node.file(MARKER).exists()
+    assert node.file(MARKER).read_text() == f"upgrading to {NEW}\n"
 
 
 def test_the_readme_shows_the_message_an_operator_gets(node):
@@ -1332,7 +1341,7 @@ def test_a_yum_only_server_gets_yum_and_one_with_neither_gets_the_repository(nod
 
 
 def test_a_server_at_the_version_runs_kubeadm_upgrade_node_then_restarts_the_kubelet(node):
-    node.mark_joined()
+    joined_at(node)
     done = node.run_upgrade(**AT_NEW)
     assert done.returncode == 0, done.stderr
     assert node.sequence() == ["kubeadm upgrade node", "systemctl daemon-reload", "systemctl restart kubelet"]
@@ -1341,31 +1350,63 @@ def test_a_server_at_the_version_runs_kubeadm_upgrade_node_then_restarts_the_kub
 
 
 def test_an_already_upgraded_server_is_left_alone(node):
-    node.mark_joined()
+    joined_at(node)
     assert node.run_upgrade(**AT_NEW).returncode == 0
     (node.calls_dir / "sequence.log").unlink()
     done = node.run_upgrade(**AT_NEW)
     assert done.returncode == 0, done.stderr
-    assert f"already upgraded to {NEW}" in done.stdout
+    assert f"is at {NEW}" in done.stdout and "nothing to do" in done.stdout
     assert node.sequence() == []
 
 
 def test_a_failed_kubeadm_upgrade_node_restarts_nothing_and_records_nothing(node):
-    node.mark_joined()
+    joined_at(node)
     done = node.run_upgrade(KUBEADM_UPGRADE_FAILS="1", **AT_NEW)
     assert done.returncode == 1
     assert "kubeadm upgrade node failed; the Node stays cordoned" in done.stderr
     assert 'configmaps "kubeadm-config" is forbidden' in done.stderr
     assert node.sequence() == ["kubeadm upgrade node"]
-    assert not node.file(MARKER).exists()
+    assert node.file(MARKER).read_text() == f"upgrading to {NEW}\n"
 
 
 def test_a_failed_kubelet_restart_is_not_recorded_as_upgraded(node):
-    node.mark_joined()
+    joined_at(node)
     done = node.run_upgrade(SYSTEMCTL_ACTIVE_AFTER="2", **AT_NEW)  # the first systemctl call fails
     assert done.returncode == 1 and "systemctl daemon-reload failed" in done.stderr
     assert node.sequence() == ["kubeadm upgrade node", "systemctl daemon-reload"]
-    assert not node.file(MARKER).exists()
+    assert node.file(MARKER).read_text() == f"upgrading to {NEW}\n"
+    # The next attempt, in either mode, goes on with the upgrade although the packages are in place by now.
+    done = node.run_upgrade(ns.UPGRADE_MODE_RECORD, **AT_NEW)
+    assert done.returncode == 0, done.stderr
+    assert node.sequence()[-3:] == ["kubeadm upgrade node", "systemctl daemon-reload", "systemctl restart kubelet"]
+    assert node.file(MARKER).read_text() == f"{NEW}\n"
+
+
+def test_a_server_joined_before_the_record_existed_is_upgraded_when_its_kubelet_is_older(node):
+    """A stack from before node-upgrade.sh gets `<node>-upgrade` created (record) in the same `up` that raises the
+    version: the server has no record and runs the old kubelet. Recording the new version would leave it there for
+    good (<node>-ready waits for the new kubelet, and no later `up` updates `<node>-upgrade`), so it is upgraded."""
+    node.mark_joined()
+    node.add_tool("apt-get")
+    done = node.run_upgrade(ns.UPGRADE_MODE_RECORD)
+    assert done.returncode == 1 and "kubeadm=1.36.1-1.1 kubelet=1.36.1-1.1" in " ".join(done.stderr.split())
+    assert node.sequence() == []
+    # The owner installs the packages (Debian's restart the kubelet: it reports v1.36.1 now); the next `up` creates
+    # `<node>-upgrade` again and the upgrade is completed, kubelet configuration included.
+    done = node.run_upgrade(ns.UPGRADE_MODE_RECORD, **AT_NEW)
+    assert done.returncode == 0, done.stderr
+    assert node.sequence() == ["kubeadm upgrade node", "systemctl daemon-reload", "systemctl restart kubelet"]
+    assert node.file(MARKER).read_text() == f"{NEW}\n"
+
+
+def test_a_server_without_a_record_is_brought_to_the_versions_kubelet_configuration(node):
+    """Without a record the server was joined before node-join.sh wrote one: its kubelet configuration may be an
+    older version's, so even with the packages in place it gets `kubeadm upgrade node` and a restart, once."""
+    node.mark_joined()
+    done = node.run_upgrade(**AT_NEW)
+    assert done.returncode == 0, done.stderr
+    assert node.sequence() == ["kubeadm upgrade node", "systemctl daemon-reload", "systemctl restart kubelet"]
+    assert node.file(MARKER).read_text() == f"{NEW}\n"
 
 
 @pytest.mark.parametrize("mode", [ns.UPGRADE_MODE_RECORD, ns.UPGRADE_MODE_UPGRADE])
@@ -1377,16 +1418,36 @@ def test_a_server_not_joined_has_nothing_to_upgrade(node, mode):
     assert not node.file(MARKER).exists()
 
 
-def test_a_first_join_only_records_its_version_and_a_later_upgrade_to_it_is_a_no_op(node):
-    node.mark_joined()
-    done = node.run_upgrade(ns.UPGRADE_MODE_RECORD, **{ns.TENANT_VERSION_ENV: VERSION})
-    assert done.returncode == 0, done.stderr
-    assert node.sequence() == []  # no version check, no kubeadm, no restart
-    assert node.file(MARKER).read_text() == f"{VERSION}\n"
-    # The same version again (the script's text changed, say): the server at 1.35.2 is not pushed to 1.35.0.
-    done = node.run_upgrade(**{ns.TENANT_VERSION_ENV: VERSION, "KUBELET_VERSION": "v1.35.2"})
-    assert done.returncode == 0 and "already upgraded" in done.stdout
+def test_a_joined_server_at_the_version_is_left_alone_in_either_mode(node):
+    """node-join.sh records the version it joined at; `<node>-upgrade`'s create (record) then finds nothing to do,
+    and a new release of the script (an update at the same version) does not push a server at 1.35.2 to 1.35.0."""
+    joined_at(node, VERSION)
+    for mode in (ns.UPGRADE_MODE_RECORD, ns.UPGRADE_MODE_UPGRADE):
+        done = node.run_upgrade(mode, **{ns.TENANT_VERSION_ENV: VERSION, "KUBELET_VERSION": "v1.35.2"})
+        assert done.returncode == 0 and "nothing to do" in done.stdout, done.stderr
     assert node.sequence() == []
+    assert node.file(MARKER).read_text() == f"{VERSION}\n"
+
+
+def test_a_server_recorded_at_the_version_with_an_older_kubelet_is_upgraded(node):
+    """A rejoin in the same `up` as a version change: node-join.sh records the new version (kubeadm join wrote its
+    configuration) but the server's kubelet is the old one, which <node>-ready would wait on for good."""
+    joined_at(node, NEW)
+    node.add_tool("apt-get")
+    done = node.run_upgrade(ns.UPGRADE_MODE_RECORD, KUBEADM_VERSION=NEW)
+    message = " ".join(done.stderr.split())
+    assert done.returncode == 1 and "sudo apt-get install -y kubelet=1.36.1-1.1 &&" in message, message
+    assert node.sequence() == []
+    assert node.file(MARKER).read_text() == f"upgrading to {NEW}\n"
+
+
+def test_a_machine_join_records_its_version_for_node_upgrade_and_a_container_join_does_not(node):
+    assert node.run_join(ns.NODE_KIND_MACHINE).returncode == 0
+    assert node.file(MARKER).read_text() == f"{VERSION}\n"
+    assert node.run_leave(ns.NODE_KIND_MACHINE).returncode == 0
+    node.file(MARKER).unlink(missing_ok=True)
+    assert node.run_join(ns.NODE_KIND_CONTAINER).returncode == 0
+    assert not node.file(MARKER).exists()
 
 
 @pytest.mark.parametrize(("variable", "value", "message"), [

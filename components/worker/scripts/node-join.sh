@@ -432,6 +432,12 @@ redacted() {
 for ((attempt = 1; ; attempt++)); do
   if kubeadm join --config "$config" >"$work/join.log" 2>&1; then
     redacted "$work/join.log"
+    if [[ "$node_kind" == machine ]]; then
+      # node-upgrade.sh's record: kubeadm join wrote the kubelet configuration of this version's control plane.
+      { mkdir -p "$root/var/lib/kubelet" && printf '%s\n' "$tenant_version" >"$root/var/lib/kubelet/gpu-tenancy-version"; } \
+        2>/dev/null \
+        || note "cannot write $root/var/lib/kubelet/gpu-tenancy-version: the next node-upgrade.sh upgrades this node"
+    fi
     printf 'worker %s joined the tenant at %s (attempt %s)\n' "$node" "$endpoint" "$attempt"
     exit 0
   fi

@@ -18,13 +18,14 @@
 # Environment (names in components/shell.py):
 #   NODE_NAME       Kubernetes Node name (for messages)
 #   TENANT_VERSION  the tenant's Kubernetes version, e.g. v1.36.1
-#   UPGRADE_MODE    record: the worker was just joined at TENANT_VERSION (its first build, or a rejoin): note
-#                   that its kubelet configuration is that version's and change nothing else;
-#                   upgrade: the tenant's version changed: upgrade, unless this server is already at it
+#   UPGRADE_MODE    why it runs: record (the worker was just joined: its first build, or a rejoin) or upgrade (the
+#                   tenant's version changed). Both follow the same rule: a server recorded at TENANT_VERSION whose
+#                   kubelet is not older is left alone; any other is upgraded.
 # Test-only knob: GPU_TENANCY_NODE_ROOT (prefix for /etc and /var).
 #
-# Which version the kubelet configuration was last brought to is kept in /var/lib/kubelet/gpu-tenancy-version
-# (`kubeadm reset` empties /var/lib/kubelet, so a rejoin starts without it).
+# Which version the kubelet configuration was last brought to is kept in /var/lib/kubelet/gpu-tenancy-version:
+# node-join.sh writes it after a join (`kubeadm reset` empties /var/lib/kubelet, so a rejoin starts afresh), this
+# script after an upgrade, and "upgrading to <version>" while an upgrade has not finished.
 #
 # Exit 0: upgraded now, already at TENANT_VERSION, or nothing to upgrade. Exit 1: with the reason and the fix.
 set -euo pipefail
@@ -69,18 +70,6 @@ if [[ ! -f "$kubelet_conf" ]]; then
   exit 0
 fi
 
-if [[ "$mode" == record ]]; then
-  # Right after node-join.sh: kubeadm join wrote the kubelet configuration of this control plane.
-  record
-  printf 'worker %s joined at %s; its kubelet configuration is recorded as %s\n' "$node" "$version" "$version"
-  exit 0
-fi
-
-if [[ -f "$marker" && "$(<"$marker")" == "$version" ]]; then
-  printf 'worker %s is already upgraded to %s (%s); nothing to do\n' "$node" "$version" "$marker"
-  exit 0
-fi
-
 # What is installed: both must be exactly the tenant's version (the upgrade docs install kubeadm and kubelet of
 # the same patch; kubeadm upgrade node writes the configuration for the version in kubeadm-config).
 installed() {  # <tool> <version command...>: the vX.Y.Z it reports, or "none"
@@ -94,8 +83,31 @@ installed() {  # <tool> <version command...>: the vX.Y.Z it reports, or "none"
     printf 'unreadable'
   fi
 }
-kubeadm_version="$(installed kubeadm kubeadm version -o short)"
+older() {  # <vA.B.C> <vX.Y.Z>: whether the first is an older version than the second (or none, or unreadable)
+  [[ "$1" =~ ^v([0-9]+)\.([0-9]+)\.([0-9]+)$ ]] || return 0
+  local a=$((BASH_REMATCH[1] * 1000000 + BASH_REMATCH[2] * 1000 + BASH_REMATCH[3]))
+  [[ "$2" =~ ^v([0-9]+)\.([0-9]+)\.([0-9]+)$ ]] || return 1
+  ((a < BASH_REMATCH[1] * 1000000 + BASH_REMATCH[2] * 1000 + BASH_REMATCH[3]))
+}
 kubelet_version="$(installed kubelet kubelet --version)"
+
+recorded=""
+[[ ! -f "$marker" ]] || recorded="$(<"$marker")"
+# Recorded at the version by node-join.sh (a first build or a rejoin) or by an upgrade, and not running an older
+# kubelet: nothing to do. Anything else is upgraded, in either mode: a server without a record was joined before
+# this script existed, and one whose kubelet is older than the tenant (node-join.sh allows an older minor) would
+# leave <node>-ready waiting for the tenant's version when it changes in the same `up`, with no later `up` running
+# this script again.
+if [[ "$recorded" == "$version" ]] && ! older "$kubelet_version" "$version"; then
+  printf 'worker %s is at %s (%s, kubelet %s); nothing to do\n' "$node" "$version" "$marker" "$kubelet_version"
+  exit 0
+fi
+
+# From here on this server is being upgraded: if anything below stops it (packages, kubeadm, the restart), the next
+# attempt goes on with the upgrade whatever its mode and whatever is installed by then.
+{ mkdir -p "${marker%/*}" && printf 'upgrading to %s\n' "$version" >"$marker"; } 2>/dev/null \
+  || fail "cannot write $marker"
+kubeadm_version="$(installed kubeadm kubeadm version -o short)"
 wrong=()
 [[ "$kubeadm_version" == "$version" ]] || wrong+=(kubeadm)
 [[ "$kubelet_version" == "$version" ]] || wrong+=(kubelet)

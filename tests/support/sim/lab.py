@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from config.models import DEFAULT_KUBERNETES_VERSION
 from tests.support.sim.world import World
 
 # The first address of MetalLB's pool on the lab's kind network (kind's 172.18.0.0/16, .255.200-.250).
@@ -40,7 +41,8 @@ def adopt(world: World, config: dict[str, Any]) -> dict[str, Any]:
         for worker in tenant.get("workers") or []:
             ssh = worker.get("ssh")
             if ssh:
-                host = world.add_ssh_host(ssh["host"], ssh.get("hostKey") or f"ssh-ed25519 AAAAkeyof{ssh['host']}")
+                host = world.add_ssh_host(ssh["host"], ssh.get("hostKey") or f"ssh-ed25519 AAAAkeyof{ssh['host']}",
+                                          tenant.get("kubernetesVersion") or DEFAULT_KUBERNETES_VERSION)
                 host.machine.cards = list(worker.get("gpus") or [])
                 host.machine.gpus = len(host.machine.cards)
     return config

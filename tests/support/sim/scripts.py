@@ -23,6 +23,7 @@ import yaml
 from components import shell
 from components.kube import ApiError, UnreachableError
 from components.worker import access
+from config.models import parse_version
 from tests.support.sim import systems
 from tests.support.sim.state import is_secret, plain
 from tests.support.sim.world import MIRROR_MARKER, TENANT_TRACES, Machine, World
@@ -227,6 +228,8 @@ def _join(world: World, machine: Machine, env: dict[str, str]) -> str:
         raise CommandFailedError(f"gpu-tenancy: worker {node}: kubeadm join to {endpoint} failed 12 times; "
                                  f"last kubeadm output: {error}") from None
     if not container:
+        # node-join.sh records the version of the kubelet configuration kubeadm join wrote (node-upgrade.sh's record).
+        machine.kubelet_config_version = env["TENANT_VERSION"]
         # node-join.sh persists two kernel settings on a machine; the tenant's Calico and kube-proxy then put
         # their CNI files, state and iptables chains there (what node-leave.sh removes again).
         machine.files.update(TENANT_TRACES)
@@ -261,21 +264,22 @@ def _leave(world: World, machine: Machine, env: dict[str, str]) -> str:
 
 
 def _upgrade(world: World, machine: Machine, env: dict[str, str]) -> str:
-    """node-upgrade.sh (tests/test_node_scripts.py runs the real one against stubs): a server not joined, or one whose
-    configuration is already at the version, is left alone; `record` notes the version the join brought; `upgrade`
-    needs kubeadm and kubelet of exactly the version installed, else it fails naming the packages for the server's
-    package manager, then runs `kubeadm upgrade node` and restarts the kubelet."""
-    node, version, mode = env["NODE_NAME"], env["TENANT_VERSION"], env[shell.UPGRADE_MODE_ENV]
+    """node-upgrade.sh (tests/test_node_scripts.py runs the real one against stubs), in either mode: a server not
+    joined, or one recorded at the version (node-join.sh records it) whose kubelet is not older, is left alone; any
+    other is being upgraded (so recorded, until it is done): it needs kubeadm and kubelet of exactly the version
+    installed, else it fails naming the packages for the server's package manager, then runs `kubeadm upgrade node`
+    and restarts the kubelet."""
+    node, version = env["NODE_NAME"], env["TENANT_VERSION"]
     if machine.kubelet_conf is None:
         return f"worker {node} is not joined: node-join.sh joins it at {version}; nothing to upgrade"
-    if mode == shell.UPGRADE_MODE_RECORD:
-        machine.kubelet_config_version = version
-        return f"worker {node} joined at {version}; its kubelet configuration is recorded as {version}"
-    if machine.kubelet_config_version == version:
-        return f"worker {node} is already upgraded to {version}; nothing to do"
+    # Both modes follow the same rule (node-upgrade.sh's header).
     if machine.kubeadm_version is None or machine.kubelet_version is None:
         raise CommandFailedError(f"the simulator does not know which kubeadm and kubelet {node} has installed: a "
-                                 "scenario upgrading an SSH worker sets Machine.kubeadm_version and kubelet_version")
+                                 "scenario with SSH workers sets Machine.kubeadm_version and kubelet_version "
+                                 "(World.add_ssh_host gives them the tenant's version)")
+    if machine.kubelet_config_version == version and parse_version(machine.kubelet_version) >= parse_version(version):
+        return f"worker {node} is at {version}; nothing to do"
+    machine.kubelet_config_version = f"upgrading to {version}"
     wrong = [name for name, installed in (("kubeadm", machine.kubeadm_version), ("kubelet", machine.kubelet_version))
              if installed != version]
     if wrong:

@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from components.kube import ApiError, UnreachableError
+from config.models import DEFAULT_KUBERNETES_VERSION
 from tests.support.sim import pki
 
 try:
@@ -762,8 +763,11 @@ class World:
 
     # ---- SSH machines ----------------------------------------------------- #
 
-    def add_ssh_host(self, host: str, host_key: str) -> SshHost:
-        entry = SshHost(host=host, host_key=host_key, machine=Machine(name=host))
+    def add_ssh_host(self, host: str, host_key: str, kubernetes_version: str = DEFAULT_KUBERNETES_VERSION) -> SshHost:
+        """A server set up as the README asks: kubeadm and kubelet of `kubernetes_version` installed (the default
+        tenant version unless a scenario says otherwise)."""
+        entry = SshHost(host=host, host_key=host_key, machine=Machine(
+            name=host, kubelet_version=kubernetes_version, kubeadm_version=kubernetes_version))
         self.ssh[host] = entry
         return entry
 
