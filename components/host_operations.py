@@ -659,7 +659,11 @@ class NodeDrainProvider(HostOperationProvider):
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
         upgrade_planned = olds.get("version") != news.get("version")
-        if upgrade_planned and news.get("tenant_workers") == 1:
+        # The workers there while this one is drained are those of the state: a worker added in the same `up` is
+        # created only after this one is back (components/tenant/tenant.py: each worker after the one before), and
+        # a removed one is deleted at the end of the update. A state from before the count was kept has the config's.
+        workers = olds.get("tenant_workers", news.get("tenant_workers"))
+        if upgrade_planned and workers == 1:
             # Shown in the preview, and only when this drain is planned: the engine diffs every resource with a
             # state in a preview as in an update (pulumi/pulumi v3.259.0 pkg/resource/deploy/step_generator.go
             # generateSteps -> diff). The provider host runs without an engine connection (pulumi 3.272.0, as

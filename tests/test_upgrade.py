@@ -729,10 +729,11 @@ def test_the_provider_host_shows_the_warning_of_a_drains_diff_on_its_stderr():
         port = int(process.stdout.readline())
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             host = provider_pb2_grpc.ResourceProviderStub(channel)
-            answers = [host.Diff(provider_pb2.DiffRequest(id="id", urn="urn", olds=struct(olds), news=struct(news)))
-                       for news in ({**olds, "version": "v1.36.1"},  # the only worker: warned
-                                    {**olds, "version": "v1.36.1", "tenant_workers": 2},  # one of two: not
-                                    {**olds, "tenant_workers": 1.0})]  # no upgrade: not
+            two = {**olds, "tenant_workers": 2}
+            answers = [host.Diff(provider_pb2.DiffRequest(id="id", urn="urn", olds=struct(old), news=struct(news)))
+                       for old, news in ((olds, {**olds, "version": "v1.36.1"}),  # the only worker: warned
+                                         (two, {**two, "version": "v1.36.1"}),  # one of two: not
+                                         (olds, {**olds, "tenant_workers": 1.0}))]  # no upgrade: not
     finally:
         process.terminate()
         _, stderr = process.communicate(timeout=30)
@@ -757,6 +758,18 @@ def test_the_preview_of_a_one_worker_tenants_upgrade_warns_that_its_workloads_st
     plan = sim.up(skip_preview=True)
     assert plan.diagnostics == [warning]  # the update diffs again, and says it again
     assert sim.preview().diagnostics == []  # done: nothing left to say
+
+
+def test_a_worker_added_in_the_same_up_as_the_upgrade_does_not_keep_the_workloads_running():
+    """The new worker joins only after the old one is back (each worker waits for the one before), so the old one is
+    drained while it is the tenant's only Node: the preview warns although the config lists two workers."""
+    sim = kind_lab(reference_stack())
+    sim.up()
+    tenant = sim.config["tenants"][0]
+    tenant["kubernetesVersion"] = "v1.36.1"
+    tenant["workers"].append({"name": "worker-1"})
+    [warning] = sim.preview().diagnostics
+    assert warning.startswith(f"warning: {ONE_WORKER}"), warning
 
 
 def test_a_two_worker_tenants_upgrade_does_not_warn(two_workers):
