@@ -193,6 +193,27 @@ printf '%s\n' "${NVIDIA_SMI_OUTPUT:-550.54.15, GPU-aaaa}"
     "nvidia-container-runtime": r"""
 rec nvidia-container-runtime "$@"
 """,
+    # `ip -o route get <address>`: IP_ROUTE is the line it prints (a server with one interface on the kind network
+    # by default); IP_ROUTE_ERROR makes it fail with that message, as iproute2 does without a route.
+    "ip": r"""
+rec ip "$@"
+[[ "$1 $2 $3" == "-o route get" && $# == 4 ]] || { echo "stub ip: unexpected $*" >&2; exit 2; }
+[[ -n "${IP_ROUTE_ERROR:-}" ]] && { echo "$IP_ROUTE_ERROR" >&2; exit 2; }
+printf '%s\n' "${IP_ROUTE:-$4 dev eth0 src 172.18.0.5 uid 0 \\    cache }"
+""",
+    # `getent ahostsv4 <name>` as glibc prints it: GETENT_HOSTS holds "<name>=<address>" entries; others are not found.
+    "getent": r"""
+rec getent "$@"
+[[ "$1" == ahostsv4 && $# == 2 ]] || { echo "stub getent: unexpected $*" >&2; exit 2; }
+for entry in ${GETENT_HOSTS:-}; do
+  if [[ "${entry%%=*}" == "$2" ]]; then
+    address="${entry#*=}"
+    printf '%-15s STREAM %s\n%-15s DGRAM  \n%-15s RAW    \n' "$address" "$2" "$address" "$address"
+    exit 0
+  fi
+done
+exit 2
+""",
     "kubelet": r"""
 rec kubelet "$@"
 [[ "$1" == --version ]] || { echo "stub kubelet: unexpected $*" >&2; exit 2; }
@@ -349,7 +370,8 @@ def assert_token_never_exposed(node: Node, *outputs: subprocess.CompletedProcess
 
 def assert_nothing_touched(node: Node) -> None:
     """Every stub that changes or probes the node stayed uncalled."""
-    for tool in ("kubeadm", "kubelet", "containerd", "modprobe", "sysctl", "swapoff", "systemctl", "curl"):
+    for tool in ("kubeadm", "kubelet", "containerd", "modprobe", "sysctl", "swapoff", "systemctl", "curl", "ip",
+                 "getent"):
         assert node.calls(tool) == [], tool
 
 
@@ -360,12 +382,19 @@ CONTAINER_PATCH = {
 }
 
 
-def expected_config(patches_dir: str | None = None) -> dict:
+# The address the default `ip` stub gives a machine: one interface, on the kind network.
+MACHINE_IP = "172.18.0.5"
+
+
+def expected_config(patches_dir: str | None = None, node_ip: str | None = None) -> dict:
+    registration: dict = {"name": NODE}
+    if node_ip is not None:
+        registration["kubeletExtraArgs"] = [{"name": "node-ip", "value": node_ip}]
     config = {
         "apiVersion": "kubeadm.k8s.io/v1beta4",
         "kind": "JoinConfiguration",
         "discovery": {"bootstrapToken": {"apiServerEndpoint": ENDPOINT, "token": TOKEN, "caCertHashes": [CA_HASH]}},
-        "nodeRegistration": {"name": NODE},
+        "nodeRegistration": registration,
         # kubeadm's own 5-minute waits, shortened: the script retries around them.
         "timeouts": {"discovery": "1m0s", "tlsBootstrap": "2m0s"},
     }
@@ -373,6 +402,29 @@ def expected_config(patches_dir: str | None = None) -> dict:
         config["skipPhases"] = ["preflight"]
         config["patches"] = {"directory": patches_dir}
     return config
+
+
+# kubeadm v1beta4 (kubernetes cmd/kubeadm/app/apis/kubeadm/v1beta4/types.go): the fields of JoinConfiguration and of
+# NodeRegistrationOptions; kubeadm's strict decoding refuses any other.
+JOIN_CONFIGURATION_FIELDS = {"apiVersion", "kind", "dryRun", "nodeRegistration", "caCertPath", "discovery",
+                             "controlPlane", "skipPhases", "patches", "timeouts"}
+NODE_REGISTRATION_FIELDS = {"name", "criSocket", "taints", "kubeletExtraArgs", "ignorePreflightErrors",
+                            "imagePullPolicy", "imagePullSerial"}
+
+
+def assert_v1beta4_join_configuration(config: dict) -> None:
+    """The shape kubeadm v1beta4 reads: known fields only, and kubeletExtraArgs a list of Arg {name, value} (strings),
+    each name once (v1beta3's map form is refused by v1beta4)."""
+    assert config["apiVersion"] == "kubeadm.k8s.io/v1beta4" and config["kind"] == "JoinConfiguration"
+    assert set(config) <= JOIN_CONFIGURATION_FIELDS, set(config) - JOIN_CONFIGURATION_FIELDS
+    registration = config["nodeRegistration"]
+    assert set(registration) <= NODE_REGISTRATION_FIELDS, set(registration) - NODE_REGISTRATION_FIELDS
+    args = registration.get("kubeletExtraArgs", [])
+    assert isinstance(args, list)
+    for arg in args:
+        assert set(arg) == {"name", "value"} and all(isinstance(v, str) for v in arg.values()), arg
+    names = [arg["name"] for arg in args]
+    assert len(names) == len(set(names)), names
 
 
 # --------------------------------------------------------------------------- #
@@ -390,6 +442,9 @@ def test_container_join_uses_kinds_skip_phases_and_kubelet_patch_in_a_private_co
     config_path = Path((node.calls_dir / "join-config-1.path").read_text().strip())
     patches_dir = str(config_path.parent / "patches")
     assert node.config() == expected_config(patches_dir)
+    assert_v1beta4_join_configuration(node.config())
+    # A container's kubelet finds its one address itself (see node-join.sh): no route is looked up.
+    assert node.calls("ip") == [] and node.calls("getent") == []
     assert "ignorePreflightErrors" not in (node.calls_dir / "join-config-1.yaml").read_text()
     # The patch directory holds exactly kind's kubelet settings, as a merge patch of the KubeletConfiguration.
     assert (node.calls_dir / "join-patches-1.list").read_text().split() == [PATCH_FILE]
@@ -410,12 +465,86 @@ def test_machine_join_gets_kubeadms_full_preflight_and_no_patches(node):
     done = node.run_join(ns.NODE_KIND_MACHINE)
 
     assert done.returncode == 0, done.stderr
-    assert node.config() == expected_config(None)
+    assert node.config() == expected_config(None, node_ip=MACHINE_IP)
+    assert_v1beta4_join_configuration(node.config())
     assert not (node.calls_dir / "join-patches-1").exists()
     assert (node.calls_dir / "join-config-1.mode").read_text().strip() == "600"
     assert list(node.tmp.iterdir()) == []
     assert node.joined()
     assert_token_never_exposed(node, done)
+
+
+# A GPU server with an office LAN that has the default route and a data network in the tenant's workerCidrs, over
+# which the route to the tenant's load-balancer address leaves.
+DATA_NETWORK_ROUTE = "172.18.255.200 via 10.20.1.1 dev ens2f0 src 10.20.1.11 uid 0 \\    cache "
+
+
+def test_a_server_with_several_interfaces_registers_the_source_address_of_its_route_to_the_endpoint(node):
+    done = node.run_join(ns.NODE_KIND_MACHINE, IP_ROUTE=DATA_NETWORK_ROUTE)
+
+    assert done.returncode == 0, done.stderr
+    assert node.calls("ip") == [["-o", "route", "get", "172.18.255.200"]]
+    assert node.config() == expected_config(None, node_ip="10.20.1.11")
+    assert_v1beta4_join_configuration(node.config())
+    # kubeadm writes it to the kubelet's flags file as --node-ip (kubeletExtraArgs), the form kind uses too.
+    assert '  kubeletExtraArgs:\n  - name: node-ip\n    value: "10.20.1.11"\n' in (
+        node.calls_dir / "join-config-1.yaml").read_text()
+    assert "registers with node-ip 10.20.1.11, the source address of its route to 172.18.255.200 (leaving by " \
+           "ens2f0)" in done.stderr
+    assert_token_never_exposed(node, done)
+
+
+def test_a_name_endpoint_is_resolved_before_its_route_is_read(node):
+    endpoint = "tenant-a.gpu.example.net:6443"
+    done = node.run_join(ns.NODE_KIND_MACHINE, GETENT_HOSTS="tenant-a.gpu.example.net=10.20.255.201",
+                         IP_ROUTE="10.20.255.201 via 10.20.1.1 dev ens2f0 src 10.20.1.11 uid 0 \\    cache ",
+                         **{ns.TENANT_ENDPOINT_ENV: endpoint})
+
+    assert done.returncode == 0, done.stderr
+    assert node.calls("getent") == [["ahostsv4", "tenant-a.gpu.example.net"]]
+    assert node.calls("ip") == [["-o", "route", "get", "10.20.255.201"]]
+    config = node.config()
+    assert config["discovery"]["bootstrapToken"]["apiServerEndpoint"] == endpoint
+    assert config["nodeRegistration"]["kubeletExtraArgs"] == [{"name": "node-ip", "value": "10.20.1.11"}]
+
+
+def test_a_name_endpoint_that_does_not_resolve_is_refused_before_the_join(node):
+    done = node.run_join(ns.NODE_KIND_MACHINE, **{ns.TENANT_ENDPOINT_ENV: "tenant-a.gpu.example.net:6443"})
+
+    assert done.returncode == 1
+    assert ("cannot resolve tenant-a.gpu.example.net, the host of the tenant endpoint tenant-a.gpu.example.net:6443, "
+            "to an IPv4 address ('getent ahostsv4 tenant-a.gpu.example.net' finds none)") in done.stderr
+    assert "DNS or /etc/hosts" in done.stderr
+    assert node.calls("ip") == [] and node.calls("curl") == [] and node.calls("kubeadm") == []
+
+
+def test_a_server_without_a_route_to_the_endpoint_is_told_which_and_how_to_add_one(node):
+    done = node.run_join(ns.NODE_KIND_MACHINE, IP_ROUTE_ERROR="RTNETLINK answers: Network is unreachable")
+
+    assert done.returncode == 1
+    assert (f"gpu-tenancy: worker {NODE}: no route from this server to the tenant endpoint {ENDPOINT} "
+            "('ip -o route get 172.18.255.200': RTNETLINK answers: Network is unreachable). Give this server a route "
+            f"to {ENDPOINT} that leaves by its interface on the tenant's worker network (tenants[].workerCidrs or "
+            "management.workerCidrs)") in done.stderr
+    assert node.calls("curl") == [] and node.calls("kubeadm") == []
+
+
+def test_a_route_without_a_source_address_is_refused(node):
+    done = node.run_join(ns.NODE_KIND_MACHINE, IP_ROUTE="unreachable 172.18.255.200 uid 0 \\    cache ")
+
+    assert done.returncode == 1
+    assert f"the route to the tenant endpoint {ENDPOINT} has no source address" in done.stderr
+    assert node.calls("kubeadm") == []
+
+
+def test_a_server_without_ip_is_told_to_install_iproute2(node):
+    node.remove_tool("ip")
+
+    done = node.run_join(ns.NODE_KIND_MACHINE)
+
+    assert done.returncode == 1
+    assert "no 'ip' command on this server" in done.stderr and "Install iproute2" in done.stderr
+    assert node.calls("kubeadm") == []
 
 
 def test_machine_join_sets_and_persists_ip_forward_and_br_netfilter(node):
@@ -731,7 +860,16 @@ def test_an_unreachable_endpoint_fails_fast_with_the_reason(node):
     assert node.calls("kubeadm") == []
     assert f"cannot reach the tenant API server at {ENDPOINT}" in done.stderr
     assert "Connection refused" in done.stderr
-    assert "management.workerCidrs" in done.stderr
+    assert "(tenants[].workerCidrs or management.workerCidrs)" in done.stderr
+
+
+def test_an_unreachable_endpoint_names_the_address_a_server_connects_from(node):
+    done = node.run_join(ns.NODE_KIND_MACHINE, CURL_PLAN="refused", IP_ROUTE=DATA_NETWORK_ROUTE,
+                         **{ns.ENDPOINT_ATTEMPTS_ENV: "1"})
+
+    assert done.returncode == 1
+    assert ("that this node's address (10.20.1.11, the source address of its route there) is in the tenant's worker "
+            "networks (tenants[].workerCidrs or management.workerCidrs)") in done.stderr
 
 
 def test_endpoint_that_comes_up_late_is_waited_for(node):

@@ -362,6 +362,54 @@ for ((attempt = 1; ; attempt++)); do
   sleep "$runtime_pause"
 done
 
+# The address an SSH server registers with (kubelet --node-ip): the source address of its route to the tenant
+# endpoint, which is the address the tenant API server and Konnectivity see it connect from (the one the tenant's
+# workerCidrs must admit). Without node-ip, a kubelet without a cloud provider reports the address its node name
+# resolves to, else the one of the interface the default route leaves by (kubernetes pkg/kubelet/nodestatus/
+# setters.go NodeAddress, k8s.io/apimachinery pkg/util/net ChooseHostInterface): on a server with a management
+# LAN and a data network that is the wrong network, and Calico (nodeAddressAutodetectionV4: NodeInternalIP) would
+# tunnel pod traffic over it. Container workers are left to the kubelet: a kindest/node container has one
+# interface, on the `kind` network, and Docker writes its hostname (= the Node name) with that address into its
+# /etc/hosts (moby libnetwork/sandbox_dns_unix.go updateHostsFile), which NodeAddress resolves before it looks at
+# any route; kind itself passes node-ip (kind v0.32.0
+# pkg/cluster/internal/kubeadm/config.go) to pick the IP family of IPv6 and dual-stack clusters
+# (pkg/cluster/internal/create/actions/config/config.go), and tenants here are IPv4 only.
+node_ip=""
+if [[ "$node_kind" == machine ]]; then
+  endpoint_host="${endpoint%:*}"
+  endpoint_host="${endpoint_host#\[}"
+  endpoint_host="${endpoint_host%\]}"
+  route_fix="Give this server a route to $endpoint that leaves by its interface on the tenant's worker network"
+  route_fix+=" (tenants[].workerCidrs or management.workerCidrs), e.g. ip route add <network of the endpoint>"
+  route_fix+=" via <gateway> dev <interface>, made persistent in the server's network configuration"
+  if [[ "$endpoint_host" =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$ || "$endpoint_host" == *:* ]]; then
+    endpoint_ip="$endpoint_host"
+  else
+    resolved="$(getent ahostsv4 "$endpoint_host" 2>/dev/null)" || resolved=""
+    endpoint_ip="${resolved%%[[:space:]]*}"
+    [[ "$endpoint_ip" =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$ ]] \
+      || fail "cannot resolve $endpoint_host, the host of the tenant endpoint $endpoint, to an IPv4 address" \
+        "('getent ahostsv4 $endpoint_host' finds none). Make it resolvable on this server (DNS or /etc/hosts)"
+  fi
+  command -v ip >/dev/null 2>&1 \
+    || fail "no 'ip' command on this server, so the route to the tenant endpoint $endpoint cannot be read." \
+      "Install iproute2"
+  route="$(ip -o route get "$endpoint_ip" 2>&1)" \
+    || fail "no route from this server to the tenant endpoint $endpoint ('ip -o route get $endpoint_ip':" \
+      "${route//$'\n'/ }). $route_fix"
+  src_re='(^|[[:space:]])src[[:space:]]+([0-9A-Fa-f.:]+)([[:space:]]|$)'
+  [[ "$route" =~ $src_re ]] \
+    || fail "the route to the tenant endpoint $endpoint has no source address ('ip -o route get $endpoint_ip':" \
+      "${route//$'\n'/ }). $route_fix"
+  node_ip="${BASH_REMATCH[2]}"
+  dev_re='(^|[[:space:]])dev[[:space:]]+([^[:space:]]+)'
+  route_dev="an unnamed interface"
+  if [[ "$route" =~ $dev_re ]]; then
+    route_dev="${BASH_REMATCH[2]}"
+  fi
+  note "registers with node-ip $node_ip, the source address of its route to $endpoint_ip (leaving by $route_dev)"
+fi
+
 # Fail fast, with the reason, when this node cannot reach the tenant API at all.
 for ((attempt = 1; ; attempt++)); do
   # Any HTTP answer (even 401) proves the path; only a failed connection counts.
@@ -370,8 +418,9 @@ for ((attempt = 1; ; attempt++)); do
   fi
   if ((attempt >= endpoint_attempts)); then
     fail "cannot reach the tenant API server at $endpoint from this node ($(<"$work/curl.log"))." \
-      "Check routing and firewalls to the load-balancer address, and that this node's address is in" \
-      "the worker networks (management.workerCidrs)"
+      "Check routing and firewalls to the load-balancer address, and that this node's address" \
+      "${node_ip:+($node_ip, the source address of its route there) }is in the tenant's worker networks" \
+      "(tenants[].workerCidrs or management.workerCidrs)"
   fi
   sleep "$endpoint_pause"
 done
@@ -393,6 +442,12 @@ patches="$work/patches"
     printf '    - "%s"\n' "$ca_hash"
     printf 'nodeRegistration:\n'
     printf '  name: "%s"\n' "$node"
+    if [[ -n "$node_ip" ]]; then
+      # kubeadm v1beta4 NodeRegistrationOptions.kubeletExtraArgs: a list of {name, value} (Arg), as kind writes it.
+      printf '  kubeletExtraArgs:\n'
+      printf '  - name: node-ip\n'
+      printf '    value: "%s"\n' "$node_ip"
+    fi
     printf 'timeouts:\n'
     printf '  discovery: 1m0s\n'
     printf '  tlsBootstrap: 2m0s\n'
