@@ -2,8 +2,8 @@
 shares the Docker host, a GPU server has several network interfaces.
 
 Each scenario runs on the lifecycle simulator; the behaviour of Docker, kind and the kubelet it relies on is
-modelled in tests/support/sim (World.restart_docker, systems.kubelet_node_address) with the upstream source cited
-there. A scenario that shows a defect is an `xfail(strict=True)` with the reason: it starts to pass, and then
+modelled in tests/support/sim (World.restart_docker, systems.route_get, systems.kubelet_node_address) with the
+upstream source cited there. A scenario that shows a defect is an `xfail(strict=True)` with the reason: it starts to pass, and then
 fails, once the defect is fixed.
 """
 
@@ -13,6 +13,7 @@ import copy
 
 import pytest
 
+from components import shell
 from tests.support.lifecycle_support import adopt_lab, kept_after_destroy, running_kind_lab
 from tests.support.mockrun import reference_stack
 from tests.support.sim import Lifecycle, World
@@ -176,20 +177,25 @@ def test_two_labs_without_an_explicit_pool_get_different_tenant_addresses():
 # The production example's servers, each in its team's workerCidrs; one `up` with each set up another way.
 ONE_NIC, SEVERAL_NICS, HOSTS_ENTRY = "10.20.2.11", "10.20.1.11", "10.20.1.12"
 OTHER_NETWORK = "192.168.50.{}"  # an office or management LAN the default route leaves by
+# The data network's route to the rest of 10.20/16, the management cluster's load-balancer pool among it.
+DATA_ROUTES = {"10.20.0.0/16": "ens2f0"}
+
+
+def _several_nics(machine, address: str, number: int, *, routes: dict[str, str] | None = None) -> None:
+    """A GPU server with an office LAN (the default route) and a data network at `address`."""
+    machine.interfaces = {"eno1": OTHER_NETWORK.format(number), "ens2f0": address}
+    machine.default_interface = "eno1"
+    machine.routes = dict(DATA_ROUTES if routes is None else routes)
 
 
 @pytest.fixture(scope="module")
 def example():
     sim = adopt_lab()
-    for number, (address, hosts) in enumerate(((ONE_NIC, None), (SEVERAL_NICS, None), (HOSTS_ENTRY, True))):
-        machine = sim.world.ssh[address].machine
-        if address == ONE_NIC:
-            machine.interfaces, machine.default_interface = {"eno1": address}, "eno1"
-            continue
-        machine.interfaces = {"eno1": OTHER_NETWORK.format(number), "ens2f0": address}
-        machine.default_interface = "eno1"
-        if hosts:
-            machine.hosts = {_node_of(sim, address)[1]: address}
+    for number, address in enumerate((SEVERAL_NICS, HOSTS_ENTRY), start=1):
+        _several_nics(sim.world.ssh[address].machine, address, number)
+    # /etc/hosts maps this server's Node name to its office address: node-ip decides, not the name.
+    sim.world.ssh[HOSTS_ENTRY].machine.hosts = {_node_of(sim, HOSTS_ENTRY)[1]: OTHER_NETWORK.format(2)}
+    # ONE_NIC keeps what World.add_ssh_host gives a server at an address: one interface there, the default route.
     sim.up(skip_preview=True)
     return sim
 
@@ -216,17 +222,73 @@ def test_a_server_with_one_interface_registers_the_address_it_is_reached_at(exam
     assert _internal_ip(example, ONE_NIC) == ONE_NIC
 
 
-def test_a_hosts_entry_for_the_node_name_picks_the_address_among_several(example):
-    # The kubelet resolves its node name before it looks at routes: the way to choose today.
+def test_a_server_with_several_interfaces_registers_the_address_in_its_worker_networks(example):
+    # node-join.sh's node-ip: the source address of the route to the tenant endpoint, not the default route's.
+    assert _internal_ip(example, SEVERAL_NICS) == SEVERAL_NICS
+
+
+def test_a_hosts_entry_for_the_node_name_no_longer_decides_the_address(example):
+    # The kubelet takes --node-ip before it resolves its node name (pkg/kubelet/nodestatus/setters.go NodeAddress).
     assert _internal_ip(example, HOSTS_ENTRY) == HOSTS_ENTRY
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "defect: node-join.sh sets no node-ip (its JoinConfiguration has no kubeletExtraArgs; a worker join advertises "
-    "no address either), so on a server with several interfaces the kubelet reports the address of the interface "
-    "the default route leaves by (pkg/kubelet/nodestatus/setters.go NodeAddress), not ssh.host, the address in the "
-    "tenant's workerCidrs. Calico (nodeAddressAutodetectionV4: NodeInternalIP) then tunnels pod traffic over that "
-    "other network. Fix: pass node-ip (ssh.host, or the source address of the route to the tenant endpoint) in "
-    "kubeletExtraArgs, as kind does for its own nodes; it touches node-join.sh and its stub tests."))
-def test_a_server_with_several_interfaces_registers_the_address_in_its_worker_networks(example):
-    assert _internal_ip(example, SEVERAL_NICS) == SEVERAL_NICS
+def test_a_server_whose_route_to_the_endpoint_leaves_by_another_network_is_refused_at_the_source_ranges():
+    """Without the data network's route, the connection to the tenant endpoint leaves by the office LAN: the
+    tenant's LoadBalancer source ranges (its workerCidrs) drop it, and the join says from which address."""
+    sim = adopt_lab()
+    _several_nics(sim.world.ssh[SEVERAL_NICS].machine, SEVERAL_NICS, 1, routes={})
+    plan = sim.up(skip_preview=True, expect_error=True)
+    assert not plan.ok
+    _tenant, node = _node_of(sim, SEVERAL_NICS)
+    assert (f"gpu-tenancy: worker {node}: cannot reach the tenant API server at ") in plan.render()
+    assert ("that this node's address (192.168.50.1, the source address of its route there) is in the tenant's "
+            "worker networks (tenants[].workerCidrs or management.workerCidrs)") in plan.render()
+    assert sim.world.ssh[SEVERAL_NICS].machine.kubelet_conf is None
+
+
+def test_a_server_without_any_route_to_the_endpoint_is_told_to_add_one():
+    sim = adopt_lab()
+    machine = sim.world.ssh[SEVERAL_NICS].machine
+    machine.interfaces, machine.default_interface, machine.routes = {"ens2f0": SEVERAL_NICS}, None, {
+        "10.20.1.0/24": "ens2f0"}
+    plan = sim.up(skip_preview=True, expect_error=True)
+    assert "no route from this server to the tenant endpoint" in plan.render(), plan.render()
+    assert "RTNETLINK answers: Network is unreachable" in plan.render()
+
+
+def test_the_simulator_refuses_to_guess_how_a_server_reaches_the_endpoint():
+    sim = adopt_lab()
+    machine = sim.world.ssh[SEVERAL_NICS].machine
+    machine.default_interface = None  # an interface, but no route the scenario gave
+    plan = sim.up(skip_preview=True, expect_error=True)
+    assert f"the simulator does not know how {SEVERAL_NICS} reaches" in plan.render(), plan.render()
+
+
+def test_a_server_joined_before_node_ip_keeps_its_address_until_its_membership_is_replaced(monkeypatch):
+    """A server joined by the node-join.sh before node-ip keeps the address its kubelet chose: the new script text
+    is an update of the join, whose create finds the server joined to this tenant and does nothing. Replacing the
+    membership rejoins it with node-ip (README "Joining real GPU servers over SSH")."""
+    real_text = shell.script_text
+    monkeypatch.setattr(shell, "script_text",
+                        lambda name: real_text(name) + ("# before node-ip\n" if name == shell.NODE_JOIN else ""))
+    sim = adopt_lab()
+    machine = sim.world.ssh[SEVERAL_NICS].machine
+    _several_nics(machine, SEVERAL_NICS, 1)
+    sim.up(skip_preview=True)
+    tenant, node = _node_of(sim, SEVERAL_NICS)
+    api = sim.world.tenant_api(tenant)
+    # What that join left: a kubelet without node-ip reported the default route's address.
+    api.find("Node", None, node)["status"]["addresses"][0]["address"] = OTHER_NETWORK.format(1)
+    uid = api.find("Node", None, node)["metadata"]["uid"]
+    monkeypatch.setattr(shell, "script_text", real_text)
+
+    plan = sim.up()
+    assert f"{node}-join" in plan.names("update") and f"{node}-join" not in plan.names("replace"), plan.render()
+    assert api.find("Node", None, node)["metadata"]["uid"] == uid
+    assert _internal_ip(sim, SEVERAL_NICS) == OTHER_NETWORK.format(1)
+
+    plan = sim.up(replace=[f"{node}-membership"])
+    assert {f"{node}-membership", f"{node}-join"} <= plan.names("replace"), plan.render()
+    assert api.find("Node", None, node)["metadata"]["uid"] != uid
+    assert _internal_ip(sim, SEVERAL_NICS) == SEVERAL_NICS
+    assert sim.up().changed() == {}

@@ -21,6 +21,7 @@ from tests.support.ssh_worker import (
     PRIVATE_KEY,
     PRIVATE_KEY_BODY,
     SSH_HOST,
+    add_lab_server,
     last_run,
     program_values,
     ssh_worker_config,
@@ -178,7 +179,7 @@ def test_moving_removing_and_destroying_ssh_workers_resets_every_machine(recorde
     new_host = "gpu-3.example.net"
     sim = worker_lab(ssh_worker_config("gpu-1"),
                      ssh_worker_config("gpu-2", user="root", host=ROOT_HOST, host_key=ROOT_HOST_KEY))
-    sim.world.add_ssh_host(new_host, HOST_KEY)
+    add_lab_server(sim.world, new_host, HOST_KEY)
     machines = {host: sim.world.ssh[host].machine for host in (SSH_HOST, ROOT_HOST, new_host)}
     sim.up(skip_preview=True)
     api = sim.world.tenant_api("tenant-a")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import ipaddress
 from typing import Any
 
 from config.models import SshConnection
@@ -11,6 +12,7 @@ from tests.support.sim import Lifecycle, World
 from tests.support.sim.lab import lab_world
 from tests.support.sim.scripts import read_node_stdin
 from tests.support.sim.state import plain
+from tests.support.sim.world import SshHost
 
 # Shape-valid for the config model; the simulator never parses it.
 PRIVATE_KEY = (
@@ -64,9 +66,22 @@ def worker_lab(*extra_workers: dict, world: World | None = None) -> Lifecycle:
     for worker in extra_workers:
         ssh = worker.get("ssh")
         if ssh and ssh["host"] not in world.ssh:
-            world.add_ssh_host(ssh["host"], ssh.get("hostKey") or HOST_KEY)
+            add_lab_server(world, ssh["host"], ssh.get("hostKey") or HOST_KEY)
     # SSH private keys must be set with `pulumi config set --secret` (config.validate checks it).
     return Lifecycle(config, world=world, secret_keys=["tenants"])
+
+
+def add_lab_server(world: World, host: str, host_key: str = HOST_KEY) -> SshHost:
+    """A server of the lab at `host`: one interface with the default route, at `host` when that is an IPv4 address,
+    else on the `kind` network (README: in the lab an SSH worker must be able to route there) at the next free of
+    172.18.1.1, .2, ..."""
+    try:
+        return world.add_ssh_host(host, host_key, address=str(ipaddress.IPv4Address(host)))
+    except ValueError:
+        pass
+    taken = {address for entry in world.ssh.values() for address in entry.machine.interfaces.values()}
+    address = next(f"172.18.1.{n}" for n in range(1, 255) if f"172.18.1.{n}" not in taken)
+    return world.add_ssh_host(host, host_key, address=address)
 
 
 def last_run(sim: Lifecycle) -> ProgramRun:

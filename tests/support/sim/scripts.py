@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import ipaddress
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -215,13 +216,15 @@ def _join(world: World, machine: Machine, env: dict[str, str]) -> str:
         raise CommandFailedError(f"gpu-tenancy: worker {node}: swap is on; the kubelet will not start")
     if env.get("GPU_MODE") == "nvidia":
         _check_gpu_server(machine, env)
+    # node-join.sh gives a server's kubelet node-ip: the source address of its route to the endpoint. A container's
+    # kubelet picks its own address.
+    node_ip = None if container else _route_to_endpoint(world, machine, node, endpoint)
     try:
         systems.join(world, machine, endpoint=endpoint, token=env["JOIN_TOKEN"], ca_hash=env["CA_CERT_HASH"],
                      node_name=node, over_ssh=not container,
                      # node-join.sh gives container nodes kind's kubelet settings through a kubeadm patch.
                      kubelet_patches={"failSwapOn": False} if container else None,
-                     # Its JoinConfiguration sets no kubeletExtraArgs: the kubelet picks its own address.
-                     node_ip=None)
+                     node_ip=node_ip)
     except (UnreachableError, ApiError) as error:
         # The script resets the node after its last failed attempt.
         systems.reset(world, machine)
@@ -234,6 +237,41 @@ def _join(world: World, machine: Machine, env: dict[str, str]) -> str:
         # their CNI files, state and iptables chains there (what node-leave.sh removes again).
         machine.files.update(TENANT_TRACES)
     return f"worker {node} joined the tenant at {endpoint}"
+
+
+def _route_to_endpoint(world: World, machine: Machine, node: str, endpoint: str) -> str:
+    """node-join.sh on a server (tests/test_node_scripts.py runs the real one): the source address of `ip -o route
+    get` to the endpoint's host (resolved with getent first when it is a name), which its curl check then uses
+    against the tenant's source ranges. Refuses a machine whose routes the scenario did not give."""
+    host = endpoint.rpartition(":")[0]
+    try:
+        address = str(ipaddress.IPv4Address(host))
+    except ValueError:
+        address = machine.hosts.get(host)
+        if address is None:
+            raise CommandFailedError(f"the simulator does not know what {host} resolves to on {machine.name}: a "
+                                     "scenario with a name endpoint sets Machine.hosts") from None
+    if not machine.interfaces or (machine.default_interface is None and not machine.routes):
+        raise CommandFailedError(f"the simulator does not know how {machine.name} reaches {endpoint}: a scenario "
+                                 "joining an SSH worker gives its machine interfaces and a default route or routes "
+                                 "(World.add_ssh_host does for a server at an IPv4 address)")
+    route = systems.route_get(machine, address)
+    fix = (f"Give this server a route to {endpoint} that leaves by its interface on the tenant's worker network "
+           "(tenants[].workerCidrs or management.workerCidrs)")
+    if route is None:
+        raise CommandFailedError(f"gpu-tenancy: worker {node}: no route from this server to the tenant endpoint "
+                                 f"{endpoint} ('ip -o route get {address}': RTNETLINK answers: Network is "
+                                 f"unreachable). {fix}")
+    source, _interface = route
+    tenant = world.tenants.get(f"https://{endpoint}")
+    if tenant is not None and not systems.admits(tenant, source):
+        # The script's endpoint check (curl) times out: kube-proxy drops the packets.
+        raise CommandFailedError(
+            f"gpu-tenancy: worker {node}: cannot reach the tenant API server at {endpoint} from this node (curl: "
+            "(28) Connection timed out after 5001 milliseconds). Check routing and firewalls to the load-balancer "
+            f"address, and that this node's address ({source}, the source address of its route there) is in the "
+            "tenant's worker networks (tenants[].workerCidrs or management.workerCidrs)")
+    return source
 
 
 def _check_gpu_server(machine: Machine, env: dict[str, str]) -> None:

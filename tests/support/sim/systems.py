@@ -875,6 +875,11 @@ def join(world: World, machine: Machine, *, endpoint: str, token: str, ca_hash: 
     world.machines[node_name] = machine
     _register_node(world, tenant, node_name)
     address = kubelet_node_address(machine, node_name, node_ip)
+    if node_ip is not None and address is None:
+        # kubernetes pkg/kubelet/kubelet_node_status.go validateNodeIP, run by setters.go NodeAddress: the Node is
+        # registered, but its addresses are never set.
+        world.log(f'kubelet on {node_name}: Failed to set some node status fields: failed to validate nodeIP: node '
+                  f'IP: "{node_ip}" not found in the host\'s network interfaces')
     if address is not None:
         node = tenant.api.find("Node", None, node_name)
         node["status"]["addresses"] = [{"type": "InternalIP", "address": address},
@@ -884,12 +889,14 @@ def join(world: World, machine: Machine, *, endpoint: str, token: str, ca_hash: 
 
 def kubelet_node_address(machine: Machine, node_name: str, node_ip: str | None = None) -> str | None:
     """The InternalIP a kubelet without a cloud provider reports (kubernetes pkg/kubelet/nodestatus/setters.go
-    NodeAddress): its --node-ip when set; else an IP given as its hostname override (kubeadm passes the node name
-    there when it differs from the host name: cmd/kubeadm/app/phases/kubelet/flags.go); else the first IPv4
-    address the node name resolves to (/etc/hosts, then DNS); else the address of the interface the default route
-    leaves by (k8s.io/apimachinery pkg/util/net ChooseHostInterface). None for a machine with no interfaces."""
+    NodeAddress): its --node-ip when set -- None when that is on none of the machine's interfaces, which the
+    kubelet's validateNodeIP (pkg/kubelet/kubelet_node_status.go) refuses; else an IP given as its hostname override
+    (kubeadm passes the node name there when it differs from the host name: cmd/kubeadm/app/phases/kubelet/
+    flags.go); else the first IPv4 address the node name resolves to (/etc/hosts, then DNS); else the address of
+    the interface the default route leaves by (k8s.io/apimachinery pkg/util/net ChooseHostInterface). None for a
+    machine with no interfaces."""
     if node_ip is not None:
-        return node_ip
+        return node_ip if node_ip in machine.interfaces.values() else None
     if not machine.interfaces:
         return None
     try:
@@ -899,6 +906,32 @@ def kubelet_node_address(machine: Machine, node_name: str, node_ip: str | None =
     if node_name in machine.hosts:
         return machine.hosts[node_name]
     return machine.interfaces.get(machine.default_interface or "")
+
+
+def route_get(machine: Machine, destination: str) -> tuple[str, str] | None:
+    """`ip route get <destination>` on `machine`: (source address, interface) of the most specific route that covers
+    it -- its routes, then the default route by `default_interface` -- or None when none does ("RTNETLINK answers:
+    Network is unreachable"). Linux picks the longest matching prefix (net/ipv4/fib_trie.c fib_table_lookup) and,
+    for a route without a preferred source, the address of the interface it leaves by (net/ipv4/fib_semantics.c
+    fib_info_update_nhc_saddr, inet_select_addr); each interface here has one address."""
+    target = ipaddress.IPv4Address(destination)
+    routes = [(ipaddress.IPv4Network(network), interface) for network, interface in machine.routes.items()]
+    if machine.default_interface is not None:
+        routes.append((ipaddress.IPv4Network("0.0.0.0/0"), machine.default_interface))
+    matching = [(network.prefixlen, interface) for network, interface in routes if target in network]
+    if not matching:
+        return None
+    _, interface = max(matching)
+    return machine.interfaces[interface], interface
+
+
+def admits(tenant: Tenant, source: str) -> bool:
+    """Whether a connection from `source` passes the tenant's LoadBalancer source ranges: kube-proxy drops any
+    other to the LoadBalancer address (kubernetes pkg/proxy/iptables/proxier.go, "firewall filter based on each
+    source range", then KUBE-MARK-DROP). No ranges: everyone is admitted."""
+    ranges = list(getattr(tenant, "load_balancer_source_ranges", None) or [])
+    address = ipaddress.ip_address(source)
+    return not ranges or any(address in ipaddress.ip_network(network) for network in ranges)
 
 
 def kubelet_version(world: World, node_name: str) -> str | None:

@@ -369,10 +369,13 @@ class Machine:
     gpus: int = 0
     # The real cards of a GPU server (config card objects: uuid, model, memoryMiB), what NVML would report.
     cards: list[dict[str, Any]] = field(default_factory=list)
-    # Its network interfaces (name -> IPv4 address), the one the default route leaves by, and /etc/hosts
-    # (name -> address). Unset for the machines of scenarios that do not look at addresses.
+    # Its network interfaces (name -> IPv4 address), the one the default route leaves by, its other routes
+    # (destination network -> the interface they leave by) and /etc/hosts (name -> address). An SSH machine added at
+    # an IPv4 address has one interface there with the default route (World.add_ssh_host); a machine without
+    # interfaces has no network the simulator knows, and an SSH join on it is refused (scripts._join).
     interfaces: dict[str, str] = field(default_factory=dict)
     default_interface: str | None = None
+    routes: dict[str, str] = field(default_factory=dict)
     hosts: dict[str, str] = field(default_factory=dict)
     # What HAMi's device plugin needs and this server lacks, as node-join.sh names it in gpuMode nvidia
     # ("driver", "toolkit", "nvidia runtime", "nvidia default runtime", "other device plugin": one that runs).
@@ -763,11 +766,22 @@ class World:
 
     # ---- SSH machines ----------------------------------------------------- #
 
-    def add_ssh_host(self, host: str, host_key: str, kubernetes_version: str = DEFAULT_KUBERNETES_VERSION) -> SshHost:
-        """A server set up as the README asks: kubeadm and kubelet of `kubernetes_version` installed (the default
-        tenant version unless a scenario says otherwise)."""
-        entry = SshHost(host=host, host_key=host_key, machine=Machine(
-            name=host, kubelet_version=kubernetes_version, kubeadm_version=kubernetes_version))
+    def add_ssh_host(self, host: str, host_key: str, kubernetes_version: str = DEFAULT_KUBERNETES_VERSION, *,
+                     address: str | None = None) -> SshHost:
+        """A server reachable over SSH at `host`, set up as the README asks: kubeadm and kubelet of
+        `kubernetes_version` installed (the default tenant version unless a scenario says otherwise). Its network: one
+        interface, `eth0`, with the default route, at `address` -- by default `host` itself when that is an IPv4
+        address; a server known by a name and given no address has no network the simulator knows (a scenario then
+        sets Machine.interfaces and its routes)."""
+        machine = Machine(name=host, kubelet_version=kubernetes_version, kubeadm_version=kubernetes_version)
+        if address is None:
+            try:
+                address = str(ipaddress.IPv4Address(host))
+            except ValueError:
+                address = None
+        if address is not None:
+            machine.interfaces, machine.default_interface = {"eth0": address}, "eth0"
+        entry = SshHost(host=host, host_key=host_key, machine=machine)
         self.ssh[host] = entry
         return entry
 
