@@ -192,7 +192,7 @@ class WorkerNode(pulumi.ComponentResource):
     upgrade: command.remote.Command | None  # an SSH worker's upgrade to a new version (None: a container)
     registered: pulumi.Resource
     ready: pulumi.Resource  # back in service after an upgrade
-    kubelet_version: str | None  # the kubelet version its Node must report after an upgrade
+    kubelet_version: pulumi.Input[str | None]  # the kubelet version its Node must report after an upgrade
 
     def __init__(self, name: str, args: WorkerNodeArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(f"{COMPONENT_PREFIX}:WorkerNode", name, None, opts)
@@ -310,13 +310,19 @@ class WorkerNode(pulumi.ComponentResource):
         # The cards first: the Node is back in service only with them.
         cards = args.cards(self.access, self.registered) if args.cards is not None else None
         # After an upgrade: the new Node Ready at its version with its cards advertised, uncordoned; the tenant's
-        # next worker waits for it. A container's kubelet is its image's; an SSH worker's is the tenant's version
-        # once `-upgrade` ran.
+        # next worker waits for it. A container's kubelet is its image's. An SSH worker's is the tenant's version when
+        # `-upgrade` says it upgraded the server (node-upgrade.sh's last line); a server it only recorded keeps the
+        # kubelet node-join.sh accepted, and nothing waits for another one.
+        self.kubelet_version: pulumi.Input[str | None]
         if self.container is not None:
             self.kubelet_version = (upgrade.image_version(args.image) if args.image is not None else None) \
                 or tenant.kubernetes_version
+        elif self.upgrade is not None:
+            version = tenant.kubernetes_version
+            self.kubelet_version = self.upgrade.stdout.apply(
+                lambda out: version if f" upgraded to {version}: " in (out or "") else None)
         else:
-            self.kubelet_version = tenant.kubernetes_version
+            self.kubelet_version = None
         self.ready = host_operations.resource(
             host_operations.NodeReadyProvider(),
             f"{name}-ready",

@@ -19,8 +19,9 @@
 #   NODE_NAME       Kubernetes Node name (for messages)
 #   TENANT_VERSION  the tenant's Kubernetes version, e.g. v1.36.1
 #   UPGRADE_MODE    why it runs: record (the worker was just joined: its first build, or a rejoin) or upgrade (the
-#                   tenant's version changed). Both follow the same rule: a server recorded at TENANT_VERSION whose
-#                   kubelet is not older is left alone; any other is upgraded.
+#                   tenant's version changed). Both follow the same rules: a server recorded at TENANT_VERSION is
+#                   left alone, one without a record is recorded, one recorded at another version (or "upgrading
+#                   to ...") is upgraded.
 # Test-only knob: GPU_TENANCY_NODE_ROOT (prefix for /etc and /var).
 #
 # Which version the kubelet configuration was last brought to is kept in /var/lib/kubelet/gpu-tenancy-version:
@@ -83,23 +84,23 @@ installed() {  # <tool> <version command...>: the vX.Y.Z it reports, or "none"
     printf 'unreadable'
   fi
 }
-older() {  # <vA.B.C> <vX.Y.Z>: whether the first is an older version than the second (or none, or unreadable)
-  [[ "$1" =~ ^v([0-9]+)\.([0-9]+)\.([0-9]+)$ ]] || return 0
-  local a=$((BASH_REMATCH[1] * 1000000 + BASH_REMATCH[2] * 1000 + BASH_REMATCH[3]))
-  [[ "$2" =~ ^v([0-9]+)\.([0-9]+)\.([0-9]+)$ ]] || return 1
-  ((a < BASH_REMATCH[1] * 1000000 + BASH_REMATCH[2] * 1000 + BASH_REMATCH[3]))
-}
 kubelet_version="$(installed kubelet kubelet --version)"
 
 recorded=""
-[[ ! -f "$marker" ]] || recorded="$(<"$marker")"
-# Recorded at the version by node-join.sh (a first build or a rejoin) or by an upgrade, and not running an older
-# kubelet: nothing to do. Anything else is upgraded, in either mode: a server without a record was joined before
-# this script existed, and one whose kubelet is older than the tenant (node-join.sh allows an older minor) would
-# leave <node>-ready waiting for the tenant's version when it changes in the same `up`, with no later `up` running
-# this script again.
-if [[ "$recorded" == "$version" ]] && ! older "$kubelet_version" "$version"; then
-  printf 'worker %s is at %s (%s, kubelet %s); nothing to do\n' "$node" "$version" "$marker" "$kubelet_version"
+if [[ -f "$marker" ]]; then
+  recorded="$(<"$marker")" || fail "cannot read $marker"
+fi
+if [[ "$recorded" == "$version" ]]; then
+  printf 'worker %s is at %s (%s); nothing to do\n' "$node" "$version" "$marker"
+  exit 0
+fi
+# No record, in either mode: a server joined before node-join.sh wrote one. It was not drained for this (or the
+# drain is for a version change in this very `up`): record the tenant's version and leave its kubelet as it runs;
+# node-join.sh let it join, and the next version change upgrades it. <node>-ready waits for a new kubelet only when
+# this script says it upgraded one (components/worker/node.py).
+if [[ -z "$recorded" ]]; then
+  record
+  printf 'worker %s has no record (kubelet %s); recorded as %s\n' "$node" "$kubelet_version" "$version"
   exit 0
 fi
 

@@ -24,7 +24,6 @@ import yaml
 from components import shell
 from components.kube import ApiError, UnreachableError
 from components.worker import access
-from config.models import parse_version
 from tests.support.sim import systems
 from tests.support.sim.state import is_secret, plain
 from tests.support.sim.world import MIRROR_MARKER, TENANT_TRACES, Machine, World
@@ -303,20 +302,24 @@ def _leave(world: World, machine: Machine, env: dict[str, str]) -> str:
 
 def _upgrade(world: World, machine: Machine, env: dict[str, str]) -> str:
     """node-upgrade.sh (tests/test_node_scripts.py runs the real one against stubs), in either mode: a server not
-    joined, or one recorded at the version (node-join.sh records it) whose kubelet is not older, is left alone; any
-    other is being upgraded (so recorded, until it is done): it needs kubeadm and kubelet of exactly the version
+    joined, or one recorded at the version (node-join.sh records it), is left alone; one without a record is recorded;
+    any other is being upgraded (so recorded, until it is done): it needs kubeadm and kubelet of exactly the version
     installed, else it fails naming the packages for the server's package manager, then runs `kubeadm upgrade node`
     and restarts the kubelet."""
     node, version = env["NODE_NAME"], env["TENANT_VERSION"]
     if machine.kubelet_conf is None:
         return f"worker {node} is not joined: node-join.sh joins it at {version}; nothing to upgrade"
-    # Both modes follow the same rule (node-upgrade.sh's header).
+    # Both modes follow the same rules (node-upgrade.sh's header).
+    recorded = machine.kubelet_config_version
+    if recorded == version:
+        return f"worker {node} is at {version}; nothing to do"
+    if recorded is None:
+        machine.kubelet_config_version = version
+        return f"worker {node} has no record (kubelet {machine.kubelet_version}); recorded as {version}"
     if machine.kubeadm_version is None or machine.kubelet_version is None:
         raise CommandFailedError(f"the simulator does not know which kubeadm and kubelet {node} has installed: a "
                                  "scenario with SSH workers sets Machine.kubeadm_version and kubelet_version "
                                  "(World.add_ssh_host gives them the tenant's version)")
-    if machine.kubelet_config_version == version and parse_version(machine.kubelet_version) >= parse_version(version):
-        return f"worker {node} is at {version}; nothing to do"
     machine.kubelet_config_version = f"upgrading to {version}"
     wrong = [name for name, installed in (("kubeadm", machine.kubeadm_version), ("kubelet", machine.kubelet_version))
              if installed != version]
