@@ -651,8 +651,9 @@ class NodeDrainProvider(HostOperationProvider):
     on from this worker. A first build (or a new worker) has nothing to drain; neither has a Node that is gone.
     """
 
-    # Inputs that only say what to tell the operator; no change by themselves.
-    NOT_A_CHANGE = ("tenant", "tenant_workers")
+    # Inputs that only say what to tell the operator; no change by themselves. The worker count is one: the diff
+    # reads it from the state (olds), which a `same` step would leave at an old count.
+    NOT_A_CHANGE = ("tenant",)
 
     def create(self, props: dict[str, Any]) -> CreateResult:
         return CreateResult(id_=props["node_name"], outs=dict(props))
@@ -673,7 +674,8 @@ class NodeDrainProvider(HostOperationProvider):
             # not hidden for pulumi-resource-pulumi-python).
             pulumi_log.warn(one_worker_warning(str(news.get("tenant")), str(news.get("node_name")),
                                                olds.get("version"), news.get("version")))
-        ignored = dict.fromkeys(self.NOT_A_CHANGE)
+        # A state from before the count was kept is no change for it: a running stack previews none.
+        ignored = dict.fromkeys((*self.NOT_A_CHANGE, *(() if "tenant_workers" in olds else ("tenant_workers",))))
         return DiffResult(changes=_inputs_changed({**olds, **ignored}, {**news, **ignored}))
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:

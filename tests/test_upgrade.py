@@ -767,6 +767,22 @@ def test_a_worker_added_in_the_same_up_as_the_upgrade_does_not_keep_the_workload
     assert warning.startswith(f"warning: {ONE_WORKER}"), warning
 
 
+def test_the_warning_follows_workers_added_or_removed_in_an_up_of_their_own():
+    sim = kind_lab(reference_stack())
+    sim.up()
+    tenant = sim.config["tenants"][0]
+    tenant["workers"].append({"name": "worker-1"})
+    sim.up()
+    tenant["kubernetesVersion"] = "v1.36.1"
+    assert sim.preview().diagnostics == []  # two workers now: the other keeps the workloads running
+    tenant["kubernetesVersion"] = "v1.35.0"
+    tenant["workers"].pop()
+    sim.up()
+    tenant["kubernetesVersion"] = "v1.36.1"
+    [warning] = sim.preview().diagnostics  # one again
+    assert warning.startswith(f"warning: {ONE_WORKER}"), warning
+
+
 def test_a_two_worker_tenants_upgrade_does_not_warn(two_workers):
     sim = two_workers.fork()
     sim.config["tenants"][0]["kubernetesVersion"] = "v1.36.1"
