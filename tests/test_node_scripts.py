@@ -1483,7 +1483,10 @@ def test_a_server_at_the_version_runs_kubeadm_upgrade_node_then_restarts_the_kub
     done = node.run_upgrade(**AT_NEW)
     assert done.returncode == 0, done.stderr
     assert node.sequence() == ["kubeadm upgrade node", "systemctl daemon-reload", "systemctl restart kubelet"]
-    assert "successfully upgraded" in done.stdout and f"upgraded to {NEW}" in done.stdout
+    assert "successfully upgraded" in done.stdout
+    # The line components/worker/node.py reads from `<node>-upgrade`'s stdout: <node>-ready then waits for the new
+    # kubelet. Reworded here, the roll would stop waiting for it.
+    assert f"worker {NODE} upgraded to {NEW}: " in done.stdout.splitlines()[-1]
     assert node.file(MARKER).read_text() == f"{NEW}\n"
 
 
