@@ -14,7 +14,8 @@ from tests.test_config_infrastructure import prod_example_with_secrets
 MANAGEMENT = "management"
 
 __all__ = ["MANAGEMENT", "adopt_lab", "changed_by_owner", "kept_after_destroy", "kind_lab", "lab_world",
-           "one_tenant_stack", "owner", "running_kind_lab", "tenant_names"]
+           "one_tenant_stack", "owner", "running_adopt_lab", "running_kind_lab",
+           "tenant_names"]
 
 
 def one_tenant_stack() -> dict[str, Any]:
@@ -47,11 +48,26 @@ def running_kind_lab(*, one_tenant: bool = False, **world_options: Any) -> Lifec
     return _RUNNING[key].fork()
 
 
-def adopt_lab(world: World | None = None) -> Lifecycle:
-    """The production example: an existing management cluster, SSH-joined GPU servers."""
+def adopt_lab(world: World | None = None, *, one_tenant: bool = False) -> Lifecycle:
+    """The production example: an existing management cluster, SSH-joined GPU servers (its first tenant only, with
+    its servers, with `one_tenant`: for a question about one tenant, as one_tenant_stack)."""
     world = world or lab_world()
-    config = adopt(world, prod_example_with_secrets())
+    example = prod_example_with_secrets()
+    if one_tenant:
+        example["tenants"] = example["tenants"][:1]
+    config = adopt(world, example)
     return Lifecycle(config, world=world, stack="prod", secret_keys=["management", "tenants"])
+
+
+def running_adopt_lab(*, one_tenant: bool = False, **world_options: Any) -> Lifecycle:
+    """`adopt_lab` after its first `up`, on a machine `world_options` describe (see `lab_world`): like
+    running_kind_lab, once per test process, and every caller gets its own fork."""
+    key = ("adopt", one_tenant, *sorted(world_options.items()))
+    if key not in _RUNNING:
+        sim = adopt_lab(lab_world(**world_options), one_tenant=one_tenant)
+        sim.up()
+        _RUNNING[key] = sim
+    return _RUNNING[key].fork()
 
 
 def owner(name: str, tenants: list[str]) -> str:
