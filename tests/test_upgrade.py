@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -12,7 +13,15 @@ from components import host_operations
 from components.gpu.cards import JOIN_ANNOTATION
 from components.kube import ApiError
 from config import ConfigError, load_stack_config, upgrade
-from tests.support.lifecycle_support import adopt_lab, changed_by_owner, kind_lab, lab_world, tenant_names
+from tests.support.lifecycle_support import (
+    adopt_lab,
+    changed_by_owner,
+    kind_lab,
+    one_tenant_stack,
+    running_adopt_lab,
+    running_kind_lab,
+    tenant_names,
+)
 from tests.support.mockrun import reference_stack
 from tests.support.sim import systems
 from tests.support.sim.state import comparable, plain
@@ -88,8 +97,9 @@ def test_a_node_image_newer_than_the_control_plane_is_a_config_error():
 
 @pytest.fixture(scope="module")
 def lab_at_v1_35_5():
-    """The reference lab with tenant-a at v1.35.5, after its first `up`."""
-    stack = reference_stack()
+    """The one-tenant lab (one_tenant_stack) with tenant-a at v1.35.5, after its first `up`: what these tests refuse
+    is tenant-a's alone."""
+    stack = one_tenant_stack()
     stack["tenants"][0]["kubernetesVersion"] = "v1.35.5"
     sim = kind_lab(stack)
     sim.up()
@@ -152,12 +162,25 @@ def test_the_simulated_kamaji_webhook_refuses_what_tcp_version_go_refuses(lab_at
 CARD_A1 = {"uuid": "GPU-MOCK-A1", "model": "NVIDIA-A100", "memoryMiB": 8192, "cores": 100, "slots": 10}
 
 
+def with_two_workers(stack):
+    stack["tenants"][0]["workers"].append({"name": "worker-1", "gpus": [dict(CARD_A1)]})
+    return stack
+
+
 @pytest.fixture(scope="module")
 def two_workers():
-    """The reference lab with a second worker in tenant-a, at v1.35.0, after its first `up`."""
-    stack = reference_stack()
-    stack["tenants"][0]["workers"].append({"name": "worker-1", "gpus": [dict(CARD_A1)]})
-    sim = kind_lab(stack)
+    """The one-tenant lab (one_tenant_stack) with a second worker in tenant-a, at v1.35.0, after its first `up`: for
+    what happens inside tenant-a's roll."""
+    sim = kind_lab(with_two_workers(one_tenant_stack()))
+    sim.up()
+    return sim
+
+
+@pytest.fixture(scope="module")
+def two_workers_beside_tenant_b():
+    """The reference lab with a second worker in tenant-a, at v1.35.0, after its first `up`: tenant-b is there to
+    be left alone."""
+    sim = kind_lab(with_two_workers(reference_stack()))
     sim.up()
     return sim
 
@@ -204,13 +227,27 @@ def order(plan, *names: str) -> list[int]:
     return [len(steps) - 1 - steps[::-1].index(name) for name in names]
 
 
-def test_an_upgrade_moves_the_control_plane_then_kube_proxy_then_one_worker_at_a_time(two_workers, monkeypatch):
-    sim = two_workers.fork()
+@pytest.fixture(scope="module")
+def tenant_a_upgraded(two_workers_beside_tenant_b):
+    """two_workers_beside_tenant_b with tenant-a raised to v1.36.1, each step run once for the tests that read it:
+    the preview; the `up` after it (skip_preview: that preview is its own), with what tenant-a's API showed after
+    each change (watch_workers, from after the preview) and each drain as it started (watch_drains, from before the
+    preview); `sim`, the stack and machine right after that `up`; and `again`, the `up` after it (on a fork)."""
+    sim = two_workers_beside_tenant_b.fork()
     sim.config["tenants"][0]["kubernetesVersion"] = "v1.36.1"
-    preview = sim.preview()
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        drains = watch_drains(sim, monkeypatch)
+        preview = sim.preview()
+        seen = watch_workers(sim, monkeypatch)
+        plan = sim.up(skip_preview=True)
+    again = sim.fork().up()
+    return SimpleNamespace(sim=sim, preview=preview, plan=plan, seen=seen, drains=drains, again=again)
+
+
+def test_an_upgrade_moves_the_control_plane_then_kube_proxy_then_one_worker_at_a_time(tenant_a_upgraded):
+    sim, preview, plan, seen = (tenant_a_upgraded.sim, tenant_a_upgraded.preview, tenant_a_upgraded.plan,
+                                tenant_a_upgraded.seen)
     assert set(changed_by_owner(preview, tenant_names(sim.config))) == {"tenant-a"}, preview.render()
-    seen = watch_workers(sim, monkeypatch)
-    plan = sim.up(skip_preview=True)
     assert set(changed_by_owner(plan, tenant_names(sim.config))) == {"tenant-a"}, plan.render()
     positions = order(plan, "tenant-a-version", "tenant-a-tcp", "tenant-a-kube-proxy-daemonset",
                       "tenant-a-worker-0-drain", "tenant-a-worker-0-container", "tenant-a-worker-0-ready",
@@ -224,7 +261,7 @@ def test_an_upgrade_moves_the_control_plane_then_kube_proxy_then_one_worker_at_a
     assert tenant["nodeVersions"] == {"tenant-a-worker-0": "v1.36.1", "tenant-a-worker-1": "v1.36.1"}
     assert tenant["smokeTest"]["schedulerName"] == "hami-scheduler"  # the proof ran again on the new version
     assert sim.output("tenants")["tenant-b"]["nodeVersions"] == {"tenant-b-worker-0": "v1.35.0"}
-    assert sim.up().changed() == {}
+    assert tenant_a_upgraded.again.changed() == {}
 
 
 def block_drain(api, node: str) -> None:
@@ -334,15 +371,26 @@ def set_packages(sim, host: str, version: str, manager: str) -> None:
     machine.package_manager = manager
 
 
-@pytest.fixture(scope="module")
-def adopted_at_v1_35_0():
+def adopted_at_v1_35_0(*, one_tenant: bool):
     """The production example (existing cluster, SSH-joined GPU servers with kubeadm and kubelet v1.35.0; apt on
-    team-vision's gpu-01, dnf on the other servers), after its first `up`."""
-    sim = adopt_lab()
+    team-vision's gpu-01, dnf on the other servers), after its first `up`; team-vision alone with `one_tenant`."""
+    sim = adopt_lab(one_tenant=one_tenant)
     for host in sim.world.ssh:
         set_packages(sim, host, "v1.35.0", "apt" if host == VISION_SERVERS["team-vision-gpu-01"] else "dnf")
     sim.up()
     return sim
+
+
+@pytest.fixture(scope="module")
+def vision_beside_speech_at_v1_35_0():
+    """adopted_at_v1_35_0 with both tenants: team-speech is there to be left alone."""
+    return adopted_at_v1_35_0(one_tenant=False)
+
+
+@pytest.fixture(scope="module")
+def vision_at_v1_35_0():
+    """adopted_at_v1_35_0 with team-vision alone, for what happens on its servers."""
+    return adopted_at_v1_35_0(one_tenant=True)
 
 
 def unschedulable(sim, tenant: str, nodes) -> set[str]:
@@ -362,11 +410,11 @@ def kubelet_versions(sim, tenant: str) -> dict[str, str | None]:
             for n in tenant_api(sim, tenant).list("Node")}
 
 
-def test_an_ssh_worker_is_upgraded_once_its_packages_are_installed_one_server_at_a_time(adopted_at_v1_35_0,
-                                                                                       monkeypatch):
+def test_an_ssh_worker_is_upgraded_once_its_packages_are_installed_one_server_at_a_time(
+        vision_beside_speech_at_v1_35_0, monkeypatch):
     from tests.support.sim import world as sim_world
 
-    sim = adopted_at_v1_35_0.fork()
+    sim = vision_beside_speech_at_v1_35_0.fork()
     assert kubelet_versions(sim, VISION) == dict.fromkeys(VISION_SERVERS, "v1.35.0")
     speech_before = {urn: comparable((r.inputs, r.outputs)) for urn, r in sim.engine.state.items()
                      if "team-speech" in urn}
@@ -388,7 +436,7 @@ def test_an_ssh_worker_is_upgraded_once_its_packages_are_installed_one_server_at
     assert set(changed) == {VISION}, preview.render()
     assert {"team-vision-gpu-01-upgrade", "team-vision-gpu-02-upgrade"} <= changed[VISION]["update"]
 
-    plan = sim.up(expect_error=True)
+    plan = sim.up(skip_preview=True, expect_error=True)  # `preview` is its preview
     assert plan.error is not None and "team-vision-gpu-01-upgrade" in plan.error, plan.render()
     assert "cannot upgrade to v1.36.1: this server has kubeadm v1.35.0 and kubelet v1.35.0" in plan.error
     assert "sudo apt-get install -y kubeadm=1.36.1-1.1 kubelet=1.36.1-1.1" in plan.error
@@ -422,12 +470,12 @@ def test_an_ssh_worker_is_upgraded_once_its_packages_are_installed_one_server_at
 
 
 def test_a_stack_from_before_the_upgrade_step_that_raises_the_version_finishes_and_keeps_its_kubelets(
-        adopted_at_v1_35_0):
+        vision_at_v1_35_0):
     """A stack created before `<node>-upgrade` existed: its servers have no record, and the first `up` of the new
     program also raises the version. `<node>-upgrade` is created (record mode), records the servers, and
     `<node>-ready` waits for no new kubelet (the script did not upgrade): the `up` finishes, the servers keep
     v1.35.0 (within the skew policy), and nothing is left stuck. README: run one `up` first, or upgrade by hand."""
-    sim = adopted_at_v1_35_0.fork()
+    sim = vision_at_v1_35_0.fork()
     for urn in [urn for urn, r in sim.engine.state.items() if r.name.endswith("-upgrade")]:
         del sim.engine.state[urn]
     for host in sim.world.ssh.values():
@@ -447,10 +495,9 @@ def test_a_stack_from_before_the_upgrade_step_that_raises_the_version_finishes_a
 
 @pytest.fixture(scope="module")
 def gpu_servers():
-    """The production example (gpuMode nvidia, two SSH GPU servers per tenant) after its first `up`."""
-    sim = adopt_lab(lab_world(races=False))
-    sim.up()
-    return sim
+    """The production example's first tenant (gpuMode nvidia, two SSH GPU servers) after its first `up`: what these
+    tests look at happens on one tenant's servers."""
+    return running_adopt_lab(one_tenant=True, races=False)
 
 
 def test_the_simulated_kubelet_copies_extended_capacity_into_allocatable(two_workers):
@@ -540,15 +587,14 @@ def waits_for(sim, name: str) -> set[str]:
     return {by_urn[urn].name for urn in seen}
 
 
-def test_the_next_drain_starts_only_once_the_previous_worker_advertises_its_cards(two_workers, monkeypatch):
-    sim = two_workers.fork()
+def test_the_next_drain_starts_only_once_the_previous_worker_advertises_its_cards(two_workers_beside_tenant_b,
+                                                                                   tenant_a_upgraded):
     # The order does not rest on how the simulator happens to serialize steps: the next drain depends on the
     # previous worker's card resources, through its `-ready`.
     assert {"tenant-a-worker-0-ready", "tenant-a-worker-0-gpu-register", "tenant-a-worker-0-gpu-capacity"} <= \
-        waits_for(sim, "tenant-a-worker-1-drain")
-    sim.config["tenants"][0]["kubernetesVersion"] = "v1.36.1"
-    drains = watch_drains(sim, monkeypatch)
-    plan = sim.up()
+        waits_for(two_workers_beside_tenant_b, "tenant-a-worker-1-drain")
+    # The upgrade to v1.36.1, as tenant_a_upgraded ran it once.
+    sim, plan, drains = tenant_a_upgraded.sim, tenant_a_upgraded.plan, tenant_a_upgraded.drains
     assert [node for node, _ in drains] == ["tenant-a-worker-0", "tenant-a-worker-1"], plan.render()
     # When worker-1's drain began, worker-0 was back with its cards, from its new join.
     assert drains[1][1] == {"tenant-a-worker-0": None}
@@ -561,7 +607,7 @@ def test_the_next_drain_starts_only_once_the_previous_worker_advertises_its_card
     node = tenant_api(sim).find("Node", None, "tenant-a-worker-0")
     assert node["status"]["allocatable"]["nvidia.com/gpu"] == node["status"]["capacity"]["nvidia.com/gpu"] == "10"
     assert node["metadata"]["annotations"][JOIN_ANNOTATION] == sim.resource("tenant-a-worker-0-registered").id
-    assert sim.up().changed() == {}
+    assert tenant_a_upgraded.again.changed() == {}
 
 
 def test_a_rejoined_node_whose_capacity_never_lands_stops_the_up_and_the_next_up_goes_on(two_workers, monkeypatch):
@@ -596,7 +642,7 @@ def test_a_rejoined_node_whose_capacity_never_lands_stops_the_up_and_the_next_up
     changed = changed_by_owner(left, tenant_names(sim.config))
     assert {"tenant-a-worker-0-gpu-capacity", "tenant-a-worker-0-ready", "tenant-a-worker-1-drain"} <= \
         changed["tenant-a"]["update"], left.render()
-    plan = sim.up()
+    plan = sim.up(skip_preview=True)  # `left` is its preview
     assert [node for node, _ in drains] == ["tenant-a-worker-0", "tenant-a-worker-1"], plan.render()
     assert drains[1][1] == {"tenant-a-worker-0": None}
     assert sim.output("tenants")["tenant-a"]["nodeVersions"] == {
@@ -680,7 +726,7 @@ def test_a_running_stack_of_the_previous_program_sees_no_change(two_workers):
     assert "cards" not in sim.resource("tenant-a-worker-0-ready").inputs
     preview = sim.preview()
     assert preview.changed() == {} and preview.diagnostics == [], preview.render()
-    assert sim.up().changed() == {}
+    assert sim.up(skip_preview=True).changed() == {}  # `preview` is its preview
     assert sim.up().changed() == {}
 
 
@@ -741,8 +787,7 @@ def test_the_provider_host_shows_the_warning_of_a_drains_diff_on_its_stderr():
 
 
 def test_the_preview_of_a_one_worker_tenants_upgrade_warns_that_its_workloads_stop():
-    sim = kind_lab(reference_stack())  # each tenant has one worker
-    sim.up()
+    sim = running_kind_lab()  # each tenant has one worker; tenant-b's, not upgraded, is not warned about
     assert sim.preview().diagnostics == []  # no upgrade planned: nothing to say
     sim.config["tenants"][0]["kubernetesVersion"] = "v1.36.1"
     preview = sim.preview()
@@ -760,8 +805,7 @@ def test_the_preview_of_a_one_worker_tenants_upgrade_warns_that_its_workloads_st
 def test_a_worker_added_in_the_same_up_as_the_upgrade_does_not_keep_the_workloads_running():
     """The new worker joins only after the old one is back (each worker waits for the one before), so the old one is
     drained while it is the tenant's only Node: the preview warns although the config lists two workers."""
-    sim = kind_lab(reference_stack())
-    sim.up()
+    sim = running_kind_lab(one_tenant=True)
     tenant = sim.config["tenants"][0]
     tenant["kubernetesVersion"] = "v1.36.1"
     tenant["workers"].append({"name": "worker-1"})
@@ -770,8 +814,7 @@ def test_a_worker_added_in_the_same_up_as_the_upgrade_does_not_keep_the_workload
 
 
 def test_the_warning_follows_workers_added_or_removed_in_an_up_of_their_own():
-    sim = kind_lab(reference_stack())
-    sim.up()
+    sim = running_kind_lab(one_tenant=True)
     tenant = sim.config["tenants"][0]
     tenant["workers"].append({"name": "worker-1"})
     sim.up()
@@ -785,17 +828,15 @@ def test_the_warning_follows_workers_added_or_removed_in_an_up_of_their_own():
     assert warning.startswith(f"warning: {ONE_WORKER}"), warning
 
 
-def test_a_two_worker_tenants_upgrade_does_not_warn(two_workers):
-    sim = two_workers.fork()
-    sim.config["tenants"][0]["kubernetesVersion"] = "v1.36.1"
-    assert sim.preview().diagnostics == []
+def test_a_two_worker_tenants_upgrade_does_not_warn(tenant_a_upgraded):
+    # The preview of tenant-a's upgrade to v1.36.1, as tenant_a_upgraded ran it once.
+    assert tenant_a_upgraded.preview.diagnostics == []
 
 
 def test_a_one_worker_tenants_upgrade_stopped_at_its_drain_still_warns_in_the_next_preview():
     """The warning follows the drain still to come, not the version record: `<tenant>-version` is done after a
     blocked drain, the drain is not."""
-    sim = kind_lab(reference_stack())
-    sim.up()
+    sim = running_kind_lab(one_tenant=True)
     api = tenant_api(sim)
     block_drain(api, "tenant-a-worker-0")
     sim.config["tenants"][0]["kubernetesVersion"] = "v1.36.1"
