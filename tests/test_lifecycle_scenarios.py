@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import copy
 
+import pytest
+
 from components.gpu.cards import REGISTER_ANNOTATION
 from components.shell import CONTAINER_ENV, KIND_WAIT_SECONDS_ENV
 from components.worker.access import container_interpreter
@@ -26,11 +28,27 @@ from tests.support.sim.state import plain, secret
 CARD_C = {"uuid": "GPU-MOCK-C0", "model": "NVIDIA-A100", "memoryMiB": 8192}
 
 
-
-
 def running_lab():
     """The dev lab after its first `make up` (a copy of one shared first `up`)."""
     return running_kind_lab()
+
+
+def running_tenant_a():
+    """The dev lab with tenant-a only after its first `make up` (a copy of one shared first `up`): for a story about
+    one tenant and the management layer, at about half the cost of each operation."""
+    return running_kind_lab(one_tenant=True)
+
+
+@pytest.fixture(scope="module")
+def second_up():
+    """A second `up` with no change on a copy of the running dev lab, run once for the tests that read it: the
+    outputs the first `up` left, the second up's preview and its update."""
+    running = running_lab()
+    outputs = copy.deepcopy(running.outputs)
+    plan = running.up()
+    preview = running.history[-2]
+    assert preview.kind == "preview"
+    return outputs, preview, plan
 
 
 def test_fresh_preview_in_kind_mode_plans_only_creates():
@@ -58,27 +76,25 @@ def test_first_up_builds_everything_and_proves_every_tenant():
     assert running.world.leftovers() != []
 
 
-def test_second_up_with_no_change_does_nothing():
-    running = running_lab()
-    plan = running.up()
+def test_second_up_with_no_change_does_nothing(second_up):
+    _, _, plan = second_up
     assert plan.changed() == {}, plan.render()
 
 
-def test_a_preview_of_a_running_stack_shows_no_change_at_all():
+def test_a_preview_of_a_running_stack_shows_no_change_at_all(second_up):
     """Not even the lines that do not count as changes: no `discard` of a read the update makes, and the stack
-    outputs as the last update left them (PE-6, G6)."""
-    running = running_lab()
-    plan = running.preview()
+    outputs as the last update left them (PE-6, G6). The preview is the one `pulumi up` runs first (second_up)."""
+    outputs, plan, _ = second_up
     assert plan.changed() == {} and plan.component_changes() == {}, plan.render()
     assert plan.names("discard") == set(), plan.render()
-    assert plain(plan.outputs) == plain(running.outputs)
+    assert plain(plan.outputs) == plain(outputs)
 
 
 def test_adding_a_tenant_touches_no_existing_resource():
     running = running_lab()
     running.config["tenants"].append({"name": "tenant-c", "workers": [{"name": "w0", "gpus": [CARD_C]}]})
     preview = running.preview()
-    plan = running.up()
+    plan = running.up(skip_preview=True)
     for result in (preview, plan):
         by_owner = changed_by_owner(result, tenant_names(running.config))
         assert set(by_owner) == {"tenant-c"}, result.render()
@@ -98,7 +114,7 @@ def test_removing_a_tenant_deletes_only_that_tenant():
 
 
 def test_adding_a_worker_creates_only_that_worker():
-    running = running_lab()
+    running = running_tenant_a()
     tenant = running.config["tenants"][0]
     tenant["workers"].append({"name": "worker-1", "gpus": [CARD_C]})
     plan = running.up()
@@ -110,7 +126,7 @@ def test_adding_a_worker_creates_only_that_worker():
 
 
 def test_adding_a_card_updates_that_node_only():
-    running = running_lab()
+    running = running_tenant_a()
     card = {"uuid": "GPU-MOCK-A1", "model": "NVIDIA-A100", "memoryMiB": 8192}
     running.config["tenants"][0]["workers"][0]["gpus"].append(card)
     plan = running.up()
@@ -123,7 +139,7 @@ def test_adding_a_card_updates_that_node_only():
 
 
 def test_changing_a_cards_memory_updates_only_its_annotation():
-    running = running_lab()
+    running = running_tenant_a()
     running.config["tenants"][0]["workers"][0]["gpus"][0]["memoryMiB"] = 16384
     plan = running.up()
     assert plan.changed() == {"update": {"tenant-a-worker-0-gpu-register"}}, plan.render()
@@ -132,7 +148,7 @@ def test_changing_a_cards_memory_updates_only_its_annotation():
 
 
 def test_a_replaced_control_plane_rejoins_its_workers_and_proves_again():
-    running = running_lab()
+    running = running_tenant_a()
     before = running.output("tenants")["tenant-a"]["discoveryHash"]
     plan = running.up(replace=["tenant-a-tcp"])
     by_owner = changed_by_owner(plan, tenant_names(running.config))
@@ -222,7 +238,7 @@ def test_an_upgrade_that_rewrites_the_node_commands_updates_them_in_place():
         del inputs["interpreter"], inputs["environment"]
     joined = {name: machine.kubelet_conf for name, machine in running.world.machines.items()}
 
-    for plan in (running.preview(), running.up()):
+    for plan in (running.preview(), running.up(skip_preview=True)):
         assert plan.changed() == {"update": node_commands}, plan.render()
     assert {name: machine.kubelet_conf for name, machine in running.world.machines.items()} == joined
     for tenant in ("tenant-a", "tenant-b"):
@@ -267,7 +283,7 @@ def test_a_script_edit_on_a_running_stack_previews_no_rebuild():
     """An upgrade that edits kind-create.sh, kind-delete.sh or the kind wait (here: what the previous version
     stored differs from the checkout) neither previews nor runs anything: the kind Command keeps what it stored,
     so its stdout -- and the Provider and everything on the management cluster -- stays known (PE-2)."""
-    running = running_lab()
+    running = running_tenant_a()
     kind = running.resource("management-kind")
     before = {key: kind.inputs[key] for key in ("create", "delete")}
     kind.inputs["create"] = before["create"] + "\n# a comment the previous version had\n"
@@ -277,7 +293,7 @@ def test_a_script_edit_on_a_running_stack_previews_no_rebuild():
     kind.inputs["environment"] = environment
     stored = copy.deepcopy(kind.inputs)
 
-    for plan in (running.preview(), running.up()):
+    for plan in (running.preview(), running.up(skip_preview=True)):
         assert plan.changed() == {}, plan.render()
     assert running.resource("management-kind").inputs == stored
 
@@ -286,7 +302,7 @@ def test_a_targeted_replace_of_a_membership_keeps_the_rejoined_node():
     """`pulumi up --replace <worker>-membership`: a targeted replace carries no delete-before-replace from the
     provider's diff (pulumi step_generator.go), so without the option the old membership's delete (Node by
     name) ran last and removed the Node the new join had just registered, with its GPU annotation."""
-    running = running_lab()
+    running = running_tenant_a()
     plan = running.up(replace=["tenant-a-worker-0-membership"])
     assert "tenant-a-worker-0-membership" in plan.names("replace"), plan.render()
     nodes = {node["metadata"]["name"]: node for node in running.world.tenant_api("tenant-a").list("Node")}
