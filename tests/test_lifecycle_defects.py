@@ -15,6 +15,7 @@ from tests.support.lifecycle_support import (
     kind_lab,
     lab_world,
     one_tenant_stack,
+    running_adopt_lab,
     running_kind_lab,
     tenant_names,
 )
@@ -29,6 +30,18 @@ CALM = {"races": False, "tuned_conntrack": True, "kind_network": True}
 def running_calm_lab():
     """The dev lab after its first `up` on the calm host (a copy of one shared first `up`)."""
     return running_kind_lab(**CALM)
+
+
+def running_calm_tenant_a():
+    """The dev lab with tenant-a only after its first `up` on the calm host (a copy of one shared first `up`): for a
+    story about one tenant, at about half the cost of each operation."""
+    return running_kind_lab(one_tenant=True, **CALM)
+
+
+def running_calm_adopted_team_vision():
+    """The production example with its first tenant (team-vision, its two SSH servers) after its first `up` on a
+    host whose races are won (a copy of one shared first `up` of `adopt_lab(lab_world(races=False), ...)`)."""
+    return running_adopt_lab(one_tenant=True, races=False)
 
 
 def test_fresh_preview_on_a_host_without_a_kind_network():
@@ -93,14 +106,14 @@ def test_turning_the_smoke_test_on_later_previews_cleanly():
 
 def test_the_smoke_tests_own_replace_hint_works():
     """issue 12 #1: `pulumi up --replace <pod>` is what the evidence error tells users to run."""
-    sim = running_calm_lab()
+    sim = running_calm_tenant_a()
     plan = sim.up(replace=["tenant-a-gpu-smoke-test"])
     assert plan.names("replace") == {"tenant-a-gpu-smoke-test"}
 
 
 def test_a_replaced_worker_container_rejoins_and_the_proof_moves_with_it():
     """issue 12 #2: the smoke pod's replace_on_changes path must match the engine's diff path."""
-    sim = running_calm_lab()
+    sim = running_calm_tenant_a()
     plan = sim.up(replace=["tenant-a-worker-0-container"])
     assert "tenant-a-gpu-smoke-test" in plan.names("replace"), plan.render()
     assert sim.output("tenants")["tenant-a"]["smokeTest"]["node"] == "tenant-a-worker-0"
@@ -109,8 +122,7 @@ def test_a_replaced_worker_container_rejoins_and_the_proof_moves_with_it():
 def test_a_gpu_server_replaced_under_the_same_name_gets_its_label_back_in_nvidia_mode():
     """issue 21 #1: the new Node of a rejoined worker has no `gpu=on`, which HAMi's device-plugin DaemonSet
     selects; the label patch must follow the join (gpu-layer review G1)."""
-    sim = adopt_lab(lab_world(races=False))
-    sim.up()
+    sim = running_calm_adopted_team_vision()
     tenant = sim.config["tenants"][0]
     worker = tenant["workers"][0]
     node = f"{tenant['name']}-{worker['name']}"
@@ -141,8 +153,7 @@ def test_a_gpu_server_that_cannot_run_hamis_plugin_is_refused_at_its_join_and_th
     """issue 21 #2, #4 and #8: a new server under the same name in nvidia mode. Without the container toolkit and
     containerd's nvidia runtime it is refused by its join, naming both, not by Helm's 600 s wait; the server it
     replaces has left clean; once fixed it joins and gets `gpu=on` back."""
-    sim = adopt_lab(lab_world(races=False))
-    sim.up()
+    sim = running_calm_adopted_team_vision()
     tenant = sim.config["tenants"][0]
     worker = tenant["workers"][0]
     node = f"{tenant['name']}-{worker['name']}"
@@ -173,8 +184,7 @@ def test_a_gpu_server_that_cannot_run_hamis_plugin_is_refused_at_its_join_and_th
 
 def test_an_ssh_worker_removed_leaves_a_clean_server():
     """issue 21 #4 and #8: after its removal the server keeps nothing of the tenant, and its Node is gone."""
-    sim = adopt_lab(lab_world(races=False))
-    sim.up()
+    sim = running_calm_adopted_team_vision()
     tenant = sim.config["tenants"][0]
     removed = tenant["workers"].pop()
     # The example's declared workloads fill both servers and it sets strictCapacity: with one server left the
