@@ -22,6 +22,22 @@ def lab(race: str):
     return kind_lab(one_tenant_stack(), world=world)
 
 
+@pytest.fixture(scope="module")
+def running():
+    """`running(race)`: the lab of `race` after its first `up`, run once per race for the module (the first `up`
+    a test looks at, or the start of its story); every caller gets its own fork."""
+    labs = {}
+
+    def get(race: str):
+        if race not in labs:
+            sim = lab(race)
+            sim.up()
+            labs[race] = sim
+        return labs[race].fork()
+
+    return get
+
+
 def skip_wait(monkeypatch, provider: type) -> None:
     """The wait of `provider` returns at once (the defect the gate exists for)."""
     monkeypatch.setattr(provider, "_wait", lambda self, props: None)
@@ -32,9 +48,8 @@ def skip_wait(monkeypatch, provider: type) -> None:
 # --------------------------------------------------------------------------- #
 
 
-def test_first_up_waits_for_hamis_webhook_before_the_smoke_pod():
-    sim = lab("hami_webhook_lag")
-    sim.up()
+def test_first_up_waits_for_hamis_webhook_before_the_smoke_pod(running):
+    sim = running("hami_webhook_lag")
     assert sim.output("tenants")["tenant-a"]["smokeTest"]["schedulerName"] == "hami-scheduler"
     assert sim.urn("tenant-a-hami-webhook-ready") in sim.resource("tenant-a-gpu-smoke-test").dependencies
 
@@ -46,9 +61,8 @@ def test_without_the_hami_wait_the_smoke_pod_meets_a_webhook_without_endpoints(m
     assert "no endpoints available" in plan.error
 
 
-def test_the_hami_wait_runs_again_after_a_rejoin():
-    sim = lab("hami_webhook_lag")
-    sim.up()
+def test_the_hami_wait_runs_again_after_a_rejoin(running):
+    sim = running("hami_webhook_lag")
     plan = sim.up(replace=["tenant-a-worker-0-container"])
     assert "tenant-a-hami-webhook-ready" in plan.names("update"), plan.render()
     assert sim.output("tenants")["tenant-a"]["smokeTest"]["node"] == "tenant-a-worker-0"
@@ -59,9 +73,8 @@ def test_the_hami_wait_runs_again_after_a_rejoin():
 # --------------------------------------------------------------------------- #
 
 
-def test_first_up_waits_for_the_device_plugins_resources():
-    sim = lab("device_plugin_lag")
-    sim.up()
+def test_first_up_waits_for_the_device_plugins_resources(running):
+    sim = running("device_plugin_lag")
     resources = sim.output("tenants")["tenant-a"]["smokeTest"]["nodeResources"]
     assert int(resources["nvidia.com/gpumem"]) > 0 and int(resources["nvidia.com/gpucores"]) > 0
 
@@ -72,10 +85,9 @@ def test_without_the_plugin_wait_the_proof_reads_the_node_too_early(monkeypatch)
     assert not plan.ok and "registered nothing" in plan.error, plan.render()
 
 
-def test_a_rejoined_worker_is_proved_once_its_plugin_registered_again():
+def test_a_rejoined_worker_is_proved_once_its_plugin_registered_again(running):
     """G3's scenario: a replaced container rejoins, the smoke pod is re-created at once, the plugin comes later."""
-    sim = lab("device_plugin_lag")
-    sim.up()
+    sim = running("device_plugin_lag")
     plan = sim.up(replace=["tenant-a-worker-0-container"])
     assert "tenant-a-worker-0-gpu-plugin-ready" in plan.names("replace") | plan.names("update"), plan.render()
     assert sim.output("tenants")["tenant-a"]["smokeTest"]["node"] == "tenant-a-worker-0"
@@ -86,9 +98,8 @@ def test_a_rejoined_worker_is_proved_once_its_plugin_registered_again():
 # --------------------------------------------------------------------------- #
 
 
-def test_first_up_waits_for_metallbs_webhook_before_the_pool():
-    sim = lab("metallb_webhook_lag")
-    sim.up()
+def test_first_up_waits_for_metallbs_webhook_before_the_pool(running):
+    sim = running("metallb_webhook_lag")
     pool = sim.resource("kamaji-ip-pool")
     assert sim.urn("kamaji-metallb-webhook-ready") in pool.dependencies
     assert sim.urn("kamaji-metallb-webhook-ready") in sim.resource("kamaji-l2-advertisement").dependencies
@@ -130,8 +141,7 @@ def test_a_probe_keyed_on_the_release_id_misses_the_upgrade(monkeypatch):
 
 
 @pytest.mark.parametrize("race", ["hami_webhook_lag", "metallb_webhook_lag", "device_plugin_lag"])
-def test_a_second_up_after_the_gates_changes_nothing(race):
-    sim = lab(race)
-    sim.up()
+def test_a_second_up_after_the_gates_changes_nothing(running, race):
+    sim = running(race)
     plan = sim.up()
     assert plan.changed() == {}, plan.render()
