@@ -179,7 +179,7 @@ def test_docker_hub_credentials_reach_only_the_docker_io_cache_as_a_secret():
 
 
 def test_adopt_mode_creates_no_cache_and_ssh_workers_use_the_configured_mirrors():
-    sim = adopt_lab()
+    sim = adopt_lab(one_tenant=True)
     mirrors = {"docker.io": "http://mirror.corp.example:5000", "quay.io": "https://quay-cache.corp.example"}
     sim.config["management"]["registryMirrors"] = mirrors
     sim.config["management"]["allowHttpMirrors"] = True
@@ -200,7 +200,7 @@ def test_adopt_mode_creates_no_cache_and_ssh_workers_use_the_configured_mirrors(
 
 @pytest.mark.parametrize("configure", [True, False])
 def test_configure_containerd_reaches_the_mirror_command_of_ssh_workers_only_when_set(configure):
-    sim = adopt_lab()
+    sim = adopt_lab(one_tenant=True)
     sim.config["management"]["registryMirrors"] = {"docker.io": "https://mirror.corp.example"}
     if configure:
         sim.config["management"]["configureContainerd"] = True
@@ -214,7 +214,7 @@ def test_configure_containerd_reaches_the_mirror_command_of_ssh_workers_only_whe
 
 
 def test_an_ssh_worker_with_its_own_hosts_toml_fails_the_up_with_the_fix():
-    sim = adopt_lab()
+    sim = adopt_lab(one_tenant=True)
     sim.config["management"]["registryMirrors"] = {"docker.io": "https://mirror.corp.example"}
     host = next(iter(sim.world.ssh.values()))
     host.machine.files[f"{CERTS_D}/docker.io/hosts.toml"] = 'server = "https://registry-1.docker.io"\n'
@@ -224,7 +224,7 @@ def test_an_ssh_worker_with_its_own_hosts_toml_fails_the_up_with_the_fix():
 
 
 def test_adopt_mode_refuses_a_plain_http_mirror_before_anything_runs():
-    sim = adopt_lab()
+    sim = adopt_lab(one_tenant=True)
     sim.config["management"]["registryMirrors"] = {"docker.io": "http://mirror.corp.example:5000"}
     plan = sim.up(expect_error=True)
     assert not plan.ok and "management.registryMirrors.docker.io" in plan.render()
@@ -317,7 +317,7 @@ def test_behind_a_proxy_the_caches_get_the_proxy_of_the_up_and_start():
 def test_a_proxy_password_keeps_the_cache_environments_secret():
     from tests.support.sim.state import contains_secret
 
-    sim = kind_lab()
+    sim = kind_lab(one_tenant_stack())
     proxy = "http://svc:pr0xy-pw@proxy.corp.example:3128"
     sim.world.docker.proxies.add(proxy)  # it forwards (the chart repositories are reached through it too)
     sim.up(env={**NO_PROXY_ENV, "HTTPS_PROXY": proxy})
