@@ -4,7 +4,8 @@ What the node count changes for this program: where in-cluster clients reach the
 server writes one endpoint per control-plane instance into the EndpointSlice `default/kubernetes` (kubernetes
 pkg/controlplane/reconcilers/endpointsadapter.go), and a dedicated etcd's setup Jobs must be let out to every one
 of them (components/tenant/spec.py management_api_destinations). Each scenario runs the example's first `up` on the
-simulator, then checks that the cluster ends as it was found.
+simulator (its first team only, which has a dedicated etcd: each tenant builds its own policy), then checks that the
+cluster ends as it was found.
 """
 
 from __future__ import annotations
@@ -13,10 +14,9 @@ import copy
 
 import pytest
 
+from tests.support.lifecycle_support import adopt_lab
 from tests.support.sim import Lifecycle
-from tests.support.sim.lab import adopt, lab_world
 from tests.support.sim.world import KubeApi
-from tests.test_config_infrastructure import prod_example_with_secrets
 
 API_PORT = 6443
 
@@ -40,11 +40,10 @@ def _snapshot(api: KubeApi) -> dict:
 
 @pytest.fixture(scope="module", params=[1, 3], ids=["one-node", "three-nodes"])
 def adopted(request):
-    world = lab_world()
-    config = adopt(world, prod_example_with_secrets())
-    addresses = _control_plane_nodes(world.adopted, request.param)
-    found = _snapshot(world.adopted)
-    sim = Lifecycle(config, world=world, stack="prod", secret_keys=["management", "tenants"])
+    # Its first team only (with a dedicated etcd, on its servers): what the node count changes is each tenant's own.
+    sim = adopt_lab(one_tenant=True)
+    addresses = _control_plane_nodes(sim.world.adopted, request.param)
+    found = _snapshot(sim.world.adopted)
     sim.up()
     return sim, addresses, found
 
