@@ -20,7 +20,7 @@ from components.tenant.spec import SYSTEM_NODE_LABEL
 from config import GpuCard, SmokeTest, Tenant
 from config.models import SMOKE_TEST_NAMESPACE
 from tests.support import mockrun
-from tests.support.lifecycle_support import adopt_lab, kind_lab, lab_world, running_kind_lab
+from tests.support.lifecycle_support import kind_lab, running_adopt_lab, running_kind_lab
 from tests.support.mockrun import ProgramRun, reference_stack, registration, run_program
 from tests.support.sim import paths, plain, systems
 from tests.test_config_infrastructure import prod_example_with_secrets
@@ -233,7 +233,7 @@ def test_the_smoke_pod_has_a_namespace_of_its_own_outside_every_user_quota_and_c
 
 def test_the_proof_leaves_a_quota_as_big_as_its_request_to_the_users():
     # G5: the permanent smoke pod ran in `default`, a quota'd workload namespace, and held the quota there.
-    sim = running_kind_lab()
+    sim = running_kind_lab(one_tenant=True)
     tenant = sim.config["tenants"][0]
     smoke = SmokeTest.model_validate(sim.config.get("smokeTest") or {})
     tenant["quota"] = {"gpus": smoke.gpus, "memoryMiB": smoke.gpus * smoke.memory_mib,
@@ -309,7 +309,7 @@ def test_a_first_preview_plans_the_evidence_and_a_running_stacks_preview_shows_t
 
 def test_a_preview_that_replaces_the_smoke_pod_plans_the_evidence():
     """The replaced pod has no node yet in a preview: the output says what the update will prove."""
-    running = running_kind_lab()
+    running = running_kind_lab(one_tenant=True)
     running.config["smokeTest"]["memoryMiB"] = running.config["smokeTest"].get("memoryMiB", 3000) - 1000
     preview = running.preview()
     assert f"{TENANT}-gpu-smoke-test" in preview.names("replace"), preview.render()
@@ -399,8 +399,7 @@ def test_mock_mode_publishes_no_hami_port_on_the_nodes_and_the_webhook_still_ans
 
 
 def test_nvidia_mode_publishes_no_hami_port_on_the_gpu_servers_and_the_webhook_still_answers():
-    sim = adopt_lab(lab_world(races=False))
-    sim.up()
+    sim = running_adopt_lab(one_tenant=True, races=False)
     for tenant in sim.config["tenants"]:
         api = sim.world.tenant_api(tenant["name"])
         assert {s["metadata"]["name"]: s["spec"]["type"] for s in api.list("Service", "kube-system")
