@@ -21,7 +21,7 @@ import components
 from components import helm
 from ops import upstream
 from tests.support.charts import write_fake_charts
-from tests.support.lifecycle_support import adopt_lab, kind_lab, running_kind_lab
+from tests.support.lifecycle_support import adopt_lab, kind_lab, one_tenant_stack, running_kind_lab
 from tests.support.mockrun import reference_stack, run_program
 from tests.support.sim import Lifecycle
 from tests.support.sim.lab import lab_world
@@ -65,9 +65,9 @@ def test_every_chart_the_product_defines_is_a_local_chart():
 @pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_every_release_the_program_registers_installs_a_local_chart(stack):
     if stack == "dev":
-        run = run_program(reference_stack(), preview=True)
+        run = run_program(one_tenant_stack(), preview=True)
     else:
-        sim = adopt_lab()  # the production example, with its dedicated etcds
+        sim = adopt_lab(one_tenant=True)  # the production example, with its dedicated etcd
         run = run_program(sim.config, stack="prod", secret_keys=sim.secret_keys, world=sim.world, preview=True)
     releases = run.of_type(RELEASE)
     assert len(releases) >= 5
@@ -122,10 +122,10 @@ def test_a_partly_fetched_checkout_names_the_missing_charts(fresh_clone):
 
 
 def test_with_the_charts_present_the_adopted_preview_and_up_work():
-    sim = adopt_lab()
+    sim = adopt_lab(one_tenant=True)
     plan = sim.preview()
     assert {"kamaji-cert-manager", "kamaji-kamaji"} <= plan.names("create")
-    sim.up()
+    sim.up(skip_preview=True)
     assert sim.preview().changed() == {}
 
 
@@ -143,7 +143,7 @@ def test_without_the_programs_check_the_providers_check_fails_the_adopted_previe
 
 
 def test_a_running_lab_whose_charts_were_removed_fails_its_preview_in_one_line(monkeypatch, tmp_path):
-    sim = running_kind_lab()
+    sim = running_kind_lab(one_tenant=True)
     monkeypatch.setattr(helm, "PROJECT_DIR", tmp_path)
     assert "run `make charts`" in _one_line(sim.preview(expect_error=True).error)
 
