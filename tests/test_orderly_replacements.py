@@ -8,6 +8,10 @@ clusters' MetalLB answer ARP for the same address (metallb v0.15.3 internal/laye
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import pytest
+
 from components.management.image_cache import cache_volume_name
 from tests.support.lifecycle_support import running_kind_lab
 
@@ -18,32 +22,41 @@ def _rename(sim, name: str) -> None:
     sim.config.setdefault("management", {})["clusterName"] = name
 
 
-def test_a_cluster_name_change_is_one_replacement_of_the_kind_cluster_old_one_first():
-    running = running_kind_lab()
-    before = running.resource("management-kind")
-    _rename(running, RENAMED)
-    preview = running.preview()
+@pytest.fixture(scope="module")
+def renamed():
+    """The running lab after a `management.clusterName` change and its `up` (the preview first, then the update),
+    with what the tests read before it: each test forks `renamed.sim`."""
+    sim = running_kind_lab()
+    before = sim.resource("management-kind")
+    volumes = set(sim.world.docker.volumes)
+    _rename(sim, RENAMED)
+    preview = sim.preview()
+    plan = sim.up(skip_preview=True, expect_error=True)
+    return SimpleNamespace(sim=sim, before=before, volumes=volumes, preview=preview, plan=plan)
+
+
+def test_a_cluster_name_change_is_one_replacement_of_the_kind_cluster_old_one_first(renamed):
+    preview = renamed.preview
     assert "management-kind" in preview.names("replace"), preview.render()
     # No second management component, cluster or provider appears beside the first.
     assert not {name for name in preview.names("create") if name.startswith(("management", "gpu-tenancy"))}
-    plan = running.up(skip_preview=True, expect_error=True)
+    plan = renamed.plan
+    running = renamed.sim.fork()
     world = running.world
     assert world.address_clashes == [], "two clusters announced the same tenant addresses during the up"
     assert plan.ok, plan.render()
     assert list(world.kind) == [RENAMED]
-    assert running.resource("management-kind").urn == before.urn
+    assert running.resource("management-kind").urn == renamed.before.urn
     assert all(tenant.api.reachable for tenant in world.tenants.values()) and len(world.tenants) == 2
     assert running.up().changed() == {}
 
 
-def test_a_cluster_name_change_keeps_pulling_through_the_cache_it_filled():
-    running = running_kind_lab()
+def test_a_cluster_name_change_keeps_pulling_through_the_cache_it_filled(renamed):
     old_volume = cache_volume_name("gpu-tenancy")
-    volumes = set(running.world.docker.volumes)
-    _rename(running, RENAMED)
-    running.up(skip_preview=True)
+    assert renamed.plan.ok, renamed.plan.render()
+    running = renamed.sim.fork()
     world = running.world
-    assert set(world.docker.volumes) == volumes, "a new cache volume, and the filled one orphaned"
+    assert set(world.docker.volumes) == renamed.volumes, "a new cache volume, and the filled one orphaned"
     caches = [c for c in world.docker.containers.values() if c.volumes]
     assert caches and all(c.volumes == (old_volume,) and c.name.startswith(f"{RENAMED}-") for c in caches)
     running.destroy()
