@@ -28,6 +28,7 @@ from config import load_stack_config
 from config.models import DEFAULT_OBJECT_COUNTS
 from tests.support import mockrun
 from tests.support.crd_schema import schema_errors
+from tests.support.lifecycle_support import one_tenant_stack
 from tests.support.sim import Lifecycle, World, paths, pki, systems
 from tests.support.sim.lab import lab_world
 from tests.support.sim.state import plain
@@ -280,7 +281,7 @@ def test_adding_a_tenant_previews_without_reading_its_secret_yet(lab, scratch_co
     assert all(name.startswith("tenant-c") for name in plan.names("create")), plan.render()
 
 
-def test_the_admin_secret_name_comes_from_the_status_not_from_a_naming_rule(dev_config, monkeypatch):
+def test_the_admin_secret_name_comes_from_the_status_not_from_a_naming_rule(monkeypatch):
     """Kamaji may name the Secret differently (a prefix, a new version): the pointer is what counts."""
     make_secret, reconcile = systems._kubeconfig_secret, systems._reconcile_tenant
 
@@ -297,7 +298,7 @@ def test_the_admin_secret_name_comes_from_the_status_not_from_a_naming_rule(dev_
 
     monkeypatch.setattr(systems, "_kubeconfig_secret", renamed_secret)
     monkeypatch.setattr(systems, "_reconcile_tenant", pointing_at_it)
-    run = mockrun.run_program(dev_config)
+    run = mockrun.run_program(one_tenant_stack())
     assert run.named("tenant-a-admin-kubeconfig", SECRET_TYPE).resource_id == "tenant-a/tenant-a-kubeconfigs"
     assert run.outputs["tenants"].value["tenant-a"]["smokeTest"]["schedulerName"] == "hami-scheduler"
 
