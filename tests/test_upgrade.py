@@ -666,6 +666,9 @@ def test_in_nvidia_mode_the_next_drain_waits_for_the_device_plugins_gpus(gpu_ser
     plan = sim.up()
     assert [node for node, _ in drains] == [first, second], plan.render()
     assert drains[1][1] == {first: None}
+    # A drained server keeps advertising its cards, so the watch above cannot tell a concurrent drain: what orders
+    # the second drain after the first server is back is the dependency Pulumi waits for.
+    assert f"{first}-ready" in waits_for(sim, f"{second}-drain")
     assert plain(sim.resource(f"{first}-ready").inputs["cards"]) == {"mode": "nvidia"}
     assert sim.up().changed() == {}
 
