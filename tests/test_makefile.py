@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.make import run_make
+
 ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="GNU make is not installed")
 
 
 def dry_run(target: str, *variables: str) -> list[str]:
-    done = subprocess.run(["make", "-n", target, "STACK=dev", *variables], cwd=ROOT, capture_output=True, text=True,
-                          check=True)
-    return done.stdout.splitlines()
+    return run_make("-n", target, "STACK=dev", *variables, cwd=ROOT, check=True).stdout.splitlines()
 
 
 @pytest.mark.parametrize(("target", "command"), [("up", "pulumi up"), ("down", "pulumi destroy")])
@@ -43,8 +43,7 @@ def test_make_up_checks_the_host_then_fetches_the_chart_then_checks_it():
 
 def test_the_host_check_runs_before_the_venv_is_made():
     # -W: as if requirements.txt had changed, so the venv rule runs even where .venv is current.
-    done = subprocess.run(["make", "-n", "-W", "requirements.txt", "venv"], cwd=ROOT, capture_output=True, text=True,
-                          check=True)
+    done = run_make("-n", "-W", "requirements.txt", "venv", cwd=ROOT, check=True)
     lines = done.stdout.splitlines()
     check = next(i for i, line in enumerate(lines) if line.endswith("-m ops.hostcheck"))
     venv = next(i for i, line in enumerate(lines) if " -m venv " in line)
@@ -54,11 +53,8 @@ def test_the_host_check_runs_before_the_venv_is_made():
 def make_without_pulumi(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """`make ARGS` with an empty PATH (no pulumi) and a passphrase in the environment (so the Makefile needs no
     sha256sum to name the passphrase file)."""
-    return subprocess.run(
-        [shutil.which("make"), "--no-print-directory", *args, f"PYTHON={sys.executable}"], cwd=ROOT,
-        env={"PATH": str(tmp_path), "HOME": str(tmp_path), "PULUMI_CONFIG_PASSPHRASE": ""},
-        capture_output=True, text=True, check=False,
-    )
+    return run_make("--no-print-directory", *args, f"PYTHON={sys.executable}", cwd=ROOT,
+                    env={"PATH": str(tmp_path), "HOME": str(tmp_path), "PULUMI_CONFIG_PASSPHRASE": ""})
 
 
 def test_make_pulumi_cli_prints_the_one_install_line(tmp_path):
@@ -113,6 +109,5 @@ def test_make_test_runs_whole_files_on_parallel_workers_with_a_pinned_xdist():
     assert line.endswith("-m pytest -n auto --dist loadfile")
     pins = (ROOT / "requirements-dev.txt").read_text().splitlines()
     assert [pin for pin in pins if pin.startswith("pytest-xdist==")], "pytest -n needs pytest-xdist installed"
-    (zero,) = [line for line in subprocess.run(["make", "-n", "test", "TEST_JOBS=0"], cwd=ROOT, capture_output=True,
-                                               text=True, check=True).stdout.splitlines() if " -m pytest" in line]
+    (zero,) = [line for line in dry_run("test", "TEST_JOBS=0") if " -m pytest" in line]
     assert zero.endswith("-m pytest -n 0 --dist loadfile")

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import copy
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.conftest import USER_STACK, UserStackReadError
+from tests.support.make import run_make
 from tests.support.mockrun import REFERENCE_STACK
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,6 +46,6 @@ def test_make_docs_in_a_project_with_an_edited_dev_stack_rewrites_nothing(tmp_pa
     (project / USER_STACK.name).write_text(yaml.safe_dump(edited_lab(), sort_keys=False))
     before = {name: (project / name).read_text() for name in GENERATED}
     # -o: the shared virtualenv is current, never rebuilt from the copy.
-    done = subprocess.run(["make", "docs", "-o", ".venv/.installed"], cwd=project, capture_output=True, text=True)
+    done = run_make("docs", "-o", ".venv/.installed", cwd=project)
     assert done.returncode == 0, done.stdout + done.stderr
     assert {name: (project / name).read_text() for name in GENERATED} == before
