@@ -114,7 +114,7 @@ def test_removing_a_tenant_deletes_only_that_tenant():
 
 
 def test_adding_a_worker_creates_only_that_worker():
-    running = running_tenant_a()
+    running = running_lab()  # beside tenant-b, which it must leave alone
     tenant = running.config["tenants"][0]
     tenant["workers"].append({"name": "worker-1", "gpus": [CARD_C]})
     plan = running.up()
@@ -126,7 +126,7 @@ def test_adding_a_worker_creates_only_that_worker():
 
 
 def test_adding_a_card_updates_that_node_only():
-    running = running_tenant_a()
+    running = running_lab()  # beside tenant-b, which it must leave alone
     card = {"uuid": "GPU-MOCK-A1", "model": "NVIDIA-A100", "memoryMiB": 8192}
     running.config["tenants"][0]["workers"][0]["gpus"].append(card)
     plan = running.up()
