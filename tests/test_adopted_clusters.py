@@ -14,7 +14,7 @@ import copy
 
 import pytest
 
-from tests.support.lifecycle_support import adopt_lab
+from tests.support.lifecycle_support import adopt_lab, running_adopt_lab
 from tests.support.sim import Lifecycle
 from tests.support.sim.world import KubeApi
 
@@ -52,14 +52,15 @@ def _dedicated(sim: Lifecycle) -> list[str]:
     return [t["name"] for t in sim.config["tenants"] if (t.get("dataStore") or {}).get("dedicated")]
 
 
-def test_every_tenant_is_up_and_proved_on_its_servers(adopted):
-    sim, _, _ = adopted
+def test_every_tenant_is_up_and_proved_on_its_servers():
+    sim = running_adopt_lab()  # both teams of the example (the node count changes nothing here)
     tenants = sim.output("tenants")
-    assert set(tenants) == {t["name"] for t in sim.config["tenants"]}
+    assert set(tenants) == {t["name"] for t in sim.config["tenants"]} and len(tenants) == 2
     for name, summary in tenants.items():
         api = sim.world.tenant_api(name)
         assert api is not None and api.reachable, name
         assert summary["endpoint"].startswith("10.20.255."), summary  # from the loadBalancerPool
+    assert len({summary["endpoint"] for summary in tenants.values()}) == len(tenants)  # an address each
 
 
 def test_a_dedicated_etcd_may_reach_every_api_server_of_the_cluster(adopted):
