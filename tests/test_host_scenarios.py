@@ -56,7 +56,8 @@ def test_after_the_docker_host_restarts_everything_runs_again_and_the_next_up_ch
     assert {name: c.restart for name, c in world.docker.containers.items() if not c.running} == {}
     assert all(cluster.api.reachable for cluster in world.kind.values())
     assert all(tenant.api.reachable for tenant in world.tenants.values())
-    assert set(_nodes_ready(world)) == {"tenant-a-worker-0"}
+    assert set(_nodes_ready(world)) == {f"{t['name']}-{w['name']}" for t in running.config["tenants"]
+                                         for w in t["workers"]}
     assert all(_nodes_ready(world).values()), _nodes_ready(world)
     # Nothing in the state changed: the next `up` has nothing to do, the kubeconfigs and endpoints still hold.
     plan = running.up()
