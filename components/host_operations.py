@@ -27,10 +27,11 @@ from pulumi import log as pulumi_log
 from pulumi.dynamic import CreateResult, DiffResult, Resource, ResourceProvider, UpdateResult
 
 from components import kube
-from components.gpu.cards import JOIN_ANNOTATION, REGISTER_ANNOTATION
+from components.gpu.cards import REGISTER_ANNOTATION
 from components.kube import ApiError, UnreachableError
-from components.naming import HAMI_SCHEDULER_NAME
+from components.naming import GPU_RESOURCE, HAMI_SCHEDULER_NAME, JOIN_ANNOTATION, PART_OF, PART_OF_LABEL
 from components.tenant import spec
+from components.tenant.kube_proxy import NODE_BOOTSTRAP_TOKEN_GROUP
 from config import upgrade
 
 # --------------------------------------------------------------------------- #
@@ -77,7 +78,6 @@ class HostOperationProvider(ResourceProvider):
 # --------------------------------------------------------------------------- #
 
 BOOTSTRAP_TOKEN_TYPE = "bootstrap.kubernetes.io/token"
-BOOTSTRAP_TOKEN_GROUP = "system:bootstrappers:kubeadm:default-node-token"
 # kubeadm's default token lifetime (`kubeadm token create --ttl`); the token is revoked as soon as the Node it
 # was minted for has registered, so this only bounds a join that never happens.
 TOKEN_TTL = datetime.timedelta(hours=24)
@@ -96,7 +96,7 @@ def bootstrap_token_secret(token_id: str, token_secret: str, expiration: datetim
             # The API server looks tokens up by this exact name.
             "name": f"bootstrap-token-{token_id}",
             "namespace": "kube-system",
-            "labels": {"app.kubernetes.io/part-of": "gpu-tenancy", NODE_LABEL: node},
+            "labels": {PART_OF_LABEL: PART_OF, NODE_LABEL: node},
         },
         "stringData": {
             "description": f"gpu-tenancy: one-time join token of node {node}",
@@ -105,7 +105,7 @@ def bootstrap_token_secret(token_id: str, token_secret: str, expiration: datetim
             "expiration": expiration.strftime("%Y-%m-%dT%H:%M:%SZ"),
             "usage-bootstrap-authentication": "true",
             "usage-bootstrap-signing": "true",
-            "auth-extra-groups": BOOTSTRAP_TOKEN_GROUP,
+            "auth-extra-groups": NODE_BOOTSTRAP_TOKEN_GROUP,
         },
     }
 
@@ -293,9 +293,6 @@ class NodeRegistrationProvider(HostOperationProvider):
 
     def delete(self, _id: str, props: dict[str, Any]) -> None:
         return None
-
-
-GPU_RESOURCE = "nvidia.com/gpu"
 
 
 class GpuCapacityProvider(HostOperationProvider):

@@ -1,9 +1,12 @@
-"""Names shared by more than one layer, and the labels this program puts on what it creates, in one place.
+"""Names and labels shared by more than one layer (or by the program and its operator commands), in one place;
+a label only one layer uses lives with that layer.
 
 Label keys and values are state: a renamed key or value no longer matches what an existing stack created
 (the kind cluster's marker, the containers `docker ps --filter label=` finds), so rename only with a migration.
 """
 
+# The Pulumi project (Pulumi.yaml `name`): the prefix of its config keys, `gpu-tenancy:tenants`.
+PROJECT = "gpu-tenancy"
 # Resource type tokens of our components: gpu-tenancy:index:<Class>.
 COMPONENT_PREFIX = "gpu-tenancy:index"
 # Docker network kind attaches its nodes to; tenant workers join it too.
@@ -15,6 +18,38 @@ KAMAJI_NAMESPACE = "kamaji-system"
 # The shared DataStore, and Kamaji's default for TenantControlPlanes that name none (charts/kamaji/values.yaml
 # `defaultDatastoreName`, the kamaji-etcd subchart's `datastore.name`).
 DEFAULT_DATASTORE = "default"
+# Namespaces of the charts Kamaji needs on the management cluster (the kind lab installs them; a tenant may not take
+# their names).
+CERT_MANAGER_NAMESPACE = "cert-manager"
+METALLB_NAMESPACE = "metallb-system"
+
+# Label every namespace carries (Kubernetes >= 1.22), so selectors need no labelling of our own.
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+# On the Kubernetes objects this program creates, in the management cluster and in the tenants.
+PART_OF_LABEL = "app.kubernetes.io/part-of"
+PART_OF = "gpu-tenancy"
+# On a worker's Node: which join of the worker our patches were applied after. A rejoined worker is a fresh Node
+# object without them, so a new join id must re-apply them (and re-create the smoke pod bound to the old one).
+JOIN_ANNOTATION = "gpu-tenancy.io/join"
+
+# A tenant's own system namespaces (Kubernetes, the Konnectivity agent, Calico, HAMi run there): HAMi's admission
+# webhook never sees them (charts/hami/templates/scheduler/webhook.yaml, a `kubernetes.io/metadata.name NotIn`
+# namespaceSelector), so with failurePolicy Fail a dead webhook cannot block CoreDNS, kube-proxy, the agent, Calico
+# or HAMi itself. tenants[].namespaces may not name them: every pod of the tenant's users goes through the webhook.
+TENANT_SYSTEM_NAMESPACES = (
+    "kube-system",
+    "kube-public",
+    "kube-node-lease",
+    "tigera-operator",
+    "calico-system",
+    "calico-apiserver",
+)
+
+# The extended resources a pod asks for its share of a card with, as HAMi's device plugins advertise them
+# (Project-HAMi/HAMi v2.10.0 charts/hami values.yaml resourceName, resourceMem, resourceCores).
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_MEMORY_RESOURCE = "nvidia.com/gpumem"
+GPU_CORES_RESOURCE = "nvidia.com/gpucores"
 
 # Docker labels on every container and volume this program creates (workers, image caches), for
 # `docker ps --filter label=...` and cleanup checks.

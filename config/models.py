@@ -18,6 +18,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from pydantic.alias_generators import to_camel
 
 from components import kube
+from components.gpu.capacity import DEFAULT_GPU_POLICY, DEFAULT_NODE_POLICY
+from components.naming import CERT_MANAGER_NAMESPACE, KAMAJI_NAMESPACE, METALLB_NAMESPACE
 
 # Kamaji builds tenant kubelet/kubeadm config with Kubernetes 1.36 libraries:
 # kubelets older than 1.35 refuse it (clastix/kamaji issue 1062), and its webhook
@@ -46,7 +48,7 @@ MAX_WORKER_NAME_LENGTH = 63
 # Namespaces that already exist (or that this program creates) on the
 # management cluster; a tenant named like one would collide with it.
 RESERVED_TENANT_NAMES = frozenset(
-    {"default", "cert-manager", "metallb-system", "kamaji-system", "local-path-storage"}
+    {"default", CERT_MANAGER_NAMESPACE, METALLB_NAMESPACE, KAMAJI_NAMESPACE, "local-path-storage"}
 )
 
 # HAMi's mock device plugin registers one fake device per MiB of gpumem
@@ -366,13 +368,12 @@ class Workload(StrictModel):
 
 
 class Scheduling(StrictModel):
-    """HAMi's scheduler policies of the tenant (charts/hami values.yaml scheduler.defaultSchedulerPolicy; the
-    defaults are the chart's and cmd/scheduler/main.go's)."""
+    """HAMi's scheduler policies of the tenant (charts/hami values.yaml scheduler.defaultSchedulerPolicy)."""
 
     # Which node a pod goes to: binpack the fullest that fits, spread the emptiest.
-    node_policy: Literal["binpack", "spread"] = "binpack"
+    node_policy: Literal["binpack", "spread"] = DEFAULT_NODE_POLICY
     # Which cards of that node: spread the emptiest, binpack the fullest.
-    gpu_policy: Literal["spread", "binpack"] = "spread"
+    gpu_policy: Literal["spread", "binpack"] = DEFAULT_GPU_POLICY
 
 
 class Tenant(StrictModel):

@@ -17,6 +17,7 @@ from pulumi import RunError
 from pydantic import BaseModel, ValidationError
 
 from components import kube
+from components.naming import TENANT_SYSTEM_NAMESPACES
 
 from . import upgrade
 from .cidrs import allocate_ranges, overlapping_pairs
@@ -273,7 +274,7 @@ def _tenant_issues(index: int, tenant: Tenant, config: StackConfig) -> list[Conf
                 ))
     seen_namespaces: set[str] = set()
     for n_index, namespace in enumerate(tenant.namespaces):
-        if namespace.startswith("kube-") or namespace in SYSTEM_NAMESPACES:
+        if namespace.startswith("kube-") or namespace in TENANT_SYSTEM_NAMESPACES:
             issues.append(ConfigIssue(
                 f"{prefix}.namespaces[{n_index}]",
                 "is a system namespace of the tenant; list namespaces the tenant's users work in (e.g. default, ml)",
@@ -353,9 +354,6 @@ def _unsatisfiable(path: str, workload: Any, workers: list[Any], cards: list[tup
 DEVICE_SPLIT_COUNT = 10
 
 
-# Namespaces the tenant's own system uses (Kubernetes, Calico, HAMi run there).
-SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease", "tigera-operator", "calico-system",
-                               "calico-apiserver"})
 
 
 def _smoke_test_issues(config: StackConfig, tenants: Indexed, partial: Collection[int] = ()) -> list[ConfigIssue]:

@@ -40,9 +40,9 @@ from typing import Any
 
 import yaml
 
+from components.naming import PROJECT
 from ops.hostcheck import PULUMI_INSTALL
 
-PROJECT = "gpu-tenancy"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 # kind's "known issues" page recommends these for clusters with several nodes.

@@ -28,9 +28,9 @@ from pulumi.runtime.proto import resource_pb2
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
+from components.naming import GPU_CORES_RESOURCE, GPU_MEMORY_RESOURCE, PROJECT
 from config import stack_file
 
-PROJECT = "gpu-tenancy"
 ROOT = Path(__file__).resolve().parents[1]
 MAIN = ROOT / "__main__.py"
 # The kind network kind-create.sh reports: the IPv6 range kind derives from the name "kind", listed first, then
@@ -256,7 +256,7 @@ def _answer(type_: str, name: str, inputs: dict[str, Any], read: bool) -> dict[s
         return {"status": {"revision": 1}}
     if type_ == "kubernetes:core/v1:Node" and read:
         # What HAMi's mock device plugin registers with the kubelet (components/gpu/smoke.py PLUGIN_RESOURCES).
-        return {"status": {"allocatable": {"nvidia.com/gpumem": "8192", "nvidia.com/gpucores": "100"}}}
+        return {"status": {"allocatable": {GPU_MEMORY_RESOURCE: "8192", GPU_CORES_RESOURCE: "100"}}}
     if type_ == "docker:index/remoteImage:RemoteImage":
         # pulumi-docker's imageId: the image's content digest.
         return {"imageId": "sha256:" + hashlib.sha256(str(plain(inputs.get("name"))).encode()).hexdigest()}

@@ -22,7 +22,14 @@ from components.images import PAUSE_IMAGE
 from components.kube import ApiError, Connect, Json, KubeClient
 from components.management import image_cache
 from components.management.kamaji import etcd_network_policy
-from components.naming import KAMAJI_NAMESPACE
+from components.naming import (
+    GPU_CORES_RESOURCE,
+    GPU_MEMORY_RESOURCE,
+    GPU_RESOURCE,
+    KAMAJI_NAMESPACE,
+    PART_OF,
+    PART_OF_LABEL,
+)
 from components.tenant.spec import (
     API_SERVER_PORT,
     ETCD_CHART,
@@ -42,14 +49,13 @@ KONNECTIVITY_AGENT = "konnectivity-agent"
 HAMI_SCHEDULER = f"{HAMI_RELEASE}-scheduler"
 HAMI_WEBHOOK = f"{HAMI_RELEASE}-webhook"
 HAMI_EXTENDER_CONTAINER = "vgpu-scheduler-extender"
-GPU, GPU_MEMORY, GPU_CORES = "nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores"
 
 PROBE_NAMESPACE = "default"
 PROBE_PREFIX = "verify-gpu-"
 # The smoke-test pod's image (pinned by digest), so every worker already has it; the mock plugin's Allocate
 # injects nothing.
 PROBE_IMAGE = PAUSE_IMAGE
-PROBE_LABELS = {"app.kubernetes.io/name": "gpu-tenancy-verify", "app.kubernetes.io/part-of": "gpu-tenancy"}
+PROBE_LABELS = {"app.kubernetes.io/name": "gpu-tenancy-verify", PART_OF_LABEL: PART_OF}
 # pause's own non-root user: the probe passes the `restricted` Pod Security level.
 PROBE_UID = 65535
 
@@ -436,15 +442,16 @@ def expected_capacity(cards: Iterable[Json]) -> dict[str, int]:
     """What HAMi's mock plugin advertises for these cards: Σ slots, Σ memoryMiB, Σ cores."""
     cards = list(cards)
     return {
-        GPU: sum(int(card["slots"]) for card in cards),
-        GPU_MEMORY: sum(int(card["memoryMiB"]) for card in cards),
-        GPU_CORES: sum(int(card["cores"]) for card in cards),
+        GPU_RESOURCE: sum(int(card["slots"]) for card in cards),
+        GPU_MEMORY_RESOURCE: sum(int(card["memoryMiB"]) for card in cards),
+        GPU_CORES_RESOURCE: sum(int(card["cores"]) for card in cards),
     }
 
 
 def advertised_capacity(node: Json) -> dict[str, int]:
     capacity = _dig(node, "status", "capacity") or {}
-    return {resource: int(parse_quantity(capacity.get(resource, "0"))) for resource in (GPU, GPU_MEMORY, GPU_CORES)}
+    return {resource: int(parse_quantity(capacity.get(resource, "0")))
+            for resource in (GPU_RESOURCE, GPU_MEMORY_RESOURCE, GPU_CORES_RESOURCE)}
 
 
 def _short(capacity: Mapping[str, int]) -> str:
@@ -459,10 +466,10 @@ def check_gpu_capacity(node: Json, cards: list[Json], gpu_mode: str) -> CheckRes
     except (ValueError, ArithmeticError) as error:
         return CheckResult(name, False, f"unreadable GPU capacity ({error})", f"kubectl describe node {node_name}")
     if gpu_mode != "mock":
-        if advertised[GPU] > 0:
+        if advertised[GPU_RESOURCE] > 0:
             return CheckResult(name, True, f"advertises {_short(advertised)}")
         return CheckResult(
-            name, False, f"advertises no {GPU} → HAMi's device plugin found no GPU on {node_name}",
+            name, False, f"advertises no {GPU_RESOURCE} → HAMi's device plugin found no GPU on {node_name}",
             f"in the tenant: kubectl -n {HAMI_NAMESPACE} logs ds/hami-device-plugin; the node needs the label "
             "gpu=on, the NVIDIA driver and nvidia-container-toolkit",
         )
@@ -470,9 +477,9 @@ def check_gpu_capacity(node: Json, cards: list[Json], gpu_mode: str) -> CheckRes
     if advertised == expected:
         return CheckResult(name, True, _short(advertised))
     detail = f"advertises {_short(advertised)}, plan expects {_short(expected)}"
-    if advertised[GPU] != expected[GPU]:
+    if advertised[GPU_RESOURCE] != expected[GPU_RESOURCE]:
         return CheckResult(
-            name, False, f"{detail} → the {GPU} status patch is missing or stale",
+            name, False, f"{detail} → the {GPU_RESOURCE} status patch is missing or stale",
             "run `make up` to re-apply the node's GPU capacity patch",
         )
     return CheckResult(
@@ -618,7 +625,8 @@ def check_hami_webhook(api: KubeClient) -> CheckResult:
 
 def probe_pod(request: ProbeRequest) -> Json:
     """A fresh GPU pod without schedulerName: only HAMi's webhook can set it."""
-    limits = {GPU: str(request.gpus), GPU_MEMORY: str(request.memory_mib), GPU_CORES: str(request.cores)}
+    limits = {GPU_RESOURCE: str(request.gpus), GPU_MEMORY_RESOURCE: str(request.memory_mib),
+              GPU_CORES_RESOURCE: str(request.cores)}
     return {
         "apiVersion": "v1",
         "kind": "Pod",

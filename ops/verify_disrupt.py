@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from components.kube import ApiError, Connect, Json, KubeClient
-from components.naming import HAMI_SCHEDULER_NAME
+from components.naming import HAMI_SCHEDULER_NAME, PART_OF, PART_OF_LABEL
 from ops.verify_checks import (
     HAMI_WEBHOOK,
     KONNECTIVITY_AGENT,
@@ -44,7 +44,7 @@ from ops.verify_checks import (
 AGENT_NAMESPACE = "kube-system"
 AGENT_LABELS = {"k8s-app": KONNECTIVITY_AGENT}
 CUT_POLICY_NAME = "gpu-tenancy-verify-cut-konnectivity"
-CUT_LABELS = {"app.kubernetes.io/part-of": "gpu-tenancy", "app.kubernetes.io/component": "verify-tunnel-cut"}
+CUT_LABELS = {PART_OF_LABEL: PART_OF, "app.kubernetes.io/component": "verify-tunnel-cut"}
 # What the API server says when a webhook call fails (k8s.io/apiserver pkg/admission/plugin/webhook/errors:
 # `failed calling webhook "<name>": ...`); failurePolicy Fail returns it as the rejection.
 WEBHOOK_CALL_FAILED = "failed calling webhook"

@@ -10,8 +10,7 @@ import pytest
 import yaml
 
 from components.gpu import capacity
-from components.gpu.capacity import Device, NamespaceQuota, Request, Weights
-from components.gpu.values import CHART_GPU_POLICY, CHART_NODE_POLICY
+from components.gpu.capacity import DEFAULT_GPU_POLICY, DEFAULT_NODE_POLICY, Device, NamespaceQuota, Request, Weights
 from config.models import Scheduling
 
 CASES = json.loads((Path(__file__).parent / "data" / "hami_scheduler_cases.json").read_text())
@@ -134,8 +133,7 @@ def test_planner_policies_default_to_the_vendored_charts(vendor_dir):
     chart = yaml.safe_load((vendor_dir / "hami" / "values.yaml").read_text())
     policy = chart["scheduler"]["defaultSchedulerPolicy"]
     assert (policy["nodeSchedulerPolicy"], policy["gpuSchedulerPolicy"]) \
-        == (CHART_NODE_POLICY, CHART_GPU_POLICY) \
-        == (capacity.DEFAULT_NODE_POLICY, capacity.DEFAULT_GPU_POLICY) \
+        == (DEFAULT_NODE_POLICY, DEFAULT_GPU_POLICY) \
         == (Scheduling().node_policy, Scheduling().gpu_policy)
 
 

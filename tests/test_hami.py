@@ -12,10 +12,10 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from components.gpu.cards import JOIN_ANNOTATION, REGISTER_ANNOTATION, device_type, gpu_capacity, register_annotation
+from components.gpu.cards import REGISTER_ANNOTATION, device_type, gpu_capacity, register_annotation
 from components.gpu.smoke import planned_evidence
-from components.gpu.values import HAMI_TOKEN_POLICY, WEBHOOK_EXEMPT_NAMESPACES, hami_token_policy
-from components.naming import node_name
+from components.gpu.values import HAMI_TOKEN_POLICY, hami_token_policy
+from components.naming import JOIN_ANNOTATION, TENANT_SYSTEM_NAMESPACES, node_name
 from components.tenant.spec import SYSTEM_NODE_LABEL
 from config import GpuCard, SmokeTest, Tenant
 from config.models import SMOKE_TEST_NAMESPACE
@@ -214,9 +214,9 @@ def test_every_namespace_hami_must_not_block_is_exempt_from_its_webhook(lab):
     releases = {r.inputs["namespace"] for r in lab.run.of_type("kubernetes:helm.sh/v3:Release")
                 if r.provider.startswith(lab.run.named(f"{TENANT}-tenant").urn)}
     assert workloads and releases
-    assert workloads | releases <= set(WEBHOOK_EXEMPT_NAMESPACES)
+    assert workloads | releases <= set(TENANT_SYSTEM_NAMESPACES)
     smoke = lab.run.named(f"{TENANT}-gpu-smoke-test").inputs["metadata"]["namespace"]
-    assert not ({smoke, *lab.tenant.namespaces} & set(WEBHOOK_EXEMPT_NAMESPACES))
+    assert not ({smoke, *lab.tenant.namespaces} & set(TENANT_SYSTEM_NAMESPACES))
 
 
 def test_the_smoke_pod_has_a_namespace_of_its_own_outside_every_user_quota_and_credential(lab):

@@ -8,16 +8,16 @@ import pytest
 import yaml
 
 from components.gpu.values import (
-    WEBHOOK_EXEMPT_NAMESPACES,
     device_config_yaml,
     hami_token_policy,
     hami_values,
     nvidia_device_config,
 )
 from components.images import HAMI_WEBHOOK_CERTGEN
-from config import Versions
-from config.validate import SYSTEM_NAMESPACES
+from components.naming import TENANT_SYSTEM_NAMESPACES
+from config import ConfigError, Versions, load_stack_config
 from tests.support.chart_values import load_chart_values, unknown_value_keys
+from tests.support.mockrun import reference_stack
 
 VERSIONS = Versions()
 
@@ -129,15 +129,23 @@ def test_webhook_fails_closed_and_the_template_reads_those_values(chart, webhook
     assert "failurePolicy: {{ .Values.scheduler.admissionWebhook.failurePolicy }}" in webhook_template
     assert "toYaml .Values.scheduler.admissionWebhook.whitelistNamespaces" in webhook_template
     assert re.search(r"key: kubernetes\.io/metadata\.name\s+operator: NotIn", webhook_template)
-    assert webhook["whitelistNamespaces"] == list(WEBHOOK_EXEMPT_NAMESPACES)
+    assert webhook["whitelistNamespaces"] == list(TENANT_SYSTEM_NAMESPACES)
 
 
-def test_webhook_exempts_exactly_the_namespaces_the_program_treats_as_system():
-    exempt = set(hami_values("mock", "v1.35.0", VERSIONS)["scheduler"]["admissionWebhook"]["whitelistNamespaces"])
-    # config/validate.py refuses these as tenant namespaces: users never run GPU pods there, so the webhook
-    # (failurePolicy Fail) must not block them, and must see every other namespace.
-    assert exempt == set(SYSTEM_NAMESPACES)
-    assert "default" not in exempt
+def test_no_namespace_the_webhook_exempts_may_hold_the_users_gpu_pods():
+    # The webhook (failurePolicy Fail) must not block the tenant's system, and must see every pod of its users:
+    # validation refuses each exempt namespace in tenants[].namespaces, and a namespace it does not exempt passes.
+    exempt = hami_values("mock", "v1.35.0", VERSIONS)["scheduler"]["admissionWebhook"]["whitelistNamespaces"]
+    assert "kube-system" in exempt and "default" not in exempt
+    for namespace in [*exempt, "default"]:
+        stack = reference_stack()
+        stack["tenants"][0]["namespaces"] = [namespace]
+        if namespace == "default":
+            assert load_stack_config(stack).tenants[0].namespaces == ["default"]
+            continue
+        with pytest.raises(ConfigError) as refused:
+            load_stack_config(stack)
+        assert "tenants[0].namespaces[0]" in str(refused.value), namespace
 
 
 # --------------------------------------------------------------------------- #

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from components import host_operations
-from components.gpu.cards import JOIN_ANNOTATION
 from components.kube import ApiError
+from components.naming import JOIN_ANNOTATION
 from config import ConfigError, load_stack_config, upgrade
 from tests.support.lifecycle_support import (
     adopt_lab,

@@ -28,7 +28,10 @@ NVIDIA_PREFIX = "NVIDIA"
 WEIGHT = 10
 # pkg/device/nvidia/device.go GenerateResourceRequests: 101 means "no nvidia.com/gpumem-percentage given".
 NO_PERCENTAGE = 101
-# cmd/scheduler/main.go flag defaults (and charts/hami/values.yaml scheduler.defaultSchedulerPolicy).
+
+# HAMi's scheduler policies when none is set: charts/hami values.yaml scheduler.defaultSchedulerPolicy, rendered into
+# the extender's --node-scheduler-policy and --gpu-scheduler-policy (templates/scheduler/deployment.yaml), the same
+# as cmd/scheduler/main.go's flag defaults. The chart values and the config model's defaults read them from here.
 DEFAULT_NODE_POLICY = "binpack"
 DEFAULT_GPU_POLICY = "spread"
 

@@ -16,10 +16,6 @@ from components.gpu.capacity import device_type
 from config import GpuCard
 
 REGISTER_ANNOTATION = "hami.io/node-nvidia-register"
-# Which join of the worker our patches were applied after: a rejoined worker is a fresh Node object
-# without them, so a new join id must re-apply them (and re-create the smoke pod bound to the old one).
-JOIN_ANNOTATION = "gpu-tenancy.io/join"
-GPU_RESOURCE = "nvidia.com/gpu"
 # Label the real HAMi device plugin DaemonSet selects (chart `devicePlugin.nvidiaNodeSelector`).
 NVIDIA_NODE_LABEL = {"gpu": "on"}
 

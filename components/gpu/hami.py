@@ -23,7 +23,7 @@ import pulumi_kubernetes as k8s
 
 import config
 from components import host_operations
-from components.gpu.cards import JOIN_ANNOTATION, NVIDIA_NODE_LABEL, REGISTER_ANNOTATION, gpu_capacity
+from components.gpu.cards import NVIDIA_NODE_LABEL, REGISTER_ANNOTATION, gpu_capacity
 from components.gpu.cards import register_annotation as card_annotation
 from components.gpu.smoke import (
     PLUGIN_RESOURCES,
@@ -38,7 +38,7 @@ from components.gpu.smoke import (
 from components.gpu.values import HAMI_CHART, hami_token_policy, hami_values
 from components.helm import helm_release
 from components.images import PAUSE_IMAGE
-from components.naming import COMPONENT_PREFIX
+from components.naming import COMPONENT_PREFIX, JOIN_ANNOTATION
 from components.tenant.spec import system_node_selector
 from components.worker.access import NodeAccess
 from components.worker.node import AdvertisedCards

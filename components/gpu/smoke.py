@@ -16,7 +16,14 @@ from typing import Any
 
 from components.gpu.cards import REGISTER_ANNOTATION
 from components.host_operations import positive_quantity
-from components.naming import HAMI_SCHEDULER_NAME
+from components.naming import (
+    GPU_CORES_RESOURCE,
+    GPU_MEMORY_RESOURCE,
+    GPU_RESOURCE,
+    HAMI_SCHEDULER_NAME,
+    PART_OF,
+    PART_OF_LABEL,
+)
 from components.sdk import sdk_field
 from config import SmokeTest
 from config.models import SMOKE_TEST_NAMESPACE
@@ -44,7 +51,7 @@ def smoke_namespace_metadata() -> dict[str, Any]:
     return {
         "name": SMOKE_POD_NAMESPACE,
         "labels": {
-            "app.kubernetes.io/part-of": "gpu-tenancy",
+            PART_OF_LABEL: PART_OF,
             "pod-security.kubernetes.io/enforce": "restricted",
             "pod-security.kubernetes.io/enforce-version": "latest",
         },
@@ -58,7 +65,7 @@ def smoke_pod_manifest(smoke: SmokeTest, image: str, node_name: str) -> dict[str
         "metadata": {
             "name": SMOKE_POD_NAME,
             "namespace": SMOKE_POD_NAMESPACE,
-            "labels": {"app.kubernetes.io/name": SMOKE_POD_NAME, "app.kubernetes.io/part-of": "gpu-tenancy"},
+            "labels": {"app.kubernetes.io/name": SMOKE_POD_NAME, PART_OF_LABEL: PART_OF},
         },
         "spec": {
             # No schedulerName and no nodeName: HAMi's webhook must set the former and rejects the latter.
@@ -76,9 +83,9 @@ def smoke_pod_manifest(smoke: SmokeTest, image: str, node_name: str) -> dict[str
                     "image": image,
                     "resources": {
                         "limits": {
-                            "nvidia.com/gpu": str(smoke.gpus),
-                            "nvidia.com/gpumem": str(smoke.memory_mib),
-                            "nvidia.com/gpucores": str(smoke.cores),
+                            GPU_RESOURCE: str(smoke.gpus),
+                            GPU_MEMORY_RESOURCE: str(smoke.memory_mib),
+                            GPU_CORES_RESOURCE: str(smoke.cores),
                         }
                     },
                     # HAMi's webhook denies privileged GPU pods.
@@ -122,7 +129,7 @@ def planned_evidence(smoke: SmokeTest) -> dict[str, Any]:
 # What HAMi's mock device plugin registers with the kubelet (Project-HAMi/mock-device-plugin v1.0.1
 # nvidia/device.go): a node without them has no working plugin, yet the kubelet would still run the pod, because
 # it drops extended requests a node does not advertise (pkg/kubelet/lifecycle/predicate.go).
-PLUGIN_RESOURCES = ("nvidia.com/gpumem", "nvidia.com/gpucores")
+PLUGIN_RESOURCES = (GPU_MEMORY_RESOURCE, GPU_CORES_RESOURCE)
 
 
 # The links of HAMi's GPU path, in the order a pod passes them.

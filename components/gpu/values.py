@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 import yaml
 
+from components.gpu.capacity import DEFAULT_GPU_POLICY, DEFAULT_NODE_POLICY
 from components.helm import Chart
 from components.images import (
     HAMI_CERTGEN_REGISTRY,
@@ -18,6 +19,7 @@ from components.images import (
     HAMI_CERTGEN_TAG,
     kubernetes_image_tag,
 )
+from components.naming import GPU_CORES_RESOURCE, GPU_MEMORY_RESOURCE, GPU_RESOURCE, TENANT_SYSTEM_NAMESPACES
 from config import Versions
 
 # The chart derives its object names from the release name (`hami-scheduler`, `hami-webhook`, and the mock
@@ -29,18 +31,6 @@ HAMI_CHART = Chart(HAMI_RELEASE, "hami", HAMI_NAMESPACE)
 
 GpuMode = Literal["mock", "nvidia"]
 
-# Namespaces the admission webhook never sees (rendered as a `kubernetes.io/metadata.name
-# NotIn` namespaceSelector, charts/hami/templates/scheduler/webhook.yaml): with
-# failurePolicy Fail a dead webhook must not block CoreDNS, kube-proxy, the
-# Konnectivity agent, Calico or HAMi itself.
-WEBHOOK_EXEMPT_NAMESPACES = (
-    "kube-system",
-    "kube-public",
-    "kube-node-lease",
-    "tigera-operator",
-    "calico-system",
-    "calico-apiserver",
-)
 
 # charts/hami/values.yaml `scheduler.extender.extraArgs`; setting the list replaces it, so keep these.
 EXTENDER_DEFAULT_ARGS = ("--debug", "-v=4")
@@ -61,10 +51,10 @@ def nvidia_device_config() -> dict[str, Any]:
     """
     return {
         "nvidia": {
-            "resourceCountName": "nvidia.com/gpu",
-            "resourceMemoryName": "nvidia.com/gpumem",
-            "resourceMemoryPercentageName": "nvidia.com/gpumem-percentage",
-            "resourceCoreName": "nvidia.com/gpucores",
+            "resourceCountName": GPU_RESOURCE,
+            "resourceMemoryName": GPU_MEMORY_RESOURCE,
+            "resourceMemoryPercentageName": f"{GPU_MEMORY_RESOURCE}-percentage",
+            "resourceCoreName": GPU_CORES_RESOURCE,
             "resourcePriorityName": "nvidia.com/priority",
             "overwriteEnv": False,
             "defaultMemory": 0,
@@ -86,12 +76,6 @@ def nvidia_device_config() -> dict[str, Any]:
 def device_config_yaml() -> str:
     """`device-config.yaml` content for the `hami-scheduler-device` ConfigMap (mock mode)."""
     return yaml.safe_dump(nvidia_device_config(), sort_keys=False)
-
-
-# charts/hami/values.yaml scheduler.defaultSchedulerPolicy (rendered into the extender's --node-scheduler-policy
-# and --gpu-scheduler-policy, templates/scheduler/deployment.yaml); the planner's defaults are the same.
-CHART_NODE_POLICY = "binpack"
-CHART_GPU_POLICY = "spread"
 
 
 # Service accounts of the chart's pods that run on GPU workers or anywhere (templates/_helpers.tpl: the fullname is
@@ -164,7 +148,7 @@ def _certgen_image() -> dict[str, str]:
 
 def hami_values(
     gpu_mode: GpuMode, kubernetes_version: str, versions: Versions, runtime_class_name: str | None = None,
-    node_policy: str = CHART_NODE_POLICY, gpu_policy: str = CHART_GPU_POLICY,
+    node_policy: str = DEFAULT_NODE_POLICY, gpu_policy: str = DEFAULT_GPU_POLICY,
     system_nodes: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Values for the `hami` chart in a tenant running `kubernetes_version`, scheduling with the tenant's
@@ -199,14 +183,14 @@ def hami_values(
             "admissionWebhook": {
                 # The chart's Ignore (charts/hami/values.yaml) admits GPU pods unmutated when the tunnel is down.
                 "failurePolicy": "Fail",
-                "whitelistNamespaces": list(WEBHOOK_EXEMPT_NAMESPACES),
+                "whitelistNamespaces": list(TENANT_SYSTEM_NAMESPACES),
             },
         },
         # Its metrics Service, also a NodePort by default (templates/device-plugin/monitorservice.yaml).
         "devicePlugin": {"enabled": not mock, **({} if mock else {"service": {"type": "ClusterIP"}})},
         "mockDevicePlugin": {"enabled": mock},
     }
-    if (node_policy, gpu_policy) != (CHART_NODE_POLICY, CHART_GPU_POLICY):
+    if (node_policy, gpu_policy) != (DEFAULT_NODE_POLICY, DEFAULT_GPU_POLICY):
         values["scheduler"]["defaultSchedulerPolicy"] = {"nodeSchedulerPolicy": node_policy,
                                                          "gpuSchedulerPolicy": gpu_policy}
     if system_nodes:

@@ -55,11 +55,19 @@ import pulumi_kubernetes as k8s
 import config
 from components import host_operations
 from components.helm import Chart, helm_release
-from components.naming import COMPONENT_PREFIX, DEFAULT_DATASTORE, KAMAJI_NAMESPACE
+from components.naming import (
+    CERT_MANAGER_NAMESPACE,
+    COMPONENT_PREFIX,
+    DEFAULT_DATASTORE,
+    KAMAJI_NAMESPACE,
+    METALLB_NAMESPACE,
+    NAMESPACE_NAME_LABEL,
+    PART_OF,
+    PART_OF_LABEL,
+)
 from components.tenant import spec as tenant_spec
 
-CERT_MANAGER_CHART = Chart("cert-manager", "cert-manager", "cert-manager")
-METALLB_NAMESPACE = "metallb-system"
+CERT_MANAGER_CHART = Chart("cert-manager", "cert-manager", CERT_MANAGER_NAMESPACE)
 METALLB_CHART = Chart("metallb", "metallb", METALLB_NAMESPACE)
 # The CRDs hard-code kamaji-system/kamaji-webhook-service and kamaji-serving-cert (clastix/kamaji
 # charts/kamaji/crds/kamaji.clastix.io_tenantcontrolplanes.yaml: conversion webhook, cert-manager inject-ca-from).
@@ -220,8 +228,6 @@ def etcd_network_policy() -> dict[str, Any]:
     """Only Kamaji and the tenants' control planes (namespaces labelled part-of gpu-tenancy) reach the shared
     etcd's client port; peers reach each other. kamaji-etcd's pods carry app.kubernetes.io/name: kamaji-etcd
     (charts/kamaji-etcd/templates/_helpers.tpl etcd.selectorLabels)."""
-    from components.tenant.spec import NAMESPACE_NAME_LABEL, PART_OF, PART_OF_LABEL
-
     return {
         "metadata": {"name": "kamaji-etcd-clients", "namespace": KAMAJI_NAMESPACE, "labels": {PART_OF_LABEL: PART_OF}},
         "spec": {

@@ -72,7 +72,8 @@ from typing import Any
 import yaml
 
 from components.images import kubernetes_image_tag
-from components.tenant.spec import PART_OF, PART_OF_LABEL, split_endpoint
+from components.naming import PART_OF, PART_OF_LABEL
+from components.tenant.spec import split_endpoint
 from config.models import parse_version
 
 KUBE_SYSTEM = "kube-system"

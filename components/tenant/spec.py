@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from components import kube
 from components.helm import Chart
 from components.images import CFSSL_REPOSITORY, CFSSL_TAG
-from components.naming import KAMAJI_NAMESPACE
+from components.naming import KAMAJI_NAMESPACE, NAMESPACE_NAME_LABEL, PART_OF, PART_OF_LABEL
 from components.sdk import sdk_field
 from config import Quota, Tenant
 from config.cidrs import dns_service_ip
@@ -31,11 +31,7 @@ from config.models import DNS1035_LABEL, MAX_SOURCE_RANGES, DataStore, object_co
 # Management cluster: the tenant namespace and its NetworkPolicy
 # --------------------------------------------------------------------------- #
 
-# Label every namespace carries (Kubernetes >= 1.22), so selectors need no labelling of our own.
-NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 TENANT_LABEL = "gpu-tenancy/tenant"
-PART_OF_LABEL = "app.kubernetes.io/part-of"
-PART_OF = "gpu-tenancy"
 ISOLATION_POLICY_NAME = "tenant-isolation"
 
 

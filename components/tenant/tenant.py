@@ -17,12 +17,11 @@ import pulumi_kubernetes as k8s
 import config
 from components import host_operations
 from components.gpu import hami
-from components.gpu.cards import JOIN_ANNOTATION
 from components.gpu.hami import GpuNode, TenantGpus, TenantGpusArgs
 from components.management.cluster import ManagementCluster
 from components.management.image_cache import RegistryMirror, worker_mirrors
 from components.management.kamaji import Kamaji
-from components.naming import COMPONENT_PREFIX, node_name
+from components.naming import COMPONENT_PREFIX, JOIN_ANNOTATION, node_name
 from components.tenant import spec as tenant_spec
 from components.tenant.control_plane import TenantCni, TenantCniArgs, TenantControlPlane, TenantControlPlaneArgs
 from components.worker.node import NvidiaWorker, TenantAccess, WorkerNode, WorkerNodeArgs, worker_image
