@@ -13,7 +13,7 @@ import pulumi
 import pytest
 import yaml
 
-from components import shell as node_scripts
+from components import shell
 from components.management import cluster as kind_cluster
 from components.management.cluster import (
     STACK_LABEL,
@@ -118,7 +118,7 @@ def test_kind_config_yaml_round_trips_and_changes_only_with_its_inputs():
 
 def _script_marker_rule() -> re.Pattern[str]:
     """The check kind-create.sh applies to KIND_STACK_MARKER before doing anything."""
-    script = node_scripts.script_text(node_scripts.KIND_CREATE)
+    script = shell.script_text(shell.KIND_CREATE)
     return re.compile(re.search(r'\[\[ "\$marker" =~ (\S+) \]\]', script).group(1))
 
 
@@ -331,8 +331,8 @@ def test_component_holds_the_cluster_command_and_its_provider(kind_run):
 
 def test_cluster_command_runs_the_shipped_scripts_with_the_kind_config_on_stdin(kind_run):
     inputs = _command(kind_run[0]).inputs
-    assert inputs["create"] == node_scripts.script_text(node_scripts.KIND_CREATE)
-    assert inputs["delete"] == node_scripts.script_text(node_scripts.KIND_DELETE)
+    assert inputs["create"] == shell.script_text(shell.KIND_CREATE)
+    assert inputs["delete"] == shell.script_text(shell.KIND_DELETE)
     assert inputs["interpreter"] == ["/bin/bash", "-c"]
     assert inputs["stdin"] == kind_config_yaml(NAME, IMAGE, MARKER)
     assert not inputs.get("update")  # a change of the scripts re-runs the idempotent create
@@ -344,13 +344,13 @@ def test_scripts_get_every_variable_they_require_and_the_label_they_check(kind_r
     for script in (inputs["create"], inputs["delete"]):
         required = re.search(r"for var in ([A-Z_ ]+); do", script).group(1).split()
         assert required and set(required) <= set(environment)
-    assert environment[node_scripts.KIND_CLUSTER_NAME_ENV] == NAME
-    assert environment[node_scripts.KIND_WAIT_SECONDS_ENV] == str(kind_cluster.KIND_WAIT_SECONDS)
+    assert environment[shell.KIND_CLUSTER_NAME_ENV] == NAME
+    assert environment[shell.KIND_WAIT_SECONDS_ENV] == str(kind_cluster.KIND_WAIT_SECONDS)
     assert environment["KIND_EXPERIMENTAL_PROVIDER"] == "docker"
     # The script compares the label it reads on the node with KIND_STACK_MARKER: the label the kind config puts
     # there must be that same value, or the stack would refuse its own cluster on the next `up`.
     (node,) = yaml.safe_load(inputs["stdin"])["nodes"]
-    assert node["labels"][STACK_LABEL] == environment[node_scripts.KIND_STACK_MARKER_ENV] == MARKER
+    assert node["labels"][STACK_LABEL] == environment[shell.KIND_STACK_MARKER_ENV] == MARKER
     jsonpath = "{.metadata.labels." + STACK_LABEL.replace(".", "\\.") + "}"
     assert jsonpath in inputs["create"] and jsonpath in inputs["delete"]
 
@@ -359,7 +359,7 @@ def test_each_stack_labels_its_cluster_with_its_own_marker():
     run = registered({}, program=_program(), stack="prod")
     inputs = _command(run).inputs
     marker = stack_marker(PROJECT, "prod")
-    assert inputs["environment"][node_scripts.KIND_STACK_MARKER_ENV] == marker != MARKER
+    assert inputs["environment"][shell.KIND_STACK_MARKER_ENV] == marker != MARKER
     assert inputs["stdin"] == inputs["triggers"][0] == kind_config_yaml(NAME, IMAGE, marker)
 
 
@@ -461,8 +461,8 @@ def test_a_change_of_the_script_text_changes_nothing_on_a_running_cluster(monkey
     sim = Lifecycle({}, world=lab_world(), program=_program())
     sim.up()
     server = sim.world.kind[NAME].api.server
-    original = node_scripts.script_text
-    monkeypatch.setattr(node_scripts, "script_text", lambda name: original(name) + "\n# reworded\n")
+    original = shell.script_text
+    monkeypatch.setattr(shell, "script_text", lambda name: original(name) + "\n# reworded\n")
     for plan in (sim.preview(), sim.up()):
         assert plan.changed() == {}, plan.render()
     assert sim.world.kind[NAME].api.server == server
@@ -485,7 +485,7 @@ def test_a_renamed_cluster_is_created_under_the_new_name():
     assert "management-kind" in plan.names("replace"), plan.render()
     assert set(sim.world.kind) == {"renamed"}
     environment = plain(sim.resource("management-kind").inputs["environment"])
-    assert environment[node_scripts.KIND_CLUSTER_NAME_ENV] == "renamed"
+    assert environment[shell.KIND_CLUSTER_NAME_ENV] == "renamed"
 
 
 def test_another_stacks_cluster_of_the_same_name_is_neither_reused_nor_deleted():

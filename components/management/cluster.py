@@ -30,8 +30,7 @@ import pulumi_command as command
 import pulumi_kubernetes as k8s
 import yaml
 
-from components import kube
-from components import shell as node_scripts
+from components import kube, shell
 from components.naming import COMPONENT_PREFIX, KIND_NETWORK
 
 # Pin kind's node provider: the subnet comes from the *docker* network (kind would otherwise pick podman when
@@ -41,7 +40,7 @@ KIND_ENVIRONMENT = {"KIND_EXPERIMENTAL_PROVIDER": "docker"}
 KIND_WAIT_SECONDS = 300
 # Inputs of the kind Command that a running stack keeps as first stored: a script edit or a new wait must not
 # re-run create (see _create_kind_cluster).
-IGNORED_KIND_INPUTS = ["create", "delete", f"environment.{node_scripts.KIND_WAIT_SECONDS_ENV}",
+IGNORED_KIND_INPUTS = ["create", "delete", f"environment.{shell.KIND_WAIT_SECONDS_ENV}",
                        *(f"environment.{key}" for key in KIND_ENVIRONMENT)]
 # The node label that says which stack created a kind cluster (checked before reusing or deleting one).
 STACK_LABEL = "gpu-tenancy.io/stack"
@@ -252,14 +251,14 @@ class ManagementCluster(pulumi.ComponentResource):
         config = kind_config_yaml(args.cluster_name, args.node_image, marker)
         environment = {
             **KIND_ENVIRONMENT,
-            node_scripts.KIND_CLUSTER_NAME_ENV: args.cluster_name,
-            node_scripts.KIND_STACK_MARKER_ENV: marker,
-            node_scripts.KIND_WAIT_SECONDS_ENV: str(KIND_WAIT_SECONDS),
+            shell.KIND_CLUSTER_NAME_ENV: args.cluster_name,
+            shell.KIND_STACK_MARKER_ENV: marker,
+            shell.KIND_WAIT_SECONDS_ENV: str(KIND_WAIT_SECONDS),
         }
         self.cluster = command.local.Command(
             f"{name}-kind",
-            create=node_scripts.script_text(node_scripts.KIND_CREATE),
-            delete=node_scripts.script_text(node_scripts.KIND_DELETE),
+            create=shell.script_text(shell.KIND_CREATE),
+            delete=shell.script_text(shell.KIND_DELETE),
             stdin=config,
             environment=environment,
             interpreter=["/bin/bash", "-c"],

@@ -31,7 +31,7 @@ import pulumi
 import pulumi_docker as docker
 
 import config
-from components import shell as node_scripts
+from components import shell
 from components.naming import COMPONENT_PREFIX, KIND_NETWORK, LABEL_ROLE, LABEL_STACK, node_name
 from components.worker.access import NodeAccess, NodeScript, run_on_node
 
@@ -175,18 +175,18 @@ def configure_node(
     `configure_containerd` (SSH workers, management.configureContainerd) lets the script point a containerd 2.x
     that ignores /etc/containerd/certs.d at it and restart containerd; its delete takes that back.
     """
-    script = node_scripts.NODE_MIRRORS
-    kind = node_scripts.NODE_KIND_MACHINE if access.is_ssh else node_scripts.NODE_KIND_CONTAINER
-    create = {node_scripts.NODE_NAME_ENV: access.node_name, node_scripts.REGISTRY_MIRRORS_ENV: mirror_lines(mirrors),
-              node_scripts.NODE_KIND_ENV: kind}
+    script = shell.NODE_MIRRORS
+    kind = shell.NODE_KIND_MACHINE if access.is_ssh else shell.NODE_KIND_CONTAINER
+    create = {shell.NODE_NAME_ENV: access.node_name, shell.REGISTRY_MIRRORS_ENV: mirror_lines(mirrors),
+              shell.NODE_KIND_ENV: kind}
     if configure_containerd and access.is_ssh:
-        create[node_scripts.CONFIGURE_CONTAINERD_ENV] = "true"
+        create[shell.CONFIGURE_CONTAINERD_ENV] = "true"
     return run_on_node(
         name,
         access,
         create=NodeScript(script, create),
-        delete=NodeScript(script, {node_scripts.NODE_NAME_ENV: access.node_name,
-                                   node_scripts.REGISTRY_MIRRORS_ENV: ""}),
+        delete=NodeScript(script, {shell.NODE_NAME_ENV: access.node_name,
+                                   shell.REGISTRY_MIRRORS_ENV: ""}),
         triggers=[machine],
         opts=opts,
     )

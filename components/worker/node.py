@@ -32,9 +32,8 @@ import pulumi_command as command
 import pulumi_docker as docker
 
 import config
-from components import host_operations
-from components import shell as node_scripts
-from components.management import image_cache as registry_mirror
+from components import host_operations, shell
+from components.management import image_cache
 from components.naming import (
     COMPONENT_PREFIX,
     KIND_NETWORK,
@@ -173,9 +172,9 @@ def nvidia_join_environment(worker: config.Worker, nvidia: NvidiaWorker | None) 
     if nvidia is None or not worker.gpus:
         return {}
     return {
-        node_scripts.GPU_MODE_ENV: "nvidia",
-        node_scripts.NVIDIA_RUNTIME_CLASS_ENV: nvidia.runtime_class_name or "",
-        node_scripts.GPU_UUIDS_ENV: " ".join(card.uuid for card in worker.gpus),
+        shell.GPU_MODE_ENV: "nvidia",
+        shell.NVIDIA_RUNTIME_CLASS_ENV: nvidia.runtime_class_name or "",
+        shell.GPU_UUIDS_ENV: " ".join(card.uuid for card in worker.gpus),
     }
 
 
@@ -251,7 +250,7 @@ class WorkerNode(pulumi.ComponentResource):
         self.mirrors = None
         if args.mirrors:
             # Before the join: the kubelet's first pulls (pause, kube-proxy, Calico) already go through the mirror.
-            self.mirrors = registry_mirror.configure_node(
+            self.mirrors = image_cache.configure_node(
                 f"{name}-mirrors", self.access, args.mirrors, machine=machine,
                 # A container's files go with the container.
                 opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on, deleted_with=self.container),
@@ -259,23 +258,23 @@ class WorkerNode(pulumi.ComponentResource):
             )
             depends_on = [*depends_on, self.mirrors]
 
-        node_kind = node_scripts.NODE_KIND_MACHINE if self.access.is_ssh else node_scripts.NODE_KIND_CONTAINER
+        node_kind = shell.NODE_KIND_MACHINE if self.access.is_ssh else shell.NODE_KIND_CONTAINER
         join = NodeScript(
-            node_scripts.NODE_JOIN,
+            shell.NODE_JOIN,
             {
-                node_scripts.NODE_NAME_ENV: node,
-                node_scripts.TENANT_ENDPOINT_ENV: tenant.endpoint,
-                node_scripts.JOIN_TOKEN_ENV: self.membership.token,  # type: ignore[attr-defined]
-                node_scripts.CA_CERT_HASH_ENV: tenant.discovery_hash,
-                node_scripts.TENANT_CA_CERT_ENV: tenant.ca_certificate,
-                node_scripts.TENANT_VERSION_ENV: tenant.kubernetes_version,
-                node_scripts.NODE_KIND_ENV: node_kind,
+                shell.NODE_NAME_ENV: node,
+                shell.TENANT_ENDPOINT_ENV: tenant.endpoint,
+                shell.JOIN_TOKEN_ENV: self.membership.token,  # type: ignore[attr-defined]
+                shell.CA_CERT_HASH_ENV: tenant.discovery_hash,
+                shell.TENANT_CA_CERT_ENV: tenant.ca_certificate,
+                shell.TENANT_VERSION_ENV: tenant.kubernetes_version,
+                shell.NODE_KIND_ENV: node_kind,
                 **nvidia_join_environment(args.worker, args.nvidia),
             },
         )
         # A machine's leave also removes what the tenant left on it; a container goes with everything in it.
         leave = NodeScript(
-            node_scripts.NODE_LEAVE, {node_scripts.NODE_NAME_ENV: node, node_scripts.NODE_KIND_ENV: node_kind}
+            shell.NODE_LEAVE, {shell.NODE_NAME_ENV: node, shell.NODE_KIND_ENV: node_kind}
         )
         self.join = run_on_node(
             f"{name}-join",
@@ -350,17 +349,17 @@ class WorkerNode(pulumi.ComponentResource):
         """
         node = self.access.node_name
         def script(mode: str) -> NodeScript:
-            return NodeScript(node_scripts.NODE_UPGRADE, {
-                node_scripts.NODE_NAME_ENV: node,
-                node_scripts.TENANT_VERSION_ENV: version,
-                node_scripts.UPGRADE_MODE_ENV: mode,
+            return NodeScript(shell.NODE_UPGRADE, {
+                shell.NODE_NAME_ENV: node,
+                shell.TENANT_VERSION_ENV: version,
+                shell.UPGRADE_MODE_ENV: mode,
             })
 
         return run_on_node(  # type: ignore[return-value]
             f"{name}-upgrade",
             self.access,
-            create=script(node_scripts.UPGRADE_MODE_RECORD),
-            update=script(node_scripts.UPGRADE_MODE_UPGRADE),
+            create=script(shell.UPGRADE_MODE_RECORD),
+            update=script(shell.UPGRADE_MODE_UPGRADE),
             triggers=[self.join.id],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.join]),
         )
