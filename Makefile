@@ -46,7 +46,7 @@ help:
 	@echo "                 rejected), then restore it; the tenant's GPU pods cannot be created meanwhile"
 	@echo "make kubeconfig TENANT=<name> [ADMIN=1]  write the tenant's user (or admin) kubeconfig, mode 600"
 	@echo "make test        create .venv, install pinned dependencies, lint, run the tests"
-	@echo "make lint        ruff on the Python code, shellcheck on components/*/scripts/*.sh"
+	@echo "make lint        ruff on the Python code, shellcheck on components/*/scripts/*.sh and ops/scripts/*.sh"
 	@echo "make preflight   check this host and Pulumi.$(STACK).yaml (about a second)"
 	@echo "make upstream    download the pinned upstream reference files (CRDs, chart values), check their sha256"
 	@echo "make charts      download every pinned Helm chart into .cache/charts, check each file's sha256"
@@ -71,7 +71,7 @@ venv: $(VENV)/.installed
 
 lint: venv
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/shellcheck -x components/*/scripts/*.sh
+	$(VENV)/bin/shellcheck -x components/*/scripts/*.sh ops/scripts/*.sh
 
 # pytest-xdist workers: one per CPU (`auto`; the CI runner has 2). Each test file runs whole on one worker
 # (--dist loadfile), so a module's shared first `up` runs once. TEST_JOBS=0 runs in one process (for --pdb, -x).

