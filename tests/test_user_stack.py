@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import copy
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
+from config import stack_file
+from ops import preflight
 from tests.conftest import USER_STACK, UserStackReadError
 from tests.support.make import run_make
 from tests.support.mockrun import REFERENCE_STACK
@@ -49,3 +52,23 @@ def test_make_docs_in_a_project_with_an_edited_dev_stack_rewrites_nothing(tmp_pa
     done = run_make("docs", "-o", ".venv/.installed", cwd=project)
     assert done.returncode == 0, done.stdout + done.stderr
     assert {name: (project / name).read_text() for name in GENERATED} == before
+
+
+def committed_dev_stack() -> str:
+    """Pulumi.dev.yaml as this checkout committed it (what a fresh clone's `make up` starts from), read from git
+    rather than the working tree: a user's uncommitted edits are theirs, not this suite's."""
+    if not (ROOT / ".git").exists() or shutil.which("git") is None:
+        pytest.skip("not a git checkout (or no git): the committed Pulumi.dev.yaml cannot be read")
+    done = subprocess.run(["git", "-C", str(ROOT), "show", f"HEAD:{USER_STACK.name}"], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        pytest.fail(f"{USER_STACK.name} is not committed: a fresh clone has no lab to start from ({done.stderr})")
+    return done.stdout
+
+
+def test_the_shipped_dev_stack_passes_preflight():
+    # Tests run on the fixture, so nothing else would notice a key renamed there but not in the file users copy.
+    document = stack_file.parse(committed_dev_stack(), USER_STACK.name)
+    results = [preflight.check_stack_secrets("dev", document), preflight.check_stack_config("dev", document)]
+    assert all(result.ok for result in results), preflight.render(results)
+    assert preflight.project_config(document)["tenants"], "the reference lab has tenants"
