@@ -55,7 +55,7 @@ help:
 	@echo "make bench       graph and image-pull benchmark for 2, 8 and 32 tenants"
 	@echo "make docs        regenerate docs/dependency-graph.md and the README's samples from the reference stack"
 	@echo "make snapshots   rewrite tests/fixtures/snapshots/ (generated objects, whole) from the code; review with git diff"
-	@echo "make e2e         full lifecycle on this Docker host (up, verify, update, no-op, destroy)"
+	@echo "make e2e         the real lifecycle on this Docker host (tests/e2e: up and verify, changes, upgrade, destroy)"
 	@echo "make venv, make backend, make pulumi-cli: the steps the targets above use"
 
 # The host check (standard library only, run by $(PYTHON) itself) names each missing apt package before the venv

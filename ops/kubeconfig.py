@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 Run = Callable[..., "subprocess.CompletedProcess[str]"]
 
 
-class KubeconfigError(Exception):
-    pass
+class StackOutputError(Exception):
+    """The stack's kubeconfig outputs cannot be read: no pulumi CLI, no `up` yet, or no such tenant."""
 
 
 def tenant_kubeconfigs(stack: str, admin: bool, run: Run = subprocess.run) -> dict[str, str]:
@@ -31,16 +31,16 @@ def tenant_kubeconfigs(stack: str, admin: bool, run: Run = subprocess.run) -> di
     try:
         done = run(argv, cwd=ROOT, capture_output=True, text=True, check=False)
     except FileNotFoundError:
-        raise KubeconfigError(PULUMI_MISSING) from None
+        raise StackOutputError(PULUMI_MISSING) from None
     if done.returncode != 0:
         # stdout may hold decrypted secrets: only stderr is shown.
-        raise KubeconfigError(f"`pulumi stack output {output}` failed: {' '.join(done.stderr.split())[-400:]}")
+        raise StackOutputError(f"`pulumi stack output {output}` failed: {' '.join(done.stderr.split())[-400:]}")
     try:
         value = json.loads(done.stdout)
     except ValueError:
-        raise KubeconfigError(f"stack {stack!r} has no {output} output yet: run `make up` first") from None
+        raise StackOutputError(f"stack {stack!r} has no {output} output yet: run `make up` first") from None
     if not isinstance(value, dict):
-        raise KubeconfigError(f"stack {stack!r} has no {output} output yet: run `make up` first")
+        raise StackOutputError(f"stack {stack!r} has no {output} output yet: run `make up` first")
     return value
 
 
@@ -48,7 +48,7 @@ def write_kubeconfig(stack: str, tenant: str, admin: bool, directory: Path = ROO
     kubeconfigs = tenant_kubeconfigs(stack, admin, run)
     if tenant not in kubeconfigs:
         known = ", ".join(sorted(kubeconfigs)) or "none"
-        raise KubeconfigError(f"stack {stack!r} has no tenant {tenant!r} (its tenants: {known})")
+        raise StackOutputError(f"stack {stack!r} has no tenant {tenant!r} (its tenants: {known})")
     name = f"{tenant}-admin.kubeconfig" if admin else f"{tenant}.kubeconfig"
     return write_private(directory / name, kubeconfigs[tenant])
 
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None, run: Run = subprocess.run, directory: Pa
     args = parser.parse_args(argv)
     try:
         path = write_kubeconfig(args.stack, args.tenant, args.admin, directory, run)
-    except KubeconfigError as error:
+    except StackOutputError as error:
         print(f"make kubeconfig: {error}", file=sys.stderr)
         return 2
     what = "tenant ADMIN credentials" if args.admin else "tenant user credentials (namespaced edit rights)"
