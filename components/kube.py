@@ -1,9 +1,9 @@
 """Talking to Kubernetes: kubeconfigs, in-memory credentials, one error type and one client.
 
 Everything in the project that reads a kubeconfig or calls an API server goes through here: the dynamic
-providers on the Pulumi host (`components.host_operations`), the management layer (which cluster an adopted
-kubeconfig points at), config validation, and `make verify`. The lifecycle simulator and verify's tests
-implement `KubeClient` to stand in for a cluster.
+providers on the Pulumi host (`components.host_operations`, the layers' `operations` modules), the management
+layer (which cluster an adopted kubeconfig points at), config validation, and `make verify`. The lifecycle
+simulator and verify's tests implement `KubeClient` to stand in for a cluster.
 
 Why this client, over the official `kubernetes` package (pinned in requirements.txt):
 - The kubeconfig is loaded by the official loader (`kubernetes.config.new_client_from_config_dict`), so
@@ -194,6 +194,17 @@ def kubeconfig(cluster: Mapping[str, Any], user: Mapping[str, Any], *, namespace
         "contexts": [{"name": name, "context": context}],
         "current-context": name,
     }
+
+
+def positive_quantity(value: Any) -> bool:
+    """A Kubernetes quantity above zero (`"0"`, `""`, None and nonsense are not): the kubelet reports a device
+    plugin's resources as 0 until the plugin registers again after a restart."""
+    text = str(value if value is not None else "").strip()
+    digits = text.rstrip("kKMGTPEimun")
+    try:
+        return float(digits) > 0
+    except ValueError:
+        return False
 
 
 # --------------------------------------------------------------------------- #

@@ -5,10 +5,8 @@ pulumi/dynamic/dynamic.py serialize_provider, dill), and the provider host impor
 later diff, update, refresh and delete. A stack created before the move names this module, so it stays.
 """
 
-from components.host_operations import (  # noqa: F401 -- the names the old pickles refer to
-    GpuCapacityProvider,
-    KamajiWebhookReadyProvider,
-    KonnectivityReadyProvider,
-    NodeMembershipProvider,
-    NodeRegistrationProvider,
-)
+# The names the old pickles refer to, from the modules of their layers today.
+from components.gpu.operations import GpuCapacityProvider  # noqa: F401
+from components.management.operations import KamajiWebhookReadyProvider  # noqa: F401
+from components.tenant.operations import KonnectivityReadyProvider  # noqa: F401
+from components.worker.operations import NodeMembershipProvider, NodeRegistrationProvider  # noqa: F401

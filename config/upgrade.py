@@ -1,4 +1,4 @@
-"""Which Kubernetes versions a tenant may move to: the rules `TenantVersionProvider` (components/host_operations.py)
+"""Which Kubernetes versions a tenant may move to: the rules `TenantVersionProvider` (components/tenant/operations.py)
 applies, in every preview, to the version the stack's state holds and the one the config asks for, and the kubelet
 rule the validator applies to `nodeImage`.
 

@@ -261,7 +261,7 @@ def _answer(type_: str, name: str, inputs: dict[str, Any], read: bool) -> dict[s
         # pulumi-docker's imageId: the image's content digest.
         return {"imageId": "sha256:" + hashlib.sha256(str(plain(inputs.get("name"))).encode()).hexdigest()}
     if type_ == "pulumi-python:dynamic/gpu-tenancy:NodeMembership":
-        # components/host_operations.py NodeMembershipProvider.create.
+        # components/worker/operations.py NodeMembershipProvider.create.
         return {"token": "abcdef.0123456789abcdef", "token_id": "abcdef", "expiration": "2026-01-02T00:00:00Z"}
     return {}
 

@@ -1,6 +1,6 @@
-"""`components.host_operations`: the dynamic providers' create/diff/update/delete, run over the real client
-(`components.kube`) against a local HTTPS API server that requires client certificates
-(tests/support/apiserver.py), with a fake clock given to each provider.
+"""The dynamic providers (`components/*/operations.py`, on `components.host_operations`): their
+create/diff/update/delete, run over the real client (`components.kube`) against a local HTTPS API server that
+requires client certificates (tests/support/apiserver.py), with a fake clock given to each provider.
 """
 
 from __future__ import annotations
@@ -16,6 +16,10 @@ from pulumi.dynamic.dynamic import serialize_provider
 from pulumi.output import Unknown
 
 from components import host_operations, kube, tenant_api
+from components.gpu import operations as gpu_operations
+from components.management import operations as management_operations
+from components.tenant import operations as tenant_operations
+from components.worker import operations as worker_operations
 from tests.support import apiserver
 from tests.support.apiserver import ApiServer, with_cluster
 from tests.support.crd_schema import crd_json_schema, schema_errors
@@ -136,12 +140,12 @@ def node(name: str, **status: Any) -> dict[str, Any]:
 
 def token_secret(token_id: str, node_name: str = "alpha-worker-0") -> dict[str, Any]:
     expiration = FakeClock.START + KUBEADM_DEFAULT_TTL
-    return host_operations.bootstrap_token_secret(token_id, "x" * 16, expiration, node_name)
+    return worker_operations.bootstrap_token_secret(token_id, "x" * 16, expiration, node_name)
 
 
 def test_membership_mints_a_valid_kubeadm_bootstrap_token(api, clock):
     props = membership_props(api)
-    result = timed(host_operations.NodeMembershipProvider(), clock).create(props)
+    result = timed(worker_operations.NodeMembershipProvider(), clock).create(props)
 
     token_id, token_value = BOOTSTRAP_TOKEN_PATTERN.fullmatch(result.outs["token"]).groups()
     assert result.id == f"alpha-worker-0/{token_id}"
@@ -165,11 +169,11 @@ def test_membership_mints_a_valid_kubeadm_bootstrap_token(api, clock):
     expires = datetime.datetime.fromisoformat(data["expiration"].replace("Z", "+00:00"))
     assert expires == (clock.START + KUBEADM_DEFAULT_TTL).replace(microsecond=0)
     assert result.outs["expiration"] == data["expiration"]
-    assert secret["metadata"]["labels"][host_operations.NODE_LABEL] == "alpha-worker-0"
+    assert secret["metadata"]["labels"][worker_operations.NODE_LABEL] == "alpha-worker-0"
 
 
 def test_membership_tokens_are_random(api, clock):
-    provider = timed(host_operations.NodeMembershipProvider(), clock)
+    provider = timed(worker_operations.NodeMembershipProvider(), clock)
     tokens = {provider.create(membership_props(api)).outs["token"] for _ in range(3)}
     assert len(tokens) == 3
     assert all(BOOTSTRAP_TOKEN_PATTERN.fullmatch(token) for token in tokens)
@@ -177,13 +181,13 @@ def test_membership_tokens_are_random(api, clock):
 
 def _scripted_random(monkeypatch, values: list[str]) -> None:
     draws = iter(values)
-    monkeypatch.setattr(host_operations, "_random", lambda length: next(draws))
+    monkeypatch.setattr(worker_operations, "_random", lambda length: next(draws))
 
 
 def test_membership_draws_another_id_when_the_token_id_is_taken(api, clock, monkeypatch):
     taken = api.put(token_secret("aaaaaa", "someone-else"))
     _scripted_random(monkeypatch, ["aaaaaa", "a" * 16, "bbbbbb", "b" * 16])
-    result = timed(host_operations.NodeMembershipProvider(), clock).create(membership_props(api))
+    result = timed(worker_operations.NodeMembershipProvider(), clock).create(membership_props(api))
     assert result.outs["token"] == "bbbbbb." + "b" * 16
     assert result.id == "alpha-worker-0/bbbbbb"
     assert len(api.called("POST")) == 2
@@ -194,30 +198,30 @@ def test_membership_gives_up_after_five_collisions(api, clock, monkeypatch):
     api.put(token_secret("aaaaaa", "someone-else"))
     _scripted_random(monkeypatch, ["aaaaaa", "a" * 16] * 5)
     with pytest.raises(RuntimeError, match="five id collisions"):
-        timed(host_operations.NodeMembershipProvider(), clock).create(membership_props(api))
+        timed(worker_operations.NodeMembershipProvider(), clock).create(membership_props(api))
     assert len(api.called("POST")) == 5
 
 
 def test_membership_does_not_retry_other_errors(api, clock):
     api.fail("POST", "/api/v1/namespaces/kube-system/secrets", 403, 'secrets is forbidden: User "x" cannot create')
     with pytest.raises(RuntimeError, match="cannot create the join token of node alpha-worker-0: HTTP 403"):
-        timed(host_operations.NodeMembershipProvider(), clock).create(membership_props(api))
+        timed(worker_operations.NodeMembershipProvider(), clock).create(membership_props(api))
     assert len(api.called("POST")) == 1
 
 
-@pytest.mark.parametrize("key", host_operations.NodeMembershipProvider.IDENTITY)
+@pytest.mark.parametrize("key", worker_operations.NodeMembershipProvider.IDENTITY)
 def test_membership_is_replaced_when_its_identity_changes(api, clock, key):
     olds = {**membership_props(api), "token": "t", "token_id": "aaaaaa",
             "expiration": "2026-03-02T10:00:00Z"}
     news = {**membership_props(api), key: "changed"}
-    diff = timed(host_operations.NodeMembershipProvider(), clock).diff("id", olds, news)
+    diff = timed(worker_operations.NodeMembershipProvider(), clock).diff("id", olds, news)
     assert (diff.changes, diff.replaces, diff.delete_before_replace) == (True, [key], True)
 
 
 def test_membership_is_updated_in_place_for_new_credentials(api, clock):
     props = membership_props(api)
     olds = {**props, "token": "aaaaaa." + "a" * 16, "token_id": "aaaaaa", "expiration": "2026-03-02T10:00:00Z"}
-    provider = timed(host_operations.NodeMembershipProvider(), clock)
+    provider = timed(worker_operations.NodeMembershipProvider(), clock)
     assert provider.diff("id", olds, dict(props)).changes is False
     news = {**props, "kubeconfig": api.kubeconfig("kubernetes-admin", ("system:masters", "rotated"))}
     diff = provider.diff("id", olds, news)
@@ -235,7 +239,7 @@ def _expired(props: dict[str, Any], clock: FakeClock, hours: float) -> dict[str,
 
 def test_membership_with_an_expired_unused_token_is_replaced(api, clock):
     props = membership_props(api)
-    diff = timed(host_operations.NodeMembershipProvider(), clock).diff("id", _expired(props, clock, -1), dict(props))
+    diff = timed(worker_operations.NodeMembershipProvider(), clock).diff("id", _expired(props, clock, -1), dict(props))
     assert (diff.changes, diff.replaces, diff.delete_before_replace) == (True, ["expiration"], True)
     assert [seen.path for seen in api.requests] == ["/api/v1/nodes/alpha-worker-0"]
 
@@ -243,12 +247,12 @@ def test_membership_with_an_expired_unused_token_is_replaced(api, clock):
 def test_membership_with_an_expired_token_of_a_registered_node_stays(api, clock):
     api.put(node("alpha-worker-0"))
     props = membership_props(api)
-    diff = timed(host_operations.NodeMembershipProvider(), clock).diff("id", _expired(props, clock, -1), dict(props))
+    diff = timed(worker_operations.NodeMembershipProvider(), clock).diff("id", _expired(props, clock, -1), dict(props))
     assert (diff.changes, diff.replaces) == (False, [])
 
 
 def test_membership_expiry_is_not_decided_without_an_answer(api, clock, dead_url):
-    provider = timed(host_operations.NodeMembershipProvider(), clock)
+    provider = timed(worker_operations.NodeMembershipProvider(), clock)
     props = membership_props(api)
     # A token still valid: no call at all.
     assert provider.diff("id", _expired(props, clock, +1), dict(props)).replaces == []
@@ -266,19 +270,19 @@ def test_membership_delete_removes_the_node_and_the_token(api, clock):
     api.put(token_secret("aaaaaa"))
     api.put(token_secret("bbbbbb", "alpha-worker-1"))
     props = {**membership_props(api), "token_id": "aaaaaa"}
-    timed(host_operations.NodeMembershipProvider(), clock).delete("alpha-worker-0/aaaaaa", props)
+    timed(worker_operations.NodeMembershipProvider(), clock).delete("alpha-worker-0/aaaaaa", props)
     assert api.get("Node", "alpha-worker-0") is None
     assert api.get("Secret", "bootstrap-token-aaaaaa", "kube-system") is None
     assert api.get("Secret", "bootstrap-token-bbbbbb", "kube-system") is not None
     # Again: both already gone is fine.
-    timed(host_operations.NodeMembershipProvider(), clock).delete("alpha-worker-0/aaaaaa", props)
+    timed(worker_operations.NodeMembershipProvider(), clock).delete("alpha-worker-0/aaaaaa", props)
 
 
 def test_membership_delete_reports_api_errors(api, clock):
     api.put(node("alpha-worker-0"))
     api.fail("DELETE", "/api/v1/nodes/alpha-worker-0", 403, "forbidden")
     with pytest.raises(RuntimeError, match="cannot remove Node alpha-worker-0 from tenant alpha: HTTP 403"):
-        timed(host_operations.NodeMembershipProvider(), clock).delete("id", {**membership_props(api), "token_id": "aaaaaa"})
+        timed(worker_operations.NodeMembershipProvider(), clock).delete("id", {**membership_props(api), "token_id": "aaaaaa"})
     assert api.get("Node", "alpha-worker-0") is not None
 
 
@@ -288,11 +292,11 @@ def test_membership_delete_reports_api_errors(api, clock):
 
 
 def _delete_membership(props: dict[str, Any]) -> None:
-    host_operations.NodeMembershipProvider().delete("id", {**props, "token_id": "aaaaaa"})
+    worker_operations.NodeMembershipProvider().delete("id", {**props, "token_id": "aaaaaa"})
 
 
 def _delete_capacity(props: dict[str, Any]) -> None:
-    host_operations.GpuCapacityProvider().delete("id", {**props, "capacity": 2.0, "registration": "r"})
+    gpu_operations.GpuCapacityProvider().delete("id", {**props, "capacity": 2.0, "registration": "r"})
 
 
 DELETES = pytest.mark.parametrize("delete", [_delete_membership, _delete_capacity], ids=["membership", "capacity"])
@@ -388,7 +392,7 @@ def test_registration_waits_for_the_node_then_revokes_its_token(api, clock):
     registered: list[dict[str, Any]] = []
     clock.at(5, lambda: registered.append(api.put(node("alpha-worker-0"))))
     props = registration_props(api)
-    result = timed(host_operations.NodeRegistrationProvider(), clock).create(props)
+    result = timed(worker_operations.NodeRegistrationProvider(), clock).create(props)
     assert result.id == f"alpha-worker-0/{registered[0]['metadata']['uid']}"
     assert result.outs == props
     assert clock.sleeps == [2.0, 2.0, 2.0]
@@ -399,15 +403,15 @@ def test_registration_waits_for_the_node_then_revokes_its_token(api, clock):
 def test_registration_gives_up_after_its_timeout(api, clock):
     api.put(token_secret("aaaaaa"))
     with pytest.raises(RuntimeError, match=r"Node alpha-worker-0 has not registered: check the kubelet"):
-        timed(host_operations.NodeRegistrationProvider(), clock).create(registration_props(api))
-    assert host_operations.NODE_REGISTER_TIMEOUT <= clock.elapsed < host_operations.NODE_REGISTER_TIMEOUT + 2
+        timed(worker_operations.NodeRegistrationProvider(), clock).create(registration_props(api))
+    assert worker_operations.NODE_REGISTER_TIMEOUT <= clock.elapsed < worker_operations.NODE_REGISTER_TIMEOUT + 2
     assert api.called("DELETE") == []
 
 
 def test_registration_does_not_wait_out_an_api_error(api, clock):
     api.fail("GET", "/api/v1/nodes/alpha-worker-0", 403, "forbidden")
     with pytest.raises(host_operations.ApiError, match="403"):
-        timed(host_operations.NodeRegistrationProvider(), clock).create(registration_props(api))
+        timed(worker_operations.NodeRegistrationProvider(), clock).create(registration_props(api))
     assert clock.sleeps == []
 
 
@@ -415,14 +419,14 @@ def test_registration_does_not_wait_out_an_api_error(api, clock):
                                                ("kubeconfig", False)])
 def test_registration_diff(api, key, replaced):
     olds = registration_props(api)
-    provider = host_operations.NodeRegistrationProvider()
+    provider = worker_operations.NodeRegistrationProvider()
     assert provider.diff("id", olds, dict(olds)).changes is False
     diff = provider.diff("id", olds, {**olds, key: "changed"})
     assert (diff.changes, diff.replaces) == (True, [key] if replaced else [])
 
 
 def test_registration_delete_calls_nothing():
-    provider = host_operations.NodeRegistrationProvider()
+    provider = worker_operations.NodeRegistrationProvider()
     provider.connect = lambda kubeconfig: pytest.fail("delete connected")
     provider.delete("id", {"kubeconfig": "x", "node_name": "n", "token_id": "t"})
 
@@ -438,7 +442,7 @@ def capacity_props(api: ApiServer, capacity: Any = 10.0) -> dict[str, Any]:
 
 def test_capacity_is_an_integer_quantity_on_capacity_and_allocatable(api):
     api.put(node("alpha-worker-0", capacity={"cpu": "8"}, allocatable={"cpu": "7800m"}))
-    result = host_operations.GpuCapacityProvider().create(capacity_props(api, 10.0))  # a number, as protobuf sends it
+    result = gpu_operations.GpuCapacityProvider().create(capacity_props(api, 10.0))  # a number, as protobuf sends it
     assert result.id == "alpha-worker-0"
     [patch] = api.called("PATCH")
     assert patch.path == "/api/v1/nodes/alpha-worker-0/status"
@@ -451,13 +455,13 @@ def test_capacity_is_an_integer_quantity_on_capacity_and_allocatable(api):
 def test_capacity_below_one_is_refused_before_any_call(api, capacity):
     api.put(node("alpha-worker-0"))
     with pytest.raises(RuntimeError, match="must be at least 1"):
-        host_operations.GpuCapacityProvider().create(capacity_props(api, capacity))
+        gpu_operations.GpuCapacityProvider().create(capacity_props(api, capacity))
     assert api.requests == []
 
 
 def test_capacity_update_and_diff(api):
     api.put(node("alpha-worker-0", capacity={"nvidia.com/gpu": "10"}, allocatable={"nvidia.com/gpu": "10"}))
-    provider = host_operations.GpuCapacityProvider()
+    provider = gpu_operations.GpuCapacityProvider()
     olds = capacity_props(api, 10.0)
     assert provider.diff("id", olds, dict(olds)).changes is False
     diff = provider.diff("id", olds, {**olds, "capacity": 4.0})
@@ -472,7 +476,7 @@ def test_capacity_gone_from_the_node_is_a_change_so_the_next_up_applies_it_again
     """A status write that did not last (or was undone by hand): the diff reads the Node and asks for an update,
     which is what lets an upgrade stopped at `<node>-ready` for the missing capacity go on with the next `up`."""
     api.put(node("alpha-worker-0", capacity={"nvidia.com/gpu": "10"}, allocatable={"nvidia.com/gpu": "10"}))
-    provider = host_operations.GpuCapacityProvider()
+    provider = gpu_operations.GpuCapacityProvider()
     olds = capacity_props(api, 10.0)
     assert provider.diff("id", olds, dict(olds)).changes is False
     api.get("Node", "alpha-worker-0")["status"]["allocatable"] = {}
@@ -491,12 +495,12 @@ def test_capacity_gone_from_the_node_is_a_change_so_the_next_up_applies_it_again
 def test_capacity_delete_removes_only_the_gpu_resource(api):
     api.put(node("alpha-worker-0", capacity={"cpu": "8", "nvidia.com/gpu": "10"},
                  allocatable={"cpu": "8", "nvidia.com/gpu": "10"}))
-    host_operations.GpuCapacityProvider().delete("id", capacity_props(api))
+    gpu_operations.GpuCapacityProvider().delete("id", capacity_props(api))
     assert api.get("Node", "alpha-worker-0")["status"] == {"capacity": {"cpu": "8"}, "allocatable": {"cpu": "8"}}
 
 
 def test_capacity_delete_of_a_gone_node_is_fine_other_errors_are_not(api):
-    provider = host_operations.GpuCapacityProvider()
+    provider = gpu_operations.GpuCapacityProvider()
     provider.delete("id", capacity_props(api))  # 404: nothing to take back
     api.put(node("alpha-worker-0"))
     api.fail("PATCH", "/api/v1/nodes/alpha-worker-0/status", 403, "forbidden")
@@ -520,14 +524,14 @@ def test_konnectivity_waits_for_an_agent_on_every_node(api, clock):
     clock.at(4, lambda: agents["status"].update(numberReady=1))
     clock.at(8, lambda: agents["status"].update(numberReady=2))
     props = {"kubeconfig": api.kubeconfig(), "nodes": 2.0, "registrations": ["a/1", "b/2"]}
-    result = timed(host_operations.KonnectivityReadyProvider(), clock).create(props)
+    result = timed(tenant_operations.KonnectivityReadyProvider(), clock).create(props)
     assert (result.id, result.outs) == ("konnectivity-agent", props)
     assert clock.elapsed == 8
     assert {seen.path for seen in api.requests} == {
         "/apis/apps/v1/namespaces/kube-system/daemonsets/konnectivity-agent"}
     # Another node later: update waits again.
     clock.at(12, lambda: agents["status"].update(numberReady=3))
-    timed(host_operations.KonnectivityReadyProvider(), clock).update("id", props, {**props, "nodes": 3.0})
+    timed(tenant_operations.KonnectivityReadyProvider(), clock).update("id", props, {**props, "nodes": 3.0})
     assert clock.elapsed == 12
 
 
@@ -539,8 +543,8 @@ def test_konnectivity_gives_up_with_the_last_answer(api, clock, agents, answer):
     if agents is not None:
         api.put(konnectivity_agents(agents))
     with pytest.raises(RuntimeError, match=re.escape(answer)):
-        timed(host_operations.KonnectivityReadyProvider(), clock).create({"kubeconfig": api.kubeconfig(), "nodes": 2.0})
-    assert clock.elapsed >= host_operations.KONNECTIVITY_TIMEOUT
+        timed(tenant_operations.KonnectivityReadyProvider(), clock).create({"kubeconfig": api.kubeconfig(), "nodes": 2.0})
+    assert clock.elapsed >= tenant_operations.KONNECTIVITY_TIMEOUT
 
 
 # --------------------------------------------------------------------------- #
@@ -561,7 +565,7 @@ def webhook_props(api: ApiServer) -> dict[str, Any]:
 def test_kamaji_webhook_wait_retries_failed_webhook_calls_with_dry_runs(api, clock):
     api.fail("POST", TCP_COLLECTION, 500, WEBHOOK_DOWN)
     api.fail("POST", TCP_COLLECTION, 500, WEBHOOK_DOWN)
-    result = timed(host_operations.KamajiWebhookReadyProvider(), clock).create(webhook_props(api))
+    result = timed(management_operations.KamajiWebhookReadyProvider(), clock).create(webhook_props(api))
     assert result.id == "kamaji-webhook"
     posts = api.called("POST")
     assert len(posts) == 3 and len(clock.sleeps) == 2
@@ -572,16 +576,16 @@ def test_kamaji_webhook_wait_retries_failed_webhook_calls_with_dry_runs(api, clo
 def test_kamaji_webhook_denial_counts_as_an_answer(api, clock):
     # controller-runtime's admission.Denied answers 403; the API server reports "admission webhook ... denied".
     api.fail("POST", TCP_COLLECTION, 403, 'admission webhook "vtenantcontrolplane.kb.io" denied the request: no')
-    timed(host_operations.KamajiWebhookReadyProvider(), clock).create(webhook_props(api))
+    timed(management_operations.KamajiWebhookReadyProvider(), clock).create(webhook_props(api))
     assert clock.sleeps == []
 
 
 def test_kamaji_webhook_wait_gives_up_with_the_last_failure(api, clock):
-    for _ in range(int(host_operations.KAMAJI_WEBHOOK_TIMEOUT / 2) + 2):
+    for _ in range(int(management_operations.KAMAJI_WEBHOOK_TIMEOUT / 2) + 2):
         api.fail("POST", TCP_COLLECTION, 500, WEBHOOK_DOWN)
     with pytest.raises(RuntimeError, match="Kamaji's admission webhook does not answer: gave up after 180s: "
                                            "Internal error occurred: failed calling webhook"):
-        timed(host_operations.KamajiWebhookReadyProvider(), clock).update("id", {}, webhook_props(api))
+        timed(management_operations.KamajiWebhookReadyProvider(), clock).update("id", {}, webhook_props(api))
 
 
 def test_kamaji_webhook_wait_takes_no_answer_for_no_answer(api, clock, dead_url):
@@ -589,7 +593,7 @@ def test_kamaji_webhook_wait_takes_no_answer_for_no_answer(api, clock, dead_url)
     the wait at once instead of passing it."""
     props = {**webhook_props(api), "kubeconfig": with_cluster(api.kubeconfig(), server=dead_url)}
     with pytest.raises(kube.UnreachableError, match=re.escape(dead_url)):
-        timed(host_operations.KamajiWebhookReadyProvider(), clock).create(props)
+        timed(management_operations.KamajiWebhookReadyProvider(), clock).create(props)
     assert clock.sleeps == []
 
 
@@ -597,7 +601,7 @@ def test_kamaji_webhook_probe_is_a_valid_tenant_control_plane(vendor_dir):
     """The dry run must be an object Kamaji's CRD accepts as sent: a field the structural schema does not know is
     pruned by the API server (so the datastore the probe names would silently be dropped)."""
     schema = crd_json_schema(vendor_dir / "kamaji" / "kamaji.clastix.io_tenantcontrolplanes.yaml")
-    probe = host_operations.probe_control_plane("kamaji-system", "default", "v1.33.0")
+    probe = management_operations.probe_control_plane("kamaji-system", "default", "v1.33.0")
     assert schema_errors(probe, schema) == []
 
 
@@ -638,7 +642,7 @@ def test_hami_webhook_wait_is_done_once_a_dry_run_comes_back_mutated(api, clock)
     """gpu-layer G2: the Service has no endpoint (a failed call), then the webhook may not mutate yet."""
     unmutated = {"spec": {"schedulerName": "default-scheduler"}}
     client = AnswersInTurn(kube.ApiError(500, HAMI_DOWN), unmutated, {"spec": {"schedulerName": "hami-scheduler"}})
-    provider = timed(host_operations.HamiWebhookReadyProvider(), clock)
+    provider = timed(gpu_operations.HamiWebhookReadyProvider(), clock)
     provider.connect = lambda kubeconfig: client
     result = provider.create(hami_props(api))
     assert result.id == "hami-webhook" and result.outs == hami_props(api) | {"kubeconfig": result.outs["kubeconfig"]}
@@ -655,7 +659,7 @@ def test_hami_webhook_wait_sends_dry_runs_and_gives_up_naming_the_leader_label(a
     with pytest.raises(RuntimeError, match=r"HAMi's admission webhook does not answer: gave up after 120s: HAMi's "
                                            r"webhook did not mutate a GPU pod \(schedulerName None\)\. .*"
                                            r"hami\.io/scheduler-role=leader"):
-        timed(host_operations.HamiWebhookReadyProvider(), clock).create(hami_props(api))
+        timed(gpu_operations.HamiWebhookReadyProvider(), clock).create(hami_props(api))
     posts = api.called("POST")
     assert posts and all(seen.path == POD_COLLECTION and seen.query == {"dryRun": ["All"]} for seen in posts)
     assert api.objects == {}
@@ -663,7 +667,7 @@ def test_hami_webhook_wait_sends_dry_runs_and_gives_up_naming_the_leader_label(a
 
 def test_hami_webhook_denial_counts_as_an_answer(api, clock):
     api.fail("POST", POD_COLLECTION, 403, 'admission webhook "vgpu.hami.io" denied the request: exceeding quota')
-    timed(host_operations.HamiWebhookReadyProvider(), clock).create(hami_props(api))
+    timed(gpu_operations.HamiWebhookReadyProvider(), clock).create(hami_props(api))
     assert clock.sleeps == []
 
 
@@ -678,7 +682,7 @@ def test_plugin_wait_takes_zero_for_not_yet_and_waits_for_numbers_above_it(api, 
     worker = api.put(node("alpha-worker-0", allocatable={"nvidia.com/gpu": "10", "nvidia.com/gpumem": "0"}))
     clock.at(30, lambda: worker["status"]["allocatable"].update({"nvidia.com/gpumem": "8192"}))
     clock.at(40, lambda: worker["status"]["allocatable"].update({"nvidia.com/gpucores": "100"}))
-    result = timed(host_operations.GpuPluginReadyProvider(), clock).create(plugin_props(api))
+    result = timed(gpu_operations.GpuPluginReadyProvider(), clock).create(plugin_props(api))
     assert result.id == "gpu-plugin" and clock.elapsed == 40
     assert {seen.path for seen in api.requests} == {"/api/v1/nodes/alpha-worker-0"}
 
@@ -689,8 +693,8 @@ def test_plugin_wait_gives_up_naming_what_the_node_shows(api, clock):
             "HAMi's mock device plugin registered nothing: gave up after 180s: Node alpha-worker-0 allocatable has "
             "nvidia.com/gpumem='0', nvidia.com/gpucores=None. Check kubectl -n kube-system logs -l "
             "app.kubernetes.io/component=hami-mock-device-plugin")):
-        timed(host_operations.GpuPluginReadyProvider(), clock).update("id", {}, plugin_props(api))
-    assert host_operations.GPU_PLUGIN_TIMEOUT <= clock.elapsed < host_operations.GPU_PLUGIN_TIMEOUT + 2
+        timed(gpu_operations.GpuPluginReadyProvider(), clock).update("id", {}, plugin_props(api))
+    assert gpu_operations.GPU_PLUGIN_TIMEOUT <= clock.elapsed < gpu_operations.GPU_PLUGIN_TIMEOUT + 2
 
 
 @pytest.mark.parametrize(("value", "positive"), [
@@ -698,7 +702,7 @@ def test_plugin_wait_gives_up_naming_what_the_node_shows(api, clock):
     ("0", False), ("0Mi", False), ("", False), (None, False), ("-1", False), ("none", False),
 ])
 def test_positive_quantity(value, positive):
-    assert host_operations.positive_quantity(value) is positive
+    assert kube.positive_quantity(value) is positive
 
 
 POOL_COLLECTION = "/apis/metallb.io/v1beta1/namespaces/metallb-system/ipaddresspools"
@@ -716,7 +720,7 @@ def metallb_props(api: ApiServer) -> dict[str, Any]:
 def test_metallb_webhook_wait_retries_failed_calls_with_dry_runs_of_a_pool(api, clock):
     """management-mirror MM-7: the endpoints follow the controller's readiness."""
     api.fail("POST", POOL_COLLECTION, 500, METALLB_DOWN)
-    result = timed(host_operations.MetalLBWebhookReadyProvider(), clock).create(metallb_props(api))
+    result = timed(management_operations.MetalLBWebhookReadyProvider(), clock).create(metallb_props(api))
     assert result.id == "metallb-webhook" and clock.sleeps == [2.0]
     posts = api.called("POST")
     assert len(posts) == 2 and all(seen.query == {"dryRun": ["All"]} for seen in posts)
@@ -725,21 +729,21 @@ def test_metallb_webhook_wait_retries_failed_calls_with_dry_runs_of_a_pool(api, 
 
 
 def test_metallb_webhook_wait_gives_up_naming_the_service(api, clock):
-    for _ in range(int(host_operations.METALLB_WEBHOOK_TIMEOUT / 2) + 2):
+    for _ in range(int(management_operations.METALLB_WEBHOOK_TIMEOUT / 2) + 2):
         api.fail("POST", POOL_COLLECTION, 500, METALLB_DOWN)
     with pytest.raises(RuntimeError, match=r"MetalLB's admission webhook does not answer: gave up after 120s: .*"
                                            r"metallb-webhook-service"):
-        timed(host_operations.MetalLBWebhookReadyProvider(), clock).create(metallb_props(api))
+        timed(management_operations.MetalLBWebhookReadyProvider(), clock).create(metallb_props(api))
 
 
 def test_metallb_probe_is_a_valid_address_pool(vendor_dir):
     schema = crd_json_schema(vendor_dir / "metallb" / "metallb.io_ipaddresspools.yaml", "v1beta1")
-    probe = host_operations.probe_address_pool("metallb-system", ["172.18.255.200-172.18.255.250"])
+    probe = management_operations.probe_address_pool("metallb-system", ["172.18.255.200-172.18.255.250"])
     assert schema_errors(probe, schema) == []
 
 
-WAITS = [host_operations.HamiWebhookReadyProvider, host_operations.GpuPluginReadyProvider,
-         host_operations.MetalLBWebhookReadyProvider, host_operations.KamajiWebhookReadyProvider]
+WAITS = [gpu_operations.HamiWebhookReadyProvider, gpu_operations.GpuPluginReadyProvider,
+         management_operations.MetalLBWebhookReadyProvider, management_operations.KamajiWebhookReadyProvider]
 
 
 @pytest.mark.parametrize("provider_class", WAITS, ids=lambda cls: cls.__name__)
@@ -754,9 +758,10 @@ def test_a_wait_runs_again_for_a_new_revision_but_not_for_a_moved_pickle(provide
 # The seam and the pickles
 # --------------------------------------------------------------------------- #
 
-PROVIDERS = [host_operations.NodeMembershipProvider, host_operations.NodeRegistrationProvider,
-             host_operations.GpuCapacityProvider, host_operations.KonnectivityReadyProvider,
-             host_operations.KamajiWebhookReadyProvider, *WAITS[:3]]
+# Every provider of the layers' modules.
+PROVIDERS = sorted((cls for module in (worker_operations, gpu_operations, management_operations, tenant_operations)
+                    for cls in vars(module).values() if isinstance(cls, type) and cls.__module__ == module.__name__
+                    and issubclass(cls, host_operations.HostOperationProvider)), key=lambda cls: cls.__name__)
 
 
 @pytest.mark.parametrize("provider_class", PROVIDERS, ids=lambda cls: cls.__name__)
@@ -774,7 +779,7 @@ def test_a_provider_pickles_by_reference_without_its_seam(provider_class, clock)
 
 def test_a_pickle_naming_the_old_module_path_loads_and_takes_the_seam(api, clock, monkeypatch):
     """Stacks created before the layered layout recorded `components.tenant_api.<Provider>`."""
-    cls = host_operations.NodeMembershipProvider
+    cls = worker_operations.NodeMembershipProvider
     monkeypatch.setattr(cls, "__module__", "components.tenant_api")
     old = serialize_provider(tenant_api.NodeMembershipProvider())
     monkeypatch.undo()

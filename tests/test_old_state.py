@@ -8,7 +8,10 @@ Two things of such a stack's state name the old layout:
 - Dynamic providers: each dynamic resource stores its provider pickled *by reference*, as a module path and a
   class name (pulumi/dynamic/dynamic.py serialize_provider, dill), and the provider host imports that path again
   for every diff, update and delete (pulumi/dynamic/__main__.py get_provider). The old state names
-  `components.tenant_api.<X>Provider`, kept as a re-export (components/tenant_api.py).
+  `components.tenant_api.<X>Provider`, kept as a re-export (components/tenant_api.py). A stack created after the
+  restructure and before the providers moved into their layers' modules names `components.host_operations.<X>`,
+  which resolves to the class in its layer (components/host_operations.py `__getattr__`); those pickles are
+  recorded in tests/fixtures/pickles-6270184.json.
 
 What the old program left is recorded in tests/fixtures/state-a7c63e6.json (its URNs, parents, providers and
 the exact pickled provider strings; tests/fixtures/record_old_state.py made it from a run of that commit). The
@@ -36,7 +39,10 @@ from pulumi.dynamic.dynamic import serialize_provider
 from pulumi.runtime import rpc
 from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
 
-from components import host_operations
+from components.gpu import operations as gpu_operations
+from components.management import operations as management_operations
+from components.tenant import operations as tenant_operations
+from components.worker import operations as worker_operations
 from tests.support.sim import Lifecycle
 from tests.support.sim.engine import ROOT_STACK_TYPE, new_urn, qualified_type
 from tests.support.sim.lab import adopt, lab_world, world_for
@@ -47,10 +53,15 @@ from tests.test_host_operations import membership_props, node, token_secret
 ROOT = Path(__file__).resolve().parents[1]
 RECORDED = json.loads((ROOT / "tests" / "fixtures" / "state-a7c63e6.json").read_text())
 OLD_MODULE = "components.tenant_api"
-PROVIDERS = {f"{OLD_MODULE}.{cls.__name__}": cls for cls in (
-    host_operations.NodeMembershipProvider, host_operations.NodeRegistrationProvider,
-    host_operations.GpuCapacityProvider, host_operations.KonnectivityReadyProvider,
-    host_operations.KamajiWebhookReadyProvider)}
+# Every provider class today, in its layer's module.
+TODAY = {cls.__name__: cls for module in (worker_operations, gpu_operations, management_operations, tenant_operations)
+         for cls in vars(module).values()
+         if isinstance(cls, type) and cls.__module__ == module.__name__ and cls.__name__.endswith("Provider")}
+# The pickles of commit 6270184: every provider under the module path of the layered layout's first version.
+MOVED_MODULE = "components.host_operations"
+MOVED = json.loads((ROOT / "tests" / "fixtures" / "pickles-6270184.json").read_text())["pickles"]
+PICKLES = {**RECORDED["pickles"], **MOVED}
+PROVIDERS = {path: TODAY[path.rsplit(".", 1)[1]] for path in PICKLES}
 
 
 def pickled_class(encoded: str) -> str:
@@ -61,8 +72,11 @@ def pickled_class(encoded: str) -> str:
 
 
 def test_the_recorded_pickles_name_the_old_module_and_load_as_todays_classes():
-    assert set(RECORDED["pickles"]) == set(PROVIDERS)
-    for path, encoded in RECORDED["pickles"].items():
+    assert {path.rsplit(".", 1)[0] for path in RECORDED["pickles"]} == {OLD_MODULE}
+    # Every provider there is today was under the second path, and none is left there.
+    assert {path.rsplit(".", 1)[1] for path in MOVED} == set(TODAY) and len(TODAY) == 11
+    assert all(cls.__module__ != MOVED_MODULE for cls in TODAY.values())
+    for path, encoded in PICKLES.items():
         assert pickled_class(encoded) == path
         # What the provider host does with it (pulumi/dynamic/__main__.py get_provider: dill.loads of the base64).
         import dill
@@ -106,7 +120,7 @@ def _props(api, path: str) -> dict[str, Any]:
              "expiration": "2999-01-01T00:00:00Z", "capacity": 10.0, "registration": "alpha-worker-0/uid-1",
              "join": "join-id", "nodes": 1.0, "registrations": ["alpha-worker-0/uid-1"], "namespace": "tenants",
              "datastore": "default", "version": "v1.35.0"}
-    return {**props, "__provider": RECORDED["pickles"][path]}
+    return {**props, "__provider": PICKLES[path]}
 
 
 @pytest.mark.parametrize("path", sorted(PROVIDERS))
@@ -127,11 +141,12 @@ def test_the_waiters_still_see_a_change_of_their_own_inputs(provider_host, api, 
     assert response.changes == provider_pb2.DiffResponse.DIFF_SOME
 
 
-def test_the_provider_host_deletes_with_the_old_pickle(provider_host, api):
+@pytest.mark.parametrize("module", [OLD_MODULE, MOVED_MODULE])
+def test_the_provider_host_deletes_with_the_old_pickle(provider_host, api, module):
     """`pulumi destroy` of the old state: Delete gets the stored outputs, so the host imports the old module."""
     api.put(node("alpha-worker-0", capacity={"nvidia.com/gpu": "10"}, allocatable={"nvidia.com/gpu": "10"}))
     api.put(token_secret("abcdef"))
-    for path in sorted(PROVIDERS):
+    for path in sorted(path for path in PROVIDERS if path.rsplit(".", 1)[0] == module):
         provider_host.Delete(provider_pb2.DeleteRequest(id="id", urn="urn", properties=_struct(_props(api, path))))
     assert api.get("Node", "alpha-worker-0") is None  # NodeMembershipProvider.delete
     assert api.get("Secret", "bootstrap-token-abcdef", "kube-system") is None

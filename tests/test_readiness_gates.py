@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from components import host_operations
+from components.gpu import operations as gpu_operations
 from components.management import kamaji
+from components.management import operations as management_operations
 from tests.support.lifecycle_support import kind_lab, lab_world, one_tenant_stack
 
 
@@ -55,7 +56,7 @@ def test_first_up_waits_for_hamis_webhook_before_the_smoke_pod(running):
 
 
 def test_without_the_hami_wait_the_smoke_pod_meets_a_webhook_without_endpoints(monkeypatch):
-    skip_wait(monkeypatch, host_operations.HamiWebhookReadyProvider)
+    skip_wait(monkeypatch, gpu_operations.HamiWebhookReadyProvider)
     plan = lab("hami_webhook_lag").up(expect_error=True)
     assert not plan.ok and 'failed calling webhook "vgpu.hami.io"' in plan.error, plan.render()
     assert "no endpoints available" in plan.error
@@ -80,7 +81,7 @@ def test_first_up_waits_for_the_device_plugins_resources(running):
 
 
 def test_without_the_plugin_wait_the_proof_reads_the_node_too_early(monkeypatch):
-    skip_wait(monkeypatch, host_operations.GpuPluginReadyProvider)
+    skip_wait(monkeypatch, gpu_operations.GpuPluginReadyProvider)
     plan = lab("device_plugin_lag").up(expect_error=True)
     assert not plan.ok and "registered nothing" in plan.error, plan.render()
 
@@ -106,7 +107,7 @@ def test_first_up_waits_for_metallbs_webhook_before_the_pool(running):
 
 
 def test_without_the_metallb_wait_the_pool_meets_a_webhook_without_endpoints(monkeypatch):
-    skip_wait(monkeypatch, host_operations.MetalLBWebhookReadyProvider)
+    skip_wait(monkeypatch, management_operations.MetalLBWebhookReadyProvider)
     plan = lab("metallb_webhook_lag").up(expect_error=True)
     assert not plan.ok and "validationwebhook.metallb.io" in plan.error, plan.render()
 

@@ -9,9 +9,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from components import host_operations
 from components.kube import ApiError
 from components.naming import JOIN_ANNOTATION
+from components.tenant import operations as tenant_operations
+from components.worker import operations as worker_operations
 from config import ConfigError, load_stack_config, upgrade
 from tests.support.lifecycle_support import (
     adopt_lab,
@@ -65,7 +66,7 @@ def test_a_version_the_pinned_kamaji_does_not_accept_is_refused():
 
 
 def test_the_version_resource_refuses_in_its_diff_and_records_nothing_else():
-    provider = host_operations.TenantVersionProvider()
+    provider = tenant_operations.TenantVersionProvider()
     olds = {"tenant": "tenant-a", "version_key": KEY, "control_plane": "v1.36.1"}
     with pytest.raises(ValueError, match=r"tenants\[0\]\.kubernetesVersion: v1\.35\.5 is older"):
         provider.diff("tenant-a", olds, {**olds, "control_plane": "v1.35.5"})
@@ -310,9 +311,9 @@ def test_a_drain_leaves_daemonset_and_mirror_pods_and_takes_the_rest():
 
     pods = [pod("web"), pod("bare"), pod("elsewhere", node="w1"),
             pod("agent", ownerReferences=[{"kind": "DaemonSet", "name": "calico-node"}]),
-            pod("static", annotations={host_operations.MIRROR_POD_ANNOTATION: "x"}),
+            pod("static", annotations={worker_operations.MIRROR_POD_ANNOTATION: "x"}),
             pod("job", ownerReferences=[{"kind": "Job", "name": "batch"}])]
-    assert [p["metadata"]["name"] for p in host_operations._drained_pods(pods, "w0")] == ["web", "bare", "job"]
+    assert [p["metadata"]["name"] for p in worker_operations._drained_pods(pods, "w0")] == ["web", "bare", "job"]
 
 
 def test_the_simulated_eviction_applies_the_budgets_as_eviction_go_does(two_workers):
@@ -551,14 +552,14 @@ def advertised(sim, tenant: str, node: str) -> str | None:
     if cards and cards.get("mode") == "mock":
         # The join of the Node as it is now (a registration id is `<node>/<uid>`, NodeRegistrationProvider).
         cards = {**cards, "join": f"{node}/{found['metadata']['uid']}"}
-    return host_operations.cards_missing(found, cards)
+    return worker_operations.cards_missing(found, cards)
 
 
 def watch_drains(sim, monkeypatch) -> list[tuple[str, dict[str, str | None]]]:
     """Each drain as it starts: the Node drained, and what every other worker of its tenant misses of its cards
     right then (the world as the drain finds it)."""
     seen: list[tuple[str, dict[str, str | None]]] = []
-    drain = host_operations.NodeDrainProvider._drain
+    drain = worker_operations.NodeDrainProvider._drain
 
     def observed(provider, props):
         node = props["node_name"]
@@ -568,7 +569,7 @@ def watch_drains(sim, monkeypatch) -> list[tuple[str, dict[str, str | None]]]:
         seen.append((node, {other: advertised(sim, tenant, other) for other in others}))
         return drain(provider, props)
 
-    monkeypatch.setattr(host_operations.NodeDrainProvider, "_drain", observed)
+    monkeypatch.setattr(worker_operations.NodeDrainProvider, "_drain", observed)
     return seen
 
 
@@ -685,7 +686,7 @@ def test_in_nvidia_mode_a_server_whose_plugin_stops_advertising_stops_the_roll_t
     install_everywhere(sim, "v1.36.1")
     machine = sim.world.machines[first]
     drains = watch_drains(sim, monkeypatch)
-    drain = host_operations.NodeDrainProvider._drain
+    drain = worker_operations.NodeDrainProvider._drain
 
     def driver_lost(provider, props):
         drain(provider, props)
@@ -693,7 +694,7 @@ def test_in_nvidia_mode_a_server_whose_plugin_stops_advertising_stops_the_roll_t
             machine.nvidia_missing = {"driver"}
             systems.refresh_nodes(sim.world, sim.world.tenant_api(tenant["name"]))  # the kubelet's next status
 
-    monkeypatch.setattr(host_operations.NodeDrainProvider, "_drain", driver_lost)
+    monkeypatch.setattr(worker_operations.NodeDrainProvider, "_drain", driver_lost)
     plan = sim.up(expect_error=True)
     assert plan.error is not None and f"{first}-ready" in plan.error, plan.render()
     assert f"Node {first} advertises no nvidia.com/gpu (allocatable '0'): HAMi's device plugin has not registered " \
@@ -770,7 +771,7 @@ def test_the_provider_host_shows_the_warning_of_a_drains_diff_on_its_stderr():
             loop.close()
 
     olds = {"kubeconfig": "unused", "node_name": "tenant-a-worker-0", "version": "v1.35.0", "tenant": "tenant-a",
-            "tenant_workers": 1, "__provider": serialize_provider(host_operations.NodeDrainProvider())}
+            "tenant_workers": 1, "__provider": serialize_provider(worker_operations.NodeDrainProvider())}
     try:
         port = int(process.stdout.readline())
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:

@@ -4,7 +4,7 @@ HAMi learns about a node's cards from the `hami.io/node-nvidia-register` annotat
 per card) and only treats the node as healthy while its status advertises `nvidia.com/gpu` capacity/allocatable
 > 0 (HAMi v2.10.0 `pkg/device/devices.go` `CheckHealth` reads `status.allocatable`). The annotation
 is applied with a NodePatch; the status (a subresource) by a dynamic resource on the Pulumi host
-(components.host_operations.GpuCapacityProvider).
+(components.gpu.operations.GpuCapacityProvider).
 """
 
 from __future__ import annotations

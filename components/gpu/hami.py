@@ -25,6 +25,7 @@ import config
 from components import host_operations
 from components.gpu.cards import NVIDIA_NODE_LABEL, REGISTER_ANNOTATION, gpu_capacity
 from components.gpu.cards import register_annotation as card_annotation
+from components.gpu.operations import GpuCapacityProvider, GpuPluginReadyProvider, HamiWebhookReadyProvider
 from components.gpu.smoke import (
     PLUGIN_RESOURCES,
     SMOKE_POD_NAMESPACE,
@@ -39,6 +40,7 @@ from components.gpu.values import HAMI_CHART, hami_token_policy, hami_values
 from components.helm import helm_release
 from components.images import PAUSE_IMAGE
 from components.naming import COMPONENT_PREFIX, JOIN_ANNOTATION
+from components.tenant.operations import KonnectivityReadyProvider
 from components.tenant.spec import system_node_selector
 from components.worker.access import NodeAccess
 from components.worker.node import AdvertisedCards
@@ -138,7 +140,7 @@ class TenantGpus(pulumi.ComponentResource):
                 opts=after_registration,
             ))
             resources.append(host_operations.resource(
-                host_operations.GpuCapacityProvider(),
+                GpuCapacityProvider(),
                 f"{node_name}-gpu-capacity",
                 {"kubeconfig": args.operator_kubeconfig, "management_kubeconfig": args.management_kubeconfig,
                  "control_plane_namespace": args.control_plane_namespace, "control_plane_name": args.tenant.name,
@@ -177,7 +179,7 @@ class TenantGpus(pulumi.ComponentResource):
 
         # The webhook is reached through the tunnel: wait for its agents before installing HAMi.
         tunnel = host_operations.resource(
-            host_operations.KonnectivityReadyProvider(),
+            KonnectivityReadyProvider(),
             f"{tenant}-konnectivity-ready",
             {"kubeconfig": args.operator_kubeconfig, "nodes": len(nodes),
              "registrations": [node.registered.id for node in nodes]},
@@ -215,7 +217,7 @@ class TenantGpus(pulumi.ComponentResource):
         revision = self.release.status.apply(lambda status: dict.get(status or {}, "revision"))
         registration_ids = [node.registered.id for node in nodes]
         webhook = host_operations.resource(
-            host_operations.HamiWebhookReadyProvider(),
+            HamiWebhookReadyProvider(),
             f"{tenant}-hami-webhook-ready",
             {"kubeconfig": args.operator_kubeconfig, "namespace": SMOKE_POD_NAMESPACE, "image": PAUSE_IMAGE,
              "revision": revision, "registrations": registration_ids},
@@ -227,7 +229,7 @@ class TenantGpus(pulumi.ComponentResource):
                 if not node.worker.gpus:
                     continue
                 waits.append(host_operations.resource(
-                    host_operations.GpuPluginReadyProvider(),
+                    GpuPluginReadyProvider(),
                     f"{node.access.node_name}-gpu-plugin-ready",
                     {"kubeconfig": args.operator_kubeconfig, "node_name": node.access.node_name,
                      "resources": list(PLUGIN_RESOURCES), "registration": node.registered.id, "revision": revision},

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from components import kube
 from components.gpu.cards import REGISTER_ANNOTATION
-from components.host_operations import positive_quantity
 from components.naming import (
     GPU_CORES_RESOURCE,
     GPU_MEMORY_RESOURCE,
@@ -199,7 +199,7 @@ def hami_evidence(pod: Mapping[str, Any], node: Mapping[str, Any] | None = None,
     if bound_to != allocated_on:
         return HamiEvidence(BINDING, f"bound to node {bound_to} but HAMi allocated its GPU on {allocated_on}", **seen)
     # A number above zero: the kubelet reports "0" for a plugin's resources until it registers again after a restart.
-    absent = tuple(key for key in PLUGIN_RESOURCES if not positive_quantity(allocatable.get(key)))
+    absent = tuple(key for key in PLUGIN_RESOURCES if not kube.positive_quantity(allocatable.get(key)))
     if plugin and absent:
         return HamiEvidence(PLUGIN, f"{allocated_on} advertises no {', '.join(absent)}", missing=absent, **seen)
     return HamiEvidence(None, f"bound to {bound_to}, devices {devices}", **seen)

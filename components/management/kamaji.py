@@ -33,13 +33,13 @@ is what makes the edges above real readiness conditions:
   (metallb/metallb internal/k8s/k8s.go, v0.15.3), but `metallb-webhook-service`
   gets its endpoint only after that: the pool and L2Advertisement wait for a
   dry run of an IPAddressPool to get an answer
-  (components.host_operations.MetalLBWebhookReadyProvider).
+  (components.management.operations.MetalLBWebhookReadyProvider).
 - kamaji-etcd's post-install Job waits for the etcd StatefulSet rollout
   (clastix/kamaji-etcd charts/kamaji-etcd/templates/etcd_job_preinstall_2.yaml,
   v0.15.0), so a finished Kamaji release means etcd answers.
 - Kamaji's readiness probe does not cover its webhook server, so a dynamic resource
   waits until a server-side dry run of a TenantControlPlane gets an answer
-  (components.host_operations.KamajiWebhookReadyProvider), again after every
+  (components.management.operations.KamajiWebhookReadyProvider), again after every
   upgrade of the release.
 """
 
@@ -55,6 +55,7 @@ import pulumi_kubernetes as k8s
 import config
 from components import host_operations
 from components.helm import Chart, helm_release
+from components.management.operations import KamajiWebhookReadyProvider, MetalLBWebhookReadyProvider
 from components.naming import (
     CERT_MANAGER_NAMESPACE,
     COMPONENT_PREFIX,
@@ -305,7 +306,7 @@ class Kamaji(pulumi.ComponentResource):
             f"{name}-etcd-clients", **etcd_network_policy(), opts=self._child([self.release]),
         )
         self.webhook = host_operations.resource(
-            host_operations.KamajiWebhookReadyProvider(), f"{name}-webhook-ready",
+            KamajiWebhookReadyProvider(), f"{name}-webhook-ready",
             {"kubeconfig": args.kubeconfig, "namespace": KAMAJI_NAMESPACE, "datastore": DEFAULT_DATASTORE,
              "version": args.probe_version, "release": self.release.id,
              # Changes on every upgrade (the id never does): an upgrade restarts the webhook, so probe again.
@@ -377,7 +378,7 @@ class Kamaji(pulumi.ComponentResource):
         )
         # Custom resources wait for MetalLB's webhook to answer (its endpoints follow the controller's readiness).
         webhook = host_operations.resource(
-            host_operations.MetalLBWebhookReadyProvider(), f"{name}-metallb-webhook-ready",
+            MetalLBWebhookReadyProvider(), f"{name}-metallb-webhook-ready",
             {"kubeconfig": self._kubeconfig, "namespace": METALLB_NAMESPACE, "addresses": pool_range,
              "revision": release_revision(metallb)},
             pulumi.ResourceOptions(parent=self, depends_on=[metallb], deleted_with=self._deleted_with),

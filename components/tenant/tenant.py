@@ -24,6 +24,7 @@ from components.management.kamaji import Kamaji
 from components.naming import COMPONENT_PREFIX, JOIN_ANNOTATION, node_name
 from components.tenant import spec as tenant_spec
 from components.tenant.control_plane import TenantCni, TenantCniArgs, TenantControlPlane, TenantControlPlaneArgs
+from components.tenant.operations import TenantVersionProvider
 from components.worker.node import NvidiaWorker, TenantAccess, WorkerNode, WorkerNodeArgs, worker_image
 
 
@@ -97,7 +98,7 @@ class Tenant(pulumi.ComponentResource):
         # minor version in the preview, and the control plane and the workers wait for it.
         index = next(i for i, other in enumerate(stack.tenants) if other.name == tenant.name)
         self.version = host_operations.resource(
-            host_operations.TenantVersionProvider(),
+            TenantVersionProvider(),
             f"{tenant.name}-version",
             {"tenant": tenant.name, "version_key": f"tenants[{index}].kubernetesVersion",
              "control_plane": tenant.kubernetes_version},

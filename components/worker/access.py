@@ -2,7 +2,7 @@
 
 The only work done ON a node is node-side work (kubeadm join and reset, local files): the scripts in
 components/worker/scripts/, which take their values from the environment. Nothing that talks to the tenant API
-runs on a node (components.host_operations does that from the Pulumi host).
+runs on a node (components/worker/operations.py does that from the Pulumi host).
 
 Python assembles data here, never shell code. Both kinds of node get the same stdin: the text of
 components/worker/scripts/dispatch.sh, then a data block naming, for each action, the script and its variables

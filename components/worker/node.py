@@ -7,8 +7,8 @@ nodes (kubernetes-sigs/kind pkg/cluster/internal/providers/docker/provision.go),
 A worker that pulls through image mirrors first gets `<node>-mirrors` (components/management/image_cache.py: its
 containerd's hosts.toml files). Either way, membership is three resources, in this order:
 
-1. `<node>-membership` (Pulumi host, components.host_operations): mints a one-time join token for this worker; when
-   the worker leaves, it removes the Node object from the tenant.
+1. `<node>-membership` (Pulumi host, components/worker/operations.py): mints a one-time join token for this worker;
+   when the worker leaves, it removes the Node object from the tenant.
 2. `<node>-join` (on the node, components/worker/scripts/node-join.sh and node-leave.sh): `kubeadm join`, and
    `kubeadm reset -f` when the worker leaves. It needs no credential beyond the join token.
 3. `<node>-registered` (Pulumi host): waits for the Node to register, then revokes the token.
@@ -44,6 +44,12 @@ from components.naming import (
     node_name,
 )
 from components.worker.access import NodeAccess, NodeScript, node_access, run_on_node
+from components.worker.operations import (
+    NodeDrainProvider,
+    NodeMembershipProvider,
+    NodeReadyProvider,
+    NodeRegistrationProvider,
+)
 from config import upgrade
 from config.models import KIND_NODE_IMAGES
 
@@ -203,7 +209,7 @@ class WorkerNode(pulumi.ComponentResource):
         host_side = pulumi.ResourceOptions(parent=self, deleted_with=tenant.control_plane)
         # Before the machine moves to another version: cordon and drain its Node (nothing to do on a first build).
         self.drain = host_operations.resource(
-            host_operations.NodeDrainProvider(),
+            NodeDrainProvider(),
             f"{name}-drain",
             {"kubeconfig": tenant.operator_kubeconfig, "node_name": node, "version": tenant.kubernetes_version,
              "tenant": tenant.name, "tenant_workers": tenant.workers},
@@ -224,7 +230,7 @@ class WorkerNode(pulumi.ComponentResource):
 
         # A new machine or a new control plane (endpoint or CA) is a new membership: leave and join again.
         self.membership = host_operations.resource(
-            host_operations.NodeMembershipProvider(),
+            NodeMembershipProvider(),
             f"{name}-membership",
             {
                 "kubeconfig": tenant.operator_kubeconfig,
@@ -293,7 +299,7 @@ class WorkerNode(pulumi.ComponentResource):
             ),
         )
         self.registered = host_operations.resource(
-            host_operations.NodeRegistrationProvider(),
+            NodeRegistrationProvider(),
             f"{name}-registered",
             {
                 "kubeconfig": tenant.operator_kubeconfig,
@@ -323,7 +329,7 @@ class WorkerNode(pulumi.ComponentResource):
         else:
             self.kubelet_version = None
         self.ready = host_operations.resource(
-            host_operations.NodeReadyProvider(),
+            NodeReadyProvider(),
             f"{name}-ready",
             {"kubeconfig": tenant.operator_kubeconfig, "node_name": node, "version": tenant.kubernetes_version,
              "kubelet_version": self.kubelet_version, "registration": self.registered.id,

@@ -1,4 +1,4 @@
-"""What a dynamic provider of `components.host_operations` reaches while the simulator runs it: the simulated clusters.
+"""What a dynamic provider (`components/*/operations.py`) reaches while the simulator runs it: the simulated clusters.
 
 The providers' own code runs unchanged (tests/support/sim/providers.py DynamicModel loads them as the
 dynamic-provider host does). `attach` gives the provider instance it unpickled the simulator's side of the
