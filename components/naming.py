@@ -32,6 +32,9 @@ PART_OF = "gpu-tenancy"
 # object without them, so a new join id must re-apply them (and re-create the smoke pod bound to the old one).
 JOIN_ANNOTATION = "gpu-tenancy.io/join"
 
+# Where each tenant's Calico operator runs (its chart's release namespace; the operator puts Calico itself in
+# calico-system and calico-apiserver).
+CALICO_OPERATOR_NAMESPACE = "tigera-operator"
 # A tenant's own system namespaces (Kubernetes, the Konnectivity agent, Calico, HAMi run there): HAMi's admission
 # webhook never sees them (charts/hami/templates/scheduler/webhook.yaml, a `kubernetes.io/metadata.name NotIn`
 # namespaceSelector), so with failurePolicy Fail a dead webhook cannot block CoreDNS, kube-proxy, the agent, Calico
@@ -40,7 +43,7 @@ TENANT_SYSTEM_NAMESPACES = (
     "kube-system",
     "kube-public",
     "kube-node-lease",
-    "tigera-operator",
+    CALICO_OPERATOR_NAMESPACE,
     "calico-system",
     "calico-apiserver",
 )

@@ -2,10 +2,9 @@
 
 from .models import GpuCard, Management, Quota, SmokeTest, StackConfig, Tenant, Versions, Worker
 from .source import read_stack_config
-from .validate import NAMESPACE, ConfigError, ConfigIssue, load_stack_config
+from .validate import ConfigError, ConfigIssue, load_stack_config
 
 __all__ = [
-    "NAMESPACE",
     "ConfigError",
     "ConfigIssue",
     "GpuCard",

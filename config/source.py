@@ -14,8 +14,10 @@ from typing import Any
 import pulumi
 from pulumi.runtime import config as runtime_config
 
+from components.naming import PROJECT
+
 from .models import StackConfig
-from .validate import NAMESPACE, load_stack_config
+from .validate import load_stack_config
 
 
 def _decode(value: Any) -> Any:
@@ -31,7 +33,7 @@ def _decode(value: Any) -> Any:
 def raw_stack_config() -> dict[str, Any]:
     """All keys of the project namespace, with the namespace prefix removed."""
     entries = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
-    prefix = f"{NAMESPACE}:"
+    prefix = f"{PROJECT}:"
     return {
         key[len(prefix):]: _decode(value)
         for key, value in entries.items()
@@ -44,7 +46,7 @@ def secret_stack_keys(keys: Iterable[str]) -> set[str]:
     from_env = set(runtime_config.get_config_secret_keys_env())
     return {
         key for key in keys
-        if runtime_config.is_config_secret(f"{NAMESPACE}:{key}") or f"{NAMESPACE}:{key}" in from_env
+        if runtime_config.is_config_secret(f"{PROJECT}:{key}") or f"{PROJECT}:{key}" in from_env
     }
 
 

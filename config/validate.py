@@ -17,7 +17,7 @@ from pulumi import RunError
 from pydantic import BaseModel, ValidationError
 
 from components import kube
-from components.naming import TENANT_SYSTEM_NAMESPACES
+from components.naming import PROJECT, TENANT_SYSTEM_NAMESPACES
 
 from . import upgrade
 from .cidrs import allocate_ranges, overlapping_pairs
@@ -30,7 +30,6 @@ from .models import (
     Tenant,
 )
 
-NAMESPACE = "gpu-tenancy"
 MAX_NODE_NAME_LENGTH = 63
 # The tenant controller manager gives every node a /24 of the pod range.
 NODE_POD_PREFIX = 24
@@ -63,7 +62,7 @@ class ConfigError(RunError, ValueError):
         self.stack = stack
         lines = "\n".join(f"  - {issue}" for issue in issues)
         self.problems = (
-            f"invalid '{NAMESPACE}' stack configuration ({len(issues)} problem"
+            f"invalid '{PROJECT}' stack configuration ({len(issues)} problem"
             f"{'s' if len(issues) != 1 else ''}):\n{lines}"
         )
         super().__init__(f"{self.problems}\n{self.fix}")
@@ -72,8 +71,8 @@ class ConfigError(RunError, ValueError):
     def fix(self) -> str:
         file = f"Pulumi.{self.stack}.yaml" if self.stack else "Pulumi.<stack>.yaml"
         flag = f"--stack {self.stack} " if self.stack else ""
-        return (f"Fix these keys in {file} under '{NAMESPACE}:' (or with `pulumi config set {flag}--path "
-                f"'{NAMESPACE}:<key path>' <value>`); see the configuration reference in README.md.")
+        return (f"Fix these keys in {file} under '{PROJECT}:' (or with `pulumi config set {flag}--path "
+                f"'{PROJECT}:<key path>' <value>`); see the configuration reference in README.md.")
 
     def for_stack(self, stack: str) -> ConfigError:
         """The same problems, with the fix line naming `stack`'s file."""
@@ -648,7 +647,7 @@ def _infrastructure_issues(config: StackConfig, tenants: Indexed, secret_keys: C
                         f"the server's key where you trust the network (or from its console: cat "
                         f"/etc/ssh/ssh_host_ed25519_key.pub), e.g. `ssh-keyscan {port}-t ed25519 {ssh.host}`, and "
                         f"set it without the host name: pulumi config set --path "
-                        f"'{NAMESPACE}:{path}.ssh.hostKey' 'ssh-ed25519 AAAA...'",
+                        f"'{PROJECT}:{path}.ssh.hostKey' 'ssh-ed25519 AAAA...'",
                     ))
             elif management.adopts_existing_cluster:
                 issues.append(ConfigIssue(

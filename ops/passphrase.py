@@ -20,6 +20,7 @@ import stat
 import sys
 from pathlib import Path
 
+from components.naming import PROJECT
 from ops.private_file import write_private
 
 
@@ -34,7 +35,7 @@ def ensure_passphrase(path: Path) -> str:
     return f"generated {path} (keep it: it is the only key to the secrets in the stack's state)"
 
 
-def stack_state_files(state_dir: Path, stack: str, project: str = "gpu-tenancy") -> list[Path]:
+def stack_state_files(state_dir: Path, stack: str, project: str = PROJECT) -> list[Path]:
     """The local backend's state file(s) of `stack` (project-scoped layout, and the older flat one)."""
     candidates = [state_dir / ".pulumi" / "stacks" / project / f"{stack}.json",
                   state_dir / ".pulumi" / "stacks" / f"{stack}.json"]

@@ -18,6 +18,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from components.naming import GPU_RESOURCE
+
 # pkg/device/nvidia/device.go NvidiaGPUDevice: the request type of every nvidia.com/gpu container.
 NVIDIA = "NVIDIA"
 # The scheduler only considers devices whose type contains "NVIDIA" (pkg/scheduler/score.go getNodeResources); the
@@ -48,7 +50,7 @@ ALLOCATED_CARDS_INSUFFICIENT_REQUEST = "AllocatedCardsInsufficientRequest"
 RESOURCE_QUOTA_NOT_FIT = "ResourceQuotaNotFit"
 
 # The ResourceQuota key kube-apiserver enforces on a workload namespace (components/tenant/spec.py gpu_quota_hard).
-QUOTA_GPUS = "requests.nvidia.com/gpu"
+QUOTA_GPUS = f"requests.{GPU_RESOURCE}"
 
 
 def device_type(model: str) -> str:

@@ -19,9 +19,18 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from components import kube
+from components.gpu.capacity import QUOTA_GPUS
 from components.helm import Chart
 from components.images import CFSSL_REPOSITORY, CFSSL_TAG
-from components.naming import KAMAJI_NAMESPACE, NAMESPACE_NAME_LABEL, PART_OF, PART_OF_LABEL
+from components.naming import (
+    CALICO_OPERATOR_NAMESPACE,
+    GPU_CORES_RESOURCE,
+    GPU_MEMORY_RESOURCE,
+    KAMAJI_NAMESPACE,
+    NAMESPACE_NAME_LABEL,
+    PART_OF,
+    PART_OF_LABEL,
+)
 from components.sdk import sdk_field
 from config import Quota, Tenant
 from config.cidrs import dns_service_ip
@@ -466,10 +475,9 @@ def datastore_manifest(name: str, spec: dict[str, Any], tenant: str | None = Non
 # --------------------------------------------------------------------------- #
 
 # The operator reads its kubernetes-services-endpoint ConfigMap from the release namespace.
-CALICO_NAMESPACE = "tigera-operator"
 # Since 3.32 the CRDs are a chart of their own, installed before the operator chart.
-CALICO_CRDS_CHART = Chart("calico-crds", "crd.projectcalico.org.v1", CALICO_NAMESPACE)
-CALICO_OPERATOR_CHART = Chart("calico", "tigera-operator", CALICO_NAMESPACE)
+CALICO_CRDS_CHART = Chart("calico-crds", "crd.projectcalico.org.v1", CALICO_OPERATOR_NAMESPACE)
+CALICO_OPERATOR_CHART = Chart("calico", "tigera-operator", CALICO_OPERATOR_NAMESPACE)
 CALICO_BLOCK_SIZE = 26
 
 
@@ -559,9 +567,9 @@ def gpu_quota_hard(quota: Quota | None) -> dict[str, str]:
         return {}
     hard = {}
     for resource, value in (
-        ("requests.nvidia.com/gpu", quota.gpus),
-        ("limits.nvidia.com/gpumem", quota.memory_mib),
-        ("limits.nvidia.com/gpucores", quota.cores),
+        (QUOTA_GPUS, quota.gpus),
+        (f"limits.{GPU_MEMORY_RESOURCE}", quota.memory_mib),
+        (f"limits.{GPU_CORES_RESOURCE}", quota.cores),
     ):
         if value is not None:
             hard[resource] = str(value)
