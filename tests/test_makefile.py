@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -111,3 +112,12 @@ def test_make_test_runs_whole_files_on_parallel_workers_with_a_pinned_xdist():
     assert [pin for pin in pins if pin.startswith("pytest-xdist==")], "pytest -n needs pytest-xdist installed"
     (zero,) = [line for line in dry_run("test", "TEST_JOBS=0") if " -m pytest" in line]
     assert zero.endswith("-m pytest -n 0 --dist loadfile")
+
+
+def test_a_make_under_make_test_job_count_answers_for_the_makefile_not_the_outer_command_line():
+    # What `make test TEST_JOBS=0` (README) hands every process under it (GNU make 4.3 exports the command line's
+    # variables and lists them in MAKEFLAGS): a test's own `make -n test` must still see the Makefile's default.
+    outer = {**os.environ, "MAKEFLAGS": " -- TEST_JOBS=0", "MAKELEVEL": "1", "TEST_JOBS": "0"}
+    (line,) = [line for line in run_make("-n", "test", cwd=ROOT, env=outer, check=True).stdout.splitlines()
+               if " -m pytest" in line]
+    assert line.endswith("-m pytest -n auto --dist loadfile")
