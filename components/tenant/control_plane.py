@@ -1,6 +1,7 @@
 """One tenant's hosted control plane: namespace + isolation (and, if chosen, its own etcd) on the management
 cluster, the Kamaji TenantControlPlane, its credentials, and inside the tenant kube-proxy, the workload
-namespaces, the restricted user credential and the GPU quota. Calico is `TenantCni`, installed after the joins.
+namespaces, the restricted user credential and the GPU quota. Calico is `TenantCni` (components/tenant/cni.py),
+installed after the joins.
 
 Pure builders live in `components.tenant.spec`; this module only wires them to resources. Everything inside
 the tenant is `deleted_with` the TenantControlPlane: when the control plane goes, its cluster goes with it, so
@@ -25,9 +26,6 @@ from components.tenant import spec as tenant_spec
 
 # Kamaji needs a few minutes for certificates, datastore schema, the Deployment and the LB address.
 TCP_TIMEOUT = "20m"
-# Pulls the operator and calico-node images, then waits for the operator Deployment.
-CALICO_TIMEOUT_SECONDS = 20 * 60
-CRD_CHART_TIMEOUT_SECONDS = 5 * 60
 ETCD_TIMEOUT_SECONDS = 10 * 60
 
 
@@ -294,46 +292,3 @@ def _object(resource_name: str, shape: dict[str, Any], obj: pulumi.Input[dict[st
     value = pulumi.Output.from_input(obj)
     arguments = {arg: value.apply(lambda o, key=key: o[key]) for arg, key in fields if key in shape}
     return resource_class(resource_name, metadata=value.apply(lambda o: o["metadata"]), opts=opts, **arguments)
-
-
-@dataclass
-class TenantCniArgs:
-    tenant: config.Tenant
-    tenant_provider: k8s.Provider
-    endpoint: pulumi.Input[str]  # "<host>:<port>" of the tenant API server
-    # The tenant's worker joins: Calico goes in after them (its operator and CNI pods need a Node to run on).
-    depends_on: list[pulumi.Resource]
-    # The TenantControlPlane: Calico lives in its cluster and goes with it.
-    deleted_with: pulumi.Resource | None = None
-
-
-class TenantCni(pulumi.ComponentResource):
-    """Calico in one tenant: the CRD chart, then tigera-operator with one VXLAN pool over `podCidr`."""
-
-    releases: list[pulumi.Resource]
-
-    def __init__(self, name: str, args: TenantCniArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__(f"{COMPONENT_PREFIX}:TenantCni", name, None, opts)
-        _, pod_cidr = tenant_spec.resolved_cidrs(args.tenant)
-        workers = len(args.tenant.workers)
-        system_nodes = tenant_spec.system_node_selector(args.tenant)
-        inside = pulumi.ResourceOptions(parent=self, provider=args.tenant_provider, deleted_with=args.deleted_with)
-        calico_crds = helm_release(
-            f"{name}-calico-crds",
-            tenant_spec.CALICO_CRDS_CHART,
-            create_namespace=True,
-            timeout=CRD_CHART_TIMEOUT_SECONDS,
-            opts=pulumi.ResourceOptions.merge(inside, pulumi.ResourceOptions(depends_on=args.depends_on)),
-        )
-        calico = helm_release(
-            f"{name}-calico",
-            tenant_spec.CALICO_OPERATOR_CHART,
-            values=pulumi.Output.from_input(args.endpoint).apply(
-                lambda endpoint: tenant_spec.calico_operator_values(pod_cidr, endpoint, workers, system_nodes)
-            ),
-            create_namespace=True,
-            timeout=CALICO_TIMEOUT_SECONDS,
-            opts=pulumi.ResourceOptions.merge(inside, pulumi.ResourceOptions(depends_on=[calico_crds])),
-        )
-        self.releases = [calico_crds, calico]
-        self.register_outputs({"releases": [release.name for release in self.releases]})
