@@ -10,7 +10,7 @@ import pytest
 from components.gpu.values import hami_values
 from components.plan import capacity_issues, check_capacity, gpu_plan
 from config import ConfigError, Versions, load_stack_config
-from tests.support.mockrun import ProgramFailedError, reference_stack, run_program
+from tests.support.mockrun import ProgramFailedError, reference_stack, registered
 
 
 def card(uuid, memory=8192, cores=100, slots=10):
@@ -182,11 +182,11 @@ def test_strict_capacity_stops_the_program_before_any_resource():
     raw = stack([{"name": "w", "replicas": 3, "memoryMiB": 4000, "cores": 10}])
     raw["strictCapacity"] = True
     with pytest.raises(ProgramFailedError, match=r"tenants\[0\]\.workloads\[0\]: 2 of 3 pod"):
-        run_program(raw, preview=True)
+        registered(raw, preview=True)
 
 
 def test_preview_exports_the_plan():
-    run = run_program(stack([{"name": "quarter", "memoryPercent": 25, "cores": 25}]), preview=True)
+    run = registered(stack([{"name": "quarter", "memoryPercent": 25, "cores": 25}]), preview=True)
     plan = run.outputs["gpuPlan"].value
     assert not run.outputs["gpuPlan"].secret
     assert [p["workload"] for p in plan["tenants"]["tenant-a"]["placements"]] == ["smokeTest", "quarter"]
@@ -212,7 +212,7 @@ def test_a_tenants_policies_reach_its_hami_chart_values():
 
 
 def test_the_program_passes_the_tenants_scheduling_to_its_hami_release():
-    run = run_program(stack([], scheduling={"nodePolicy": "spread", "gpuPolicy": "binpack"}), preview=True)
+    run = registered(stack([], scheduling={"nodePolicy": "spread", "gpuPolicy": "binpack"}), preview=True)
     releases = {r.name: r for r in run.resources if r.type == "kubernetes:helm.sh/v3:Release"}
     policy = releases["tenant-a-hami"].inputs["values"]["scheduler"].get("defaultSchedulerPolicy")
     assert policy == {"nodeSchedulerPolicy": "spread", "gpuSchedulerPolicy": "binpack"}
