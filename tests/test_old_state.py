@@ -413,3 +413,41 @@ def test_a_worker_replaced_on_the_old_state_leaves_through_the_old_pickle(stack)
     plan = old.up()
     assert f"{gone}-membership" in plan.names("delete"), plan.render()
     assert old.world.tenant_api(tenant["name"]).find("Node", None, gone) is None
+
+
+# --------------------------------------------------------------------------- #
+# A stack of the layered layout's first version (providers under components.host_operations)
+# --------------------------------------------------------------------------- #
+
+
+def _as_before_the_move(sim: Lifecycle) -> int:
+    """The stack as the program of commit 6270184 left it: every dynamic resource's pickled provider names
+    components.host_operations (tests/fixtures/pickles-6270184.json). Returns how many were rewritten."""
+    rewritten = 0
+    for resource in sim.engine.state.values():
+        for props in (resource.inputs, resource.outputs):
+            if "__provider" in props:
+                name = pickled_class(plain(props["__provider"])).rpartition(".")[2]
+                props["__provider"] = MOVED[f"{MOVED_MODULE}.{name}"]
+                rewritten += 1
+    return rewritten
+
+
+def test_a_stack_from_before_the_providers_moved_previews_no_change_and_destroys():
+    from tests.support.lifecycle_support import running_kind_lab
+
+    sim = running_kind_lab(one_tenant=True)
+    assert _as_before_the_move(sim) > 10
+    assert sim.preview().changed() == {}
+    assert sim.up(skip_preview=True).changed() == {}
+    # The update kept the old pickles in the outputs (no step ran a provider). A worker replaced now leaves through
+    # its old membership's Delete, which loads the old pickle (the rest of a destroy goes with the kind cluster,
+    # deletedWith, and runs no Delete; every class's Delete on its old pickle is in
+    # test_the_provider_host_deletes_with_the_old_pickle).
+    membership = sim.resource("tenant-a-worker-0-membership")
+    assert pickled_class(plain(membership.outputs["__provider"])).startswith(MOVED_MODULE)
+    plan = sim.up(replace=["tenant-a-worker-0-membership"])
+    assert "tenant-a-worker-0-membership" in plan.names("replace")
+    assert sim.up().changed() == {}
+    sim.destroy()
+    assert sim.resources() == []
