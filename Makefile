@@ -53,7 +53,7 @@ help:
 	@echo "make plan        where HAMi would place each declared GPU workload, quota figures; a picture (build/)"
 	@echo "make graph       resources, longest dependency chain and tenant coupling, without a cluster (build/)"
 	@echo "make bench       graph and image-pull benchmark for 2, 8 and 32 tenants"
-	@echo "make docs        regenerate docs/dependency-graph.md and the README's samples from the reference stack"
+	@echo "make docs        regenerate docs/dependency-graph.md and the docs' samples from the reference stack"
 	@echo "make snapshots   rewrite tests/fixtures/snapshots/ (generated objects, whole) from the code; review with git diff"
 	@echo "make e2e         the real lifecycle on this Docker host (tests/e2e: up and verify, changes, upgrade, destroy)"
 	@echo "make venv, make backend, make pulumi-cli: the steps the targets above use"

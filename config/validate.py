@@ -72,7 +72,7 @@ class ConfigError(RunError, ValueError):
         file = f"Pulumi.{self.stack}.yaml" if self.stack else "Pulumi.<stack>.yaml"
         flag = f"--stack {self.stack} " if self.stack else ""
         return (f"Fix these keys in {file} under '{PROJECT}:' (or with `pulumi config set {flag}--path "
-                f"'{PROJECT}:<key path>' <value>`); see the configuration reference in README.md.")
+                f"'{PROJECT}:<key path>' <value>`); see the configuration reference in docs/configuration.md.")
 
     def for_stack(self, stack: str) -> ConfigError:
         """The same problems, with the fix line naming `stack`'s file."""

@@ -7,7 +7,7 @@
 - `venv` and `ensurepip`: Debian and Ubuntu ship ensurepip only in `python3.X-venv`, without which
   `python3 -m venv` fails ("ensurepip is not available");
 - `make` (absent on a stock Ubuntu server or desktop; needed to run this from `make` at all, listed for the
-  README's sake and for `python3 -m ops.hostcheck` run by hand);
+  docs' sake and for `python3 -m ops.hostcheck` run by hand);
 - `curl`, which the install commands preflight prints (kind, the Pulumi CLI) use.
 
 Each missing thing is one line with the apt package that provides it; the exit code is 1 when any is missing.

@@ -269,7 +269,7 @@ def test_the_simulator_refuses_to_guess_how_a_server_reaches_the_endpoint():
 def test_a_server_joined_before_node_ip_keeps_its_address_until_its_membership_is_replaced(monkeypatch):
     """A server joined by the node-join.sh before node-ip keeps the address its kubelet chose: the new script text
     is an update of the join, whose create finds the server joined to this tenant and does nothing. Replacing the
-    membership rejoins it with node-ip (README "Joining real GPU servers over SSH")."""
+    membership rejoins it with node-ip (docs/real-clusters.md "Joining real GPU servers over SSH")."""
     real_text = shell.script_text
     monkeypatch.setattr(shell, "script_text",
                         lambda name: real_text(name) + ("# before node-ip\n" if name == shell.NODE_JOIN else ""))

@@ -23,6 +23,7 @@ from ops import upstream
 from tests.support.charts import write_fake_charts
 from tests.support.lifecycle_support import adopt_lab, kind_lab, one_tenant_stack, running_kind_lab
 from tests.support.mockrun import reference_stack, run_program
+from tests.support.readme import all_text
 from tests.support.sim import Lifecycle
 from tests.support.sim.lab import lab_world
 
@@ -109,7 +110,7 @@ def test_a_fresh_clone_preview_fails_in_one_line_naming_make_charts_before_regis
 def test_the_readme_shows_the_line_a_fresh_clone_prints(fresh_clone):
     with pytest.raises(helm.ChartsMissingError) as raised:
         helm.require_charts(helm.Versions())
-    assert str(raised.value) in (upstream.ROOT / "README.md").read_text().splitlines()
+    assert str(raised.value) in all_text().splitlines()
 
 
 def test_a_partly_fetched_checkout_names_the_missing_charts(fresh_clone):

@@ -115,7 +115,7 @@ def test_make_test_runs_whole_files_on_parallel_workers_with_a_pinned_xdist():
 
 
 def test_a_make_under_make_test_job_count_answers_for_the_makefile_not_the_outer_command_line():
-    # What `make test TEST_JOBS=0` (README) hands every process under it (GNU make 4.3 exports the command line's
+    # What `make test TEST_JOBS=0` (docs/development.md) hands every process under it (GNU make 4.3 exports the command line's
     # variables and lists them in MAKEFLAGS): a test's own `make -n test` must still see the Makefile's default.
     outer = {**os.environ, "MAKEFLAGS": " -- TEST_JOBS=0", "MAKELEVEL": "1", "TEST_JOBS": "0"}
     (line,) = [line for line in run_make("-n", "test", cwd=ROOT, env=outer, check=True).stdout.splitlines()

@@ -22,6 +22,7 @@ import yaml
 
 from components import shell as ns
 from ops.verify_checks import NETWORK_PROBE_SCRIPT
+from tests.support.readme import all_text
 from tests.support.stub_calls import recorded_calls
 
 NODE = "tenant-a-worker-0"
@@ -1441,10 +1442,9 @@ def test_an_apt_server_without_the_new_packages_is_told_the_exact_apt_commands(n
 
 
 def test_the_readme_shows_the_message_an_operator_gets(node):
-    """README "Upgrading a tenant": its sample is what the script prints for an apt server at v1.35.0."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    """docs/operations.md "Upgrading a tenant": its sample is what the script prints for an apt server at v1.35.0."""
     prefix = "error: ... team-vision-gpu-01-upgrade: ... "
-    shown = next(line for line in readme.splitlines() if line.startswith(prefix))[len(prefix):]
+    shown = next(line for line in all_text().splitlines() if line.startswith(prefix))[len(prefix):]
     joined_at(node)
     node.add_tool("apt-get")
     done = node.run_upgrade(**{ns.NODE_NAME_ENV: "team-vision-gpu-01"})

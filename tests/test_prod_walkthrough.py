@@ -1,7 +1,7 @@
-"""The README's production walkthrough ("Beyond one machine"), command by command, on a fresh clone.
+"""The production walkthrough of docs/real-clusters.md, command by command, on a fresh clone.
 
-The commands are read from README.md (tests/support/readme.py `shell_commands`), so the README and the code cannot
-drift: each runs in bash, as written, in a copy of the tracked files without .cache/charts (a fresh clone; the
+The commands are read from docs/real-clusters.md (tests/support/readme.py `shell_commands`), so the docs and the code
+cannot drift: each runs in bash, as written, in a copy of the tracked files without .cache/charts (a fresh clone; the
 shared virtualenv stands in for `make venv`). `pulumi` is a stub on PATH that records its command line, its
 environment and its stdin, and writes a `secure:` placeholder where `pulumi config set --secret --path` would.
 `make secret` runs for real. `make preview` / `make up` / `make verify` run as `make -n` (their recipes are
@@ -36,7 +36,7 @@ from tests.support.sim.lab import adopt, lab_world
 from tests.test_config_infrastructure import PRIVATE_KEY
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTION = "Beyond one machine: real clusters and GPU servers"
+SECTION, DOC = "Beyond one machine: real clusters and GPU servers", ROOT / "docs" / "real-clusters.md"
 PULUMI_STUB = """\
 #!{python}
 import json, os, sys
@@ -64,7 +64,7 @@ if argv[:2] == ["config", "set"]:
 with open(os.environ["WALKTHROUGH_LOG"], "a") as log:
     log.write(json.dumps(entry) + "\\n")
 """
-# Each README command runs with this prelude: `make` keeps its own targets' recipes honest, and stops short of
+# Each documented command runs with this prelude: `make` keeps its own targets' recipes honest, and stops short of
 # the chart sites and the cluster for the targets that need them.
 PRELUDE = """\
 make() {
@@ -120,8 +120,8 @@ def test_the_readme_prod_walkthrough_runs_as_written_on_a_fresh_clone(clone, tmp
     env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME": str(home), "WALKTHROUGH_LOG": str(log),
            "WALKTHROUGH_MAKE": str(made), "WALKTHROUGH_RECIPES": str(recipes), "LANG": "C.UTF-8"}
 
-    commands = shell_commands(SECTION)
-    assert commands, "the README's prod walkthrough has no commands"
+    commands = shell_commands(SECTION, DOC)
+    assert commands, "the docs' prod walkthrough has no commands"
     operations = []
     for command in commands:
         done = subprocess.run(["bash", "-euo", "pipefail", "-c", PRELUDE + command], cwd=clone, env=env,
@@ -135,7 +135,7 @@ def test_the_readme_prod_walkthrough_runs_as_written_on_a_fresh_clone(clone, tmp
             assert words[0] in ("cp", "make", "for"), f"the walkthrough does not know this command: {command}"
 
     calls = [json.loads(line) for line in log.read_text().splitlines()]
-    # Every credential went in on stdin; none is on a command line or in a README command (the shell history).
+    # Every credential went in on stdin; none is on a command line or in a documented command (the shell history).
     secrets = [c for c in calls if c["argv"][:3] == ["config", "set", "--secret"]]
     assert {c["stdin"] for c in secrets} == {kubeconfig, PRIVATE_KEY.rstrip("\n")}
     for call in calls:
@@ -176,7 +176,7 @@ def test_the_readme_prod_walkthrough_runs_as_written_on_a_fresh_clone(clone, tmp
     for operation in operations:
         plan = sim.preview(expect_error=True) if operation == "preview" else sim.up(expect_error=True)
         assert plan.ok, plan.render()
-    # No kind, no docker, no cache in the prod plan (the README's promise).
+    # No kind, no docker, no cache in the prod plan (the docs' promise).
     assert not [r.name for r in sim.engine.state.values() if r.type.startswith("docker:")]
     assert world.kind == {} and world.docker.containers == {}
     assert "ops.verify --stack prod" in text
@@ -195,5 +195,5 @@ def test_the_walkthrough_parser_keeps_a_loop_whole():
         make up
         ```
         """)
-    assert shell_commands("Steps", text) == [
+    assert shell_commands("Steps", text=text) == [
         "cp a b   # copy", 'for t in 0 1; do for w in 0 1; do\n  make secret KEY="x[$t]" FILE=f\ndone; done', "make up"]

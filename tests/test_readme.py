@@ -1,5 +1,6 @@
-"""README.md stays true: every `make` target, file and configuration key it names exists, every key of the
-configuration is in its reference, and its sample outputs are what the code produces now."""
+"""The documentation stays true: every `make` target, file, link and configuration key that README.md, CHANGELOG.md
+or a file under docs/ names exists, every key of the configuration is in docs/configuration.md, the sample outputs
+are what the code produces now, and the README stays a front page."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from config.models import StackConfig
 from tests.support import readme
 
 ROOT = Path(__file__).resolve().parent.parent
-TEXT = (ROOT / "README.md").read_text()
+TEXTS = {path: path.read_text() for path in readme.DOCS}
+TEXT = "\n".join(TEXTS.values())
 MAKEFILE = (ROOT / "Makefile").read_text()
 
 
@@ -40,14 +42,21 @@ def make_targets() -> set[str]:
     return set(re.findall(r"^([a-z][a-z0-9-]*):", MAKEFILE, re.M))
 
 
+def test_the_checks_read_every_doc_and_the_readme_is_a_front_page():
+    assert {ROOT / "README.md", ROOT / "CHANGELOG.md", ROOT / "docs" / "configuration.md"} <= set(TEXTS)
+    assert set((ROOT / "docs").glob("*.md")) <= set(TEXTS)
+    assert len(TEXTS[ROOT / "README.md"].splitlines()) <= 200, "README.md is a front page: move the detail to docs/"
+
+
 def test_generated_blocks_are_current():
-    assert readme.render(TEXT) == TEXT, "README.md has stale generated blocks: run `make docs`"
-    assert set(readme.BLOCK.findall(TEXT)) and {m[1] for m in readme.BLOCK.findall(TEXT)} == set(readme.GENERATORS)
+    stale = [str(path.relative_to(ROOT)) for path, text in TEXTS.items() if readme.render(text) != text]
+    assert not stale, f"stale generated blocks in {stale}: run `make docs`"
+    assert {m[1] for m in readme.BLOCK.findall(TEXT)} == set(readme.GENERATORS)
 
 
 def test_every_make_target_named_exists_and_make_help_lists_every_target():
     named = set(re.findall(r"\bmake ([a-z][a-z0-9-]*)", TEXT))
-    assert named, "the README names no make target"
+    assert named, "the docs name no make target"
     assert named <= make_targets(), named - make_targets()
     phony = set(re.search(r"^\.PHONY: (.*)$", MAKEFILE, re.M).group(1).split())
     help_text = MAKEFILE.split("\nhelp:", 1)[1].split("\n\n", 1)[0]
@@ -55,9 +64,26 @@ def test_every_make_target_named_exists_and_make_help_lists_every_target():
     assert phony - {"help"} <= listed, phony - listed
 
 
+def anchors(text: str) -> set[str]:
+    """GitHub's anchors of a markdown file's headings: lower case, punctuation dropped, spaces as hyphens."""
+    return {re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+            for heading in re.findall(r"^#+ (.*)$", text, re.M)}
+
+
+def test_every_link_between_the_docs_reaches_its_file_and_heading():
+    checked = 0
+    for path, text in TEXTS.items():
+        for target, anchor in re.findall(r"\]\(([A-Za-z0-9_./-]*)(?:#([\w-]+))?\)", text):
+            linked = (path.parent / target).resolve() if target else path
+            assert linked.exists(), f"{path.relative_to(ROOT)} links to {target}, which does not exist"
+            if anchor:
+                assert anchor in anchors(linked.read_text()), f"{path.relative_to(ROOT)}: no heading #{anchor} in {target}"
+            checked += 1
+    assert checked > 20
+
+
 def test_every_file_named_exists():
     candidates = set(re.findall(r"`([A-Za-z0-9_./-]+\.(?:py|sh|yaml|md|json|txt))`", TEXT))
-    candidates |= set(re.findall(r"\]\(([A-Za-z0-9_./-]+)\)", TEXT))
     ours = {entry.name for entry in ROOT.iterdir()}
     checked = 0
     for name in candidates:
@@ -67,7 +93,7 @@ def test_every_file_named_exists():
             continue  # `make graph` output: git-ignored, made on demand (tests/test_makefile.py checks the paths)
         if name.split("/")[0] not in ours and not name.startswith("Pulumi."):
             continue  # an upstream project's file (cited with its project name) or a bare name like `hosts.toml`
-        assert (ROOT / name).exists(), f"README names {name}, which does not exist"
+        assert (ROOT / name).exists(), f"the docs name {name}, which does not exist"
         checked += 1
     assert checked > 10
 
@@ -81,11 +107,11 @@ def test_every_config_key_named_exists():
     named = {_normalise(t) for t in tokens if t.split(".")[0].split("[")[0] in TOP_LEVEL}
     assert len(named) > 20
     unknown = {key for key in named if key not in KEYS}
-    assert not unknown, f"the README names configuration keys that do not exist: {sorted(unknown)}"
+    assert not unknown, f"the docs name configuration keys that do not exist: {sorted(unknown)}"
 
 
 def test_the_reference_covers_every_config_key():
-    reference = TEXT.split("## Configuration reference", 1)[1].split("\n## ", 1)[0]
+    reference = TEXTS[ROOT / "docs" / "configuration.md"]
     cells = set(re.findall(r"`([A-Za-z\[\].]+)`", reference))
     missing = set()
     for key in KEYS:

@@ -1,5 +1,5 @@
-"""The README's worked examples of "Planning GPU capacity" (their `make plan` output is a generated block that
-tests/test_readme.py keeps current): what each example is there to show holds."""
+"""The worked examples of docs/capacity.md (their `make plan` output is a generated block that tests/test_readme.py
+keeps current): what each example is there to show holds."""
 
 from __future__ import annotations
 

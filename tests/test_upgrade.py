@@ -1,5 +1,5 @@
 """Tenant upgrades: which version changes are allowed (config.upgrade, the TenantVersion resource's diff) and how
-an upgrade runs on the lifecycle simulator (README "Upgrading a tenant")."""
+an upgrade runs on the lifecycle simulator (docs/operations.md "Upgrading a tenant")."""
 
 from __future__ import annotations
 
@@ -24,11 +24,12 @@ from tests.support.lifecycle_support import (
     tenant_names,
 )
 from tests.support.mockrun import reference_stack
+from tests.support.readme import all_text
 from tests.support.sim import systems
 from tests.support.sim.state import comparable, plain
 
 KEY = "tenants[0].kubernetesVersion"
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 # --------------------------------------------------------------------------- #
@@ -442,10 +443,9 @@ def test_an_ssh_worker_is_upgraded_once_its_packages_are_installed_one_server_at
     assert "cannot upgrade to v1.36.1: this server has kubeadm v1.35.0 and kubelet v1.35.0" in plan.error
     assert "sudo apt-get install -y kubeadm=1.36.1-1.1 kubelet=1.36.1-1.1" in plan.error
     assert "The Node stays cordoned (drained) until then; run pulumi up again" in plan.error
-    # What README "Upgrading a tenant" shows the operator (tests/test_node_scripts.py: the script prints it).
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    # What docs/operations.md "Upgrading a tenant" shows the operator (tests/test_node_scripts.py: the script prints it).
     prefix = "error: ... team-vision-gpu-01-upgrade: ... "
-    assert next(line for line in readme.splitlines() if line.startswith(prefix))[len(prefix):] in plan.error
+    assert next(line for line in all_text().splitlines() if line.startswith(prefix))[len(prefix):] in plan.error
     # gpu-01 is drained and cordoned at its old kubelet; gpu-02 was never drained; the other tenant is untouched.
     assert unschedulable(sim, VISION, VISION_SERVERS) == {"team-vision-gpu-01"}
     assert kubelet_versions(sim, VISION) == dict.fromkeys(VISION_SERVERS, "v1.35.0")
@@ -475,7 +475,7 @@ def test_a_stack_from_before_the_upgrade_step_that_raises_the_version_finishes_a
     """A stack created before `<node>-upgrade` existed: its servers have no record, and the first `up` of the new
     program also raises the version. `<node>-upgrade` is created (record mode), records the servers, and
     `<node>-ready` waits for no new kubelet (the script did not upgrade): the `up` finishes, the servers keep
-    v1.35.0 (within the skew policy), and nothing is left stuck. README: run one `up` first, or upgrade by hand."""
+    v1.35.0 (within the skew policy), and nothing is left stuck. CHANGELOG.md: run one `up` first, or upgrade by hand."""
     sim = vision_at_v1_35_0.fork()
     for urn in [urn for urn, r in sim.engine.state.items() if r.name.endswith("-upgrade")]:
         del sim.engine.state[urn]
@@ -630,7 +630,7 @@ def test_a_rejoined_node_whose_capacity_never_lands_stops_the_up_and_the_next_up
     drains = watch_drains(sim, monkeypatch)
     plan = sim.up(expect_error=True)
     assert plan.error is not None and "tenant-a-worker-0-ready" in plan.error, plan.render()
-    # As README "Upgrading a tenant" shows it.
+    # As docs/operations.md "Upgrading a tenant" shows it.
     assert "tenant-a-worker-0-ready: gave up after 300s: Node tenant-a-worker-0 does not advertise its cards: " \
            "nvidia.com/gpu capacity None, not 10; nvidia.com/gpu allocatable None, not 10. The next worker is not " \
            "drained until this one is back; check the kubelet on tenant-a-worker-0 (journalctl -u kubelet) and run " \
@@ -757,7 +757,7 @@ def test_the_provider_host_shows_the_warning_of_a_drains_diff_on_its_stderr():
     from pulumi.runtime import rpc
     from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
 
-    root = README.parent
+    root = ROOT
     env = {k: v for k, v in os.environ.items() if k.lower() not in ("https_proxy", "all_proxy", "http_proxy")}
     env["PYTHONPATH"] = str(root)
     process = subprocess.Popen([sys.executable, "-m", "pulumi.dynamic"], cwd=root, env=env, stdout=subprocess.PIPE,
@@ -799,7 +799,7 @@ def test_the_preview_of_a_one_worker_tenants_upgrade_warns_that_its_workloads_st
     assert warning.startswith(f"warning: {ONE_WORKER} until tenant-a-worker-0 is back"), preview.render()
     assert "Add a worker first to keep them running" in warning
     assert f"Diagnostics:\n  pulumi:pulumi:Stack (gpu-tenancy-dev):\n    {warning}" in preview.render()
-    assert f"Diagnostics:\n  pulumi:pulumi:Stack (gpu-tenancy-dev):\n    {warning}\n" in README.read_text()
+    assert f"Diagnostics:\n  pulumi:pulumi:Stack (gpu-tenancy-dev):\n    {warning}\n" in all_text()
     assert "tenant-b" not in warning
     plan = sim.up(skip_preview=True)
     assert plan.diagnostics == [warning]  # the update diffs again, and says it again

@@ -20,6 +20,7 @@ import pytest
 from config import Versions
 from ops import upstream
 from tests.conftest import SHARED, UPSTREAM_MISSING, locate_vendor_dir
+from tests.support.readme import all_text
 
 REF_A = "a" * 40
 REF_B = "b" * 40
@@ -719,4 +720,4 @@ def test_the_readme_shows_the_offline_line_as_make_up_prints_it(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     err = urllib.error.URLError(socket.gaierror(-2, "Name or service not known"))
     line = "upstream: " + upstream.unreachable_message("https://raw.githubusercontent.com/x/y/z", err, "chart")
-    assert line in (Path(upstream.ROOT) / "README.md").read_text().splitlines()
+    assert line in all_text().splitlines()

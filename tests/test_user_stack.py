@@ -17,9 +17,10 @@ from ops import preflight
 from tests.conftest import USER_STACK, UserStackReadError
 from tests.support.make import run_make
 from tests.support.mockrun import REFERENCE_STACK
+from tests.support.readme import DOCS
 
 ROOT = Path(__file__).resolve().parent.parent
-GENERATED = ("README.md", "docs/dependency-graph.md")
+GENERATED = tuple(str(path.relative_to(ROOT)) for path in DOCS)  # what `make docs` writes
 
 
 def edited_lab() -> dict:

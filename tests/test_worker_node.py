@@ -205,7 +205,7 @@ def test_membership_then_join_then_registered(lab, node):
 
 
 def test_a_worker_waits_for_the_one_before_it_only_through_its_drain(lab):
-    """Workers roll one at a time (README "Upgrading a tenant"): the second worker's drain waits for the first one
+    """Workers roll one at a time (docs/operations.md "Upgrading a tenant"): the second worker's drain waits for the first one
     back in service, the first waits for nothing of the second."""
     component = "gpu-tenancy:index:WorkerNode"
     drain, ready = lab.run.named(f"{SSH_NODE}-drain"), lab.run.named(f"{NODE}-ready")

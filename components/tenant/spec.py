@@ -281,8 +281,8 @@ def tenant_control_plane_spec(tenant: Tenant, datastore: str, source_ranges: Seq
             # MetalLB hands out an address on the docker `kind` network. No NodePorts: kube-proxy applies
             # loadBalancerSourceRanges to the LoadBalancer address only, so a node port on every management node
             # would bypass them (clastix/kamaji internal/resources/k8s_service_resource.go copies the field
-            # onto the Service and, when it is false, writes 0 over node ports allocated before; README "Changes
-            # to a running stack" says when the API server releases them).
+            # onto the Service and, when it is false, writes 0 over node ports allocated before; CHANGELOG.md
+            # says when the API server releases them).
             "service": {"serviceType": "LoadBalancer", "allocateLoadBalancerNodePorts": False},
         },
         "kubernetes": {

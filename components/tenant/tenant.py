@@ -152,7 +152,7 @@ class Tenant(pulumi.ComponentResource):
             _formerly_top_level(self, hami.FORMER_TYPE),
         )
         # One at a time: a worker is drained for an upgrade only after kube-proxy follows the control plane and the
-        # worker before it is back in service, its cards advertised (README "Upgrading a tenant").
+        # worker before it is back in service, its cards advertised (docs/operations.md "Upgrading a tenant").
         self.workers = []
         for worker in tenant.workers:
             previous = [self.workers[-1].ready] if self.workers else []

@@ -1,4 +1,4 @@
-"""A tenant upgraded from v1.35.0 to v1.36.1 (README "Upgrading a tenant"): a downgrade is refused by the preview
+"""A tenant upgraded from v1.35.0 to v1.36.1 (docs/operations.md "Upgrading a tenant"): a downgrade is refused by the preview
 before anything moves; the upgrade changes only that tenant, its Nodes report the new kubelet, and the smoke test
 proves fractional GPU admission through the tunnel again. The upgraded config is the lab's reference from here on
 (a way back would be a downgrade, which is refused)."""

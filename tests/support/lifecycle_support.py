@@ -92,8 +92,8 @@ def tenant_names(config: dict[str, Any]) -> list[str]:
 
 
 def kept_after_destroy(sim: Lifecycle) -> list[str]:
-    """What `make down` leaves on the Docker host on purpose, as `World.leftovers` names it (README "What `make
-    down` leaves"): the `kind` network kind made (it never removes it), the registry and kindest/node images
+    """What `make down` leaves on the Docker host on purpose, as `World.leftovers` names it (docs/operations.md "What
+    `make down` leaves"): the `kind` network kind made (it never removes it), the registry and kindest/node images
     (`keep_locally`: the next `make up` and other labs use them) and the image cache volume
     (`retain_on_delete`). Nothing in adopt mode."""
     from components.management.image_cache import REGISTRY_IMAGE, cache_volume_name

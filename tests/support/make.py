@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-# What a make passes to the makes under it: under `make test TEST_JOBS=0` (README), MAKEFLAGS carries TEST_JOBS=0
+# What a make passes to the makes under it: under `make test TEST_JOBS=0` (docs/development.md), MAKEFLAGS carries TEST_JOBS=0
 # into every `make -n test` a test runs, and its answer would be the outer command line's, not the Makefile's.
 _FROM_OUTER_MAKE = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")
 

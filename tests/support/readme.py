@@ -1,5 +1,6 @@
-"""Keep README.md's sample outputs true: the blocks between `<!-- generated:NAME -->` and `<!-- /generated:NAME -->`
-are produced by the code itself (a simulated `make up` of the reference stack, tests/fixtures/reference-stack.yaml; the image-pull benchmark).
+"""Keep the documentation's sample outputs true: in README.md, CHANGELOG.md and every file under docs/ (`DOCS`), the
+blocks between `<!-- generated:NAME -->` and `<!-- /generated:NAME -->` are produced by the code itself (a simulated
+`make up` of the reference stack, tests/fixtures/reference-stack.yaml; the image-pull benchmark; `make plan`).
 
     python -m tests.support.readme          # rewrite the blocks (make docs)
     python -m tests.support.readme --check  # exit 1 when a block is stale (the test suite checks this too)
@@ -15,7 +16,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+# Every file whose names, keys and samples tests/test_readme.py keeps true.
+DOCS = (README, ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").rglob("*.md")))
 BLOCK = re.compile(r"(<!-- generated:(?P<name>[a-z-]+) -->\n)(?P<body>.*?)(<!-- /generated:(?P=name) -->)", re.S)
+
+
+def all_text() -> str:
+    """All of `DOCS`, one after the other: where a test looks for what the docs show an operator."""
+    return "\n".join(path.read_text() for path in DOCS)
 
 
 def _status() -> str:
@@ -53,12 +61,13 @@ PLAN_EXAMPLES = ("plan-two-teams", "plan-spread", "plan-slots")
 
 
 def plan_example(name: str, text: str | None = None) -> dict:
-    """The stack configuration of the README's worked example `name`: the YAML block after its
+    """The stack configuration of the worked example `name` (docs/capacity.md): the YAML block after its
     `<!-- plan-input:NAME -->` marker, written as a stack file (`gpu-tenancy:<key>` under `config:`)."""
     import yaml
 
-    text = README.read_text() if text is None else text
-    start = text.index(PLAN_INPUT.format(name=name))
+    marker = PLAN_INPUT.format(name=name)
+    text = next((t for t in map(Path.read_text, DOCS) if marker in t), "") if text is None else text
+    start = text.index(marker)
     block = re.search(r"```yaml\n(.*?)```", text[start:], re.S)
     assert block is not None, f"no yaml block after the plan-input marker of {name}"
     document = yaml.safe_load(block.group(1))
@@ -80,16 +89,16 @@ GENERATORS: dict[str, Callable[[], str]] = {"status": _status, "image-pulls": _i
                                             **{name: _plan(name) for name in PLAN_EXAMPLES}}
 
 
-def shell_commands(section: str, text: str | None = None) -> list[str]:
-    """The commands of the first ```sh block under the README heading `section` (any level), in order, exactly as
-    written: one per line, except that a `for` loop is one command up to its last `done`."""
-    text = README.read_text() if text is None else text
+def shell_commands(section: str, path: Path = README, text: str | None = None) -> list[str]:
+    """The commands of the first ```sh block under the heading `section` (any level) of `path`, in order, exactly
+    as written: one per line, except that a `for` loop is one command up to its last `done`."""
+    text = path.read_text() if text is None else text
     heading = re.search(rf"^#+ {re.escape(section)}\n", text, re.M)
     if heading is None:
-        raise ValueError(f"README.md has no section {section!r}")
+        raise ValueError(f"{path.name} has no section {section!r}")
     block = re.search(r"^```sh\n(.*?)^```$", text[heading.end():], re.M | re.S)
     if block is None:
-        raise ValueError(f"README.md section {section!r} has no ```sh block")
+        raise ValueError(f"{path.name} section {section!r} has no ```sh block")
     commands: list[str] = []
     depth = 0
     for line in block.group(1).splitlines():
@@ -102,7 +111,7 @@ def shell_commands(section: str, text: str | None = None) -> list[str]:
             commands.append(line)
         depth += words.count("do") - words.count("done")
     if depth:
-        raise ValueError(f"README.md section {section!r}: a loop without its `done`")
+        raise ValueError(f"{path.name} section {section!r}: a loop without its `done`")
     return commands
 
 
@@ -111,7 +120,7 @@ def render(text: str) -> str:
     def replace(match: re.Match[str]) -> str:
         name = match.group("name")
         if name not in GENERATORS:
-            raise ValueError(f"README block {name!r} has no generator (known: {', '.join(GENERATORS)})")
+            raise ValueError(f"generated block {name!r} has no generator (known: {', '.join(GENERATORS)})")
         return f"{match.group(1)}{GENERATORS[name]()}{match.group(4)}"
 
     return BLOCK.sub(replace, text)
@@ -119,18 +128,20 @@ def render(text: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="only report whether the README is current")
+    parser.add_argument("--check", action="store_true", help="only report whether every block is current")
     args = parser.parse_args(argv)
-    current = README.read_text()
-    fresh = render(current)
-    if args.check:
+    stale = []
+    for path in DOCS:
+        current = path.read_text()
+        fresh = render(current)
         if fresh != current:
-            print("README.md has stale generated blocks: run `make docs`", file=sys.stderr)
-            return 1
-        return 0
-    if fresh != current:
-        README.write_text(fresh)
-        print("README.md: generated blocks rewritten")
+            stale.append(path.relative_to(ROOT))
+            if not args.check:
+                path.write_text(fresh)
+                print(f"{path.relative_to(ROOT)}: generated blocks rewritten")
+    if args.check and stale:
+        print(f"stale generated blocks in {', '.join(map(str, stale))}: run `make docs`", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -73,7 +73,7 @@ def worker_lab(*extra_workers: dict, world: World | None = None) -> Lifecycle:
 
 def add_lab_server(world: World, host: str, host_key: str = HOST_KEY) -> SshHost:
     """A server of the lab at `host`: one interface with the default route, at `host` when that is an IPv4 address,
-    else on the `kind` network (README: in the lab an SSH worker must be able to route there) at the next free of
+    else on the `kind` network (docs/real-clusters.md: in the lab an SSH worker must be able to route there) at the next free of
     172.18.1.1, .2, ..."""
     try:
         return world.add_ssh_host(host, host_key, address=str(ipaddress.IPv4Address(host)))

@@ -1,6 +1,6 @@
 """Provider models: what each provider this program uses answers to the engine, at the pinned versions.
 
-Versions read (the newest tags in the upstream snapshots; see README "How it is tested"):
+Versions read (the newest tags in the upstream snapshots; see docs/development.md):
 pulumi-kubernetes v4.32.0 (provider.go, await/, helm_release.go unchanged up to 4.34.x but for the
 waitFor parser), pulumi-command v1.2.1 (+ pulumi-go-provider v1.3.0 infer), terraform-provider-random
 v3.9.0 (pulumi-random v4.21), terraform-provider-docker v4.5.0 (pulumi-docker v5.x), and the pulumi

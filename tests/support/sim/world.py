@@ -768,7 +768,7 @@ class World:
 
     def add_ssh_host(self, host: str, host_key: str, kubernetes_version: str = DEFAULT_KUBERNETES_VERSION, *,
                      address: str | None = None) -> SshHost:
-        """A server reachable over SSH at `host`, set up as the README asks: kubeadm and kubelet of
+        """A server reachable over SSH at `host`, set up as docs/real-clusters.md asks: kubeadm and kubelet of
         `kubernetes_version` installed (the default tenant version unless a scenario says otherwise). Its network: one
         interface, `eth0`, with the default route, at `address` -- by default `host` itself when that is an IPv4
         address; a server known by a name and given no address has no network the simulator knows (a scenario then
