@@ -1,4 +1,4 @@
-"""A chart bump reaches a running lab (reviews MM-6), CRDs included.
+"""A chart bump reaches a running lab, CRDs included (Helm never upgrades crds/).
 
 pulumi-kubernetes decides an upgrade from the Release's inputs alone: Check overwrites `version` with the local
 chart's Chart.yaml version and Diff dropped the old `checksum` input (helm_release.go Check, Diff

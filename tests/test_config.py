@@ -220,7 +220,7 @@ def test_error_shows_the_bad_value_and_the_fix_location():
 
 
 def test_the_fix_line_names_the_stack_when_it_is_known():
-    # Maintainer review Part 1 #6: the validator printed `Pulumi.<stack>.yaml` although the stack was known.
+    # The validator once printed `Pulumi.<stack>.yaml` although the stack was known.
     raw = base()
     raw["tenants"][0]["workers"][0]["gpus"][0]["cores"] = 250
     with pytest.raises(ConfigError) as caught:
@@ -344,7 +344,7 @@ def test_the_smoke_test_fits_a_worker_only_with_enough_cards_on_that_worker():
         load_stack_config(raw)
 
 
-# --- one problem, one message (maintainer review Part 1 #5) ---------------------------------------------------------
+# --- one problem, one message ------------------------------------------------------------------------------------
 
 def problems(raw):
     with pytest.raises(ConfigError) as caught:
@@ -379,7 +379,7 @@ def test_the_smoke_test_fit_is_still_judged_for_the_other_tenants():
 
 @pytest.mark.parametrize("quota", [{"gpus": 0}, {"memoryMiB": 1000}, {"cores": 10}, {"gpus": 1, "memoryMiB": 3000}])
 def test_a_quota_is_not_judged_against_the_smoke_test_whose_namespace_it_does_not_cover(quota):
-    # TP-7: a quota applies to the tenant's namespaces only, and the smoke pod runs in its own namespace, which
+    # A quota applies to the tenant's namespaces only, and the smoke pod runs in its own namespace, which
     # cannot be one of them: a quota below (or equal to) the request neither blocks the proof nor is spent by it.
     raw = base()
     raw["tenants"][0]["quota"] = quota
@@ -408,7 +408,7 @@ def test_refused_tenants_are_removed_in_index_order_beyond_ten():
 
 
 def test_an_unquoted_version_says_to_write_it_as_a_string():
-    # `kubernetesVersion: 1.35` is a float to YAML (maintainer review Part 1 #7).
+    # `kubernetesVersion: 1.35` is a float to YAML, and the error must say to quote it.
     raw = base()
     raw["tenants"][0]["kubernetesVersion"] = 1.35
     raw["versions"] = {"hami": 2.1}

@@ -232,7 +232,7 @@ def test_the_smoke_pod_has_a_namespace_of_its_own_outside_every_user_quota_and_c
 
 
 def test_the_proof_leaves_a_quota_as_big_as_its_request_to_the_users():
-    # G5: the permanent smoke pod ran in `default`, a quota'd workload namespace, and held the quota there.
+    # The smoke pod once ran in `default`, a quota'd workload namespace, and held the quota there for good.
     sim = running_kind_lab(one_tenant=True)
     tenant = sim.config["tenants"][0]
     smoke = SmokeTest.model_validate(sim.config.get("smokeTest") or {})
@@ -300,7 +300,7 @@ def test_a_first_preview_plans_the_evidence_and_a_running_stacks_preview_shows_t
     # tenant API nothing), and the preview still succeeds.
     assert lab.first_preview.ok and f"{TENANT}-gpu-smoke-node" in lab.first_preview.names("read")
     # A running stack's unchanged pod has its node: the preview reads it again (no `discard`) and judges what the
-    # update judges, so the output does not change (G6).
+    # update judges, so the output does not change.
     assert f"{TENANT}-gpu-smoke-node" in lab.preview.names("read"), lab.preview.render()
     assert not lab.preview.names("discard"), lab.preview.render()
     assert plain(lab.preview.outputs["tenants"])[TENANT]["smokeTest"] == lab.output["smokeTest"]
@@ -333,7 +333,7 @@ def test_a_mock_plugin_that_registers_nothing_fails_the_update(monkeypatch):
     sim = kind_lab(config)
     plan = sim.up(skip_preview=True, expect_error=True)
     assert not plan.ok
-    # The bounded wait before the smoke pod names the node and what it shows (gpu-layer G3); the pod is never made.
+    # The bounded wait before the smoke pod names the node and what it shows; the pod is never made.
     assert ("HAMi's mock device plugin registered nothing: gave up after 180s: Node tenant-a-worker-0 allocatable "
             "has nvidia.com/gpumem=None, nvidia.com/gpucores=None") in plan.error
     assert "kubectl -n kube-system logs -l app.kubernetes.io/component=hami-mock-device-plugin" in plan.error
@@ -410,8 +410,9 @@ def test_nvidia_mode_publishes_no_hami_port_on_the_gpu_servers_and_the_webhook_s
 
 
 def test_the_worker_without_gpus_is_labelled_a_system_node_before_calico_and_hami_place_controllers_there(lab):
-    # Review S-1: the tigera-operator (bind, escalate), calico-kube-controllers, HAMi's scheduler (pods patch,
-    # binding) and its certificate Jobs (every MutatingWebhookConfiguration) keep their tokens off the GPU workers.
+    # So that root on a GPU worker is not tenant admin, the tigera-operator (bind, escalate), calico-kube-controllers,
+    # HAMi's scheduler (pods patch, binding) and its certificate Jobs (every MutatingWebhookConfiguration) keep their
+    # tokens off the GPU workers.
     run = lab.run
     selector = {SYSTEM_NODE_LABEL: "true"}
     node = node_name(TENANT, "cpu-0")

@@ -175,7 +175,7 @@ def test_a_node_without_the_mock_plugins_resources_blames_the_plugin(absent):
 
 @pytest.mark.parametrize("zero", ["0", "", "0Mi", "none"])
 def test_a_node_advertising_zero_blames_the_plugin(zero):
-    """gpu-layer G3: after a kubelet restart the device manager reports a plugin's resources as 0 until it
+    """After a kubelet restart the device manager reports a plugin's resources as 0 until it
     registers again; the string "0" is truthy, so only a number above zero is evidence."""
     status = copy.deepcopy(NODE_STATUS)
     status["allocatable"]["nvidia.com/gpumem"] = zero

@@ -149,7 +149,7 @@ def test_no_namespace_the_webhook_exempts_may_hold_the_users_gpu_pods():
 
 
 # --------------------------------------------------------------------------- #
-# HAMi's Services stay inside the tenant (issue 22 #1, security review S-2)
+# HAMi's Services stay inside the tenant (issue 22 #1: its NodePorts reached every worker's network)
 # --------------------------------------------------------------------------- #
 
 

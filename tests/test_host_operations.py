@@ -639,7 +639,7 @@ class AnswersInTurn:
 
 
 def test_hami_webhook_wait_is_done_once_a_dry_run_comes_back_mutated(api, clock):
-    """gpu-layer G2: the Service has no endpoint (a failed call), then the webhook may not mutate yet."""
+    """HAMi's webhook Service has no endpoint (a failed call), then the webhook may not mutate yet."""
     unmutated = {"spec": {"schedulerName": "default-scheduler"}}
     client = AnswersInTurn(kube.ApiError(500, HAMI_DOWN), unmutated, {"spec": {"schedulerName": "hami-scheduler"}})
     provider = timed(gpu_operations.HamiWebhookReadyProvider(), clock)
@@ -678,7 +678,7 @@ def plugin_props(api: ApiServer) -> dict[str, Any]:
 
 
 def test_plugin_wait_takes_zero_for_not_yet_and_waits_for_numbers_above_it(api, clock):
-    """gpu-layer G3: the mock polls every 30 s; a kubelet that restarted reports "0" until it registers again."""
+    """The mock polls every 30 s; a kubelet that restarted reports "0" until it registers again."""
     worker = api.put(node("alpha-worker-0", allocatable={"nvidia.com/gpu": "10", "nvidia.com/gpumem": "0"}))
     clock.at(30, lambda: worker["status"]["allocatable"].update({"nvidia.com/gpumem": "8192"}))
     clock.at(40, lambda: worker["status"]["allocatable"].update({"nvidia.com/gpucores": "100"}))
@@ -718,7 +718,7 @@ def metallb_props(api: ApiServer) -> dict[str, Any]:
 
 
 def test_metallb_webhook_wait_retries_failed_calls_with_dry_runs_of_a_pool(api, clock):
-    """management-mirror MM-7: the endpoints follow the controller's readiness."""
+    """MetalLB's webhook Service endpoints follow the controller's readiness."""
     api.fail("POST", POOL_COLLECTION, 500, METALLB_DOWN)
     result = timed(management_operations.MetalLBWebhookReadyProvider(), clock).create(metallb_props(api))
     assert result.id == "metallb-webhook" and clock.sleeps == [2.0]
@@ -748,7 +748,7 @@ WAITS = [gpu_operations.HamiWebhookReadyProvider, gpu_operations.GpuPluginReadyP
 
 @pytest.mark.parametrize("provider_class", WAITS, ids=lambda cls: cls.__name__)
 def test_a_wait_runs_again_for_a_new_revision_but_not_for_a_moved_pickle(provider_class):
-    """PE-5: the revision is what changes on an upgrade; `__provider` changes when the class moves."""
+    """The revision is what changes on an upgrade; `__provider` changes when the class moves."""
     olds = {"kubeconfig": "k", "revision": 1.0, "__provider": "old-path"}
     assert not provider_class().diff("id", olds, {**olds, "__provider": "new-path"}).changes
     assert provider_class().diff("id", olds, {**olds, "revision": 2.0}).changes

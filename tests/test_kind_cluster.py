@@ -457,7 +457,7 @@ def test_a_new_node_image_replaces_the_cluster_deleting_the_old_one_first():
 
 def test_a_change_of_the_script_text_changes_nothing_on_a_running_cluster(monkeypatch):
     """An update of the kind Command would make its stdout unknown in preview and the Provider built from it
-    replaced (PE-2): the scripts stay as first stored."""
+    replaced (pulumi-go-provider: stdout unknown on update): the scripts stay as first stored."""
     sim = Lifecycle({}, world=lab_world(), program=_program())
     sim.up()
     server = sim.world.kind[NAME].api.server

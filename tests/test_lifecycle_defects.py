@@ -121,7 +121,7 @@ def test_a_replaced_worker_container_rejoins_and_the_proof_moves_with_it():
 
 def test_a_gpu_server_replaced_under_the_same_name_gets_its_label_back_in_nvidia_mode():
     """issue 21 #1: the new Node of a rejoined worker has no `gpu=on`, which HAMi's device-plugin DaemonSet
-    selects; the label patch must follow the join (gpu-layer review G1)."""
+    selects; the label patch must follow the join, or it is `same` and never sent again."""
     sim = running_calm_adopted_team_vision()
     tenant = sim.config["tenants"][0]
     worker = tenant["workers"][0]

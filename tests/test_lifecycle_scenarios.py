@@ -83,7 +83,7 @@ def test_second_up_with_no_change_does_nothing(second_up):
 
 def test_a_preview_of_a_running_stack_shows_no_change_at_all(second_up):
     """Not even the lines that do not count as changes: no `discard` of a read the update makes, and the stack
-    outputs as the last update left them (PE-6, G6). The preview is the one `pulumi up` runs first (second_up)."""
+    outputs as the last update left them. The preview is the one `pulumi up` runs first (second_up)."""
     outputs, plan, _ = second_up
     assert plan.changed() == {} and plan.component_changes() == {}, plan.render()
     assert plan.names("discard") == set(), plan.render()
@@ -282,7 +282,7 @@ def test_an_upgrade_closes_the_control_planes_node_ports_in_place():
 def test_a_script_edit_on_a_running_stack_previews_no_rebuild():
     """An upgrade that edits kind-create.sh, kind-delete.sh or the kind wait (here: what the previous version
     stored differs from the checkout) neither previews nor runs anything: the kind Command keeps what it stored,
-    so its stdout -- and the Provider and everything on the management cluster -- stays known (PE-2)."""
+    so its stdout -- and the Provider and everything on the management cluster -- stays known."""
     running = running_tenant_a()
     kind = running.resource("management-kind")
     before = {key: kind.inputs[key] for key in ("create", "delete")}

@@ -1,5 +1,6 @@
 """Every chart is a local directory `make charts` fetched (components/helm.py): no preview or `up` needs a chart
-site (reviews PE-3), and a checkout without the charts fails in one line naming `make charts` (PE-1).
+site (helm_release.go Check loads the chart in every preview), and a checkout without the charts fails in one
+line naming `make charts`.
 
 The simulator's Helm model has the provider's Check (pulumi-kubernetes helm_release.go Check -> helmLoad ->
 locateChart): with a configured provider and known inputs it loads the chart, so a missing local chart fails a
@@ -79,7 +80,7 @@ def test_every_release_the_program_registers_installs_a_local_chart(stack):
 
 
 # --------------------------------------------------------------------------- #
-# PE-1: a fresh clone (no .cache/charts)
+# A fresh clone (no .cache/charts)
 # --------------------------------------------------------------------------- #
 
 
@@ -159,7 +160,7 @@ def test_a_configured_chart_version_other_than_the_fetched_one_is_a_config_error
 
 
 # --------------------------------------------------------------------------- #
-# PE-3: a repository chart needs its site in every Check
+# A repository chart needs its site in every Check
 # --------------------------------------------------------------------------- #
 
 

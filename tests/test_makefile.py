@@ -29,7 +29,7 @@ def test_pulumi_runs_with_a_private_tmpdir_removed_afterwards(target, command):
 
 
 def test_make_up_checks_the_host_then_fetches_the_chart_then_checks_it():
-    # Offline, the preflight table must appear before any download is tried (maintainer review Part 1 #1).
+    # Offline, the preflight table must appear before any download is tried.
     lines = dry_run("up")
 
     def first(text: str) -> int:
@@ -59,7 +59,7 @@ def make_without_pulumi(tmp_path: Path, *args: str) -> subprocess.CompletedProce
 
 
 def test_make_pulumi_cli_prints_the_one_install_line(tmp_path):
-    # One hint everywhere, with the version and the PATH export (maintainer review Part 1 #10).
+    # One hint everywhere, with the version and the PATH export.
     from ops.hostcheck import PULUMI_MISSING
 
     done = make_without_pulumi(tmp_path, "pulumi-cli")
@@ -67,7 +67,7 @@ def test_make_pulumi_cli_prints_the_one_install_line(tmp_path):
 
 
 def test_make_kubeconfig_says_its_usage_before_the_prerequisites(tmp_path):
-    # Without TENANT and without pulumi, the usage line comes first (maintainer review Part 1 #10).
+    # Without TENANT and without pulumi, the usage line comes first: it is what the operator got wrong.
     done = make_without_pulumi(tmp_path, "kubeconfig")
     assert done.returncode != 0
     assert done.stderr.splitlines()[0] == "usage: make kubeconfig TENANT=<tenant name> [ADMIN=1]"

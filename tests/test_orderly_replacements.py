@@ -65,7 +65,7 @@ def test_a_cluster_name_change_keeps_pulling_through_the_cache_it_filled(renamed
 
 
 # --------------------------------------------------------------------------- #
-# A tenant CA that changed at the same address (tenant-plane TP-2)
+# A tenant CA that changed at the same address
 # --------------------------------------------------------------------------- #
 
 

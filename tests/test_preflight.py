@@ -214,7 +214,7 @@ def test_docker_daemon_down_says_how_to_start_it(capsys):
     out = capsys.readouterr().out
     assert "fix: sudo systemctl start docker" in out
     # Nothing else asks the daemon once it does not answer, and what depends on it is a skip, not an "ok" printed
-    # under the failure (maintainer review Part 1 #9).
+    # under the failure.
     assert tuple(KIND_NETWORK) not in calls and CONTEXT_INSPECT not in calls
     assert "[skip] one Docker daemon for kind and Pulumi: not checked: needs the Docker daemon, which failed above" in out
     assert "[skip] Docker Engine, not Docker Desktop: not checked" in out and "[skip] kind network subnet" in out
@@ -258,7 +258,7 @@ def test_docker_desktop_fails():
     assert "docker context use default" in result.fix and "docs.docker.com/engine/install" in result.fix
 
 
-# --- rootless, userns-remap, storage (review MM-5, TP-5) ---------------------------------------------------------
+# --- rootless, userns-remap, storage: each hides the kind bridge or breaks the worker containers ------------------
 
 def docker_info(security='["name=seccomp,profile=builtin"]', driver="overlay2",
                 status='[["Backing Filesystem","extfs"]]'):
@@ -698,7 +698,7 @@ def test_invalid_configuration_reports_every_problem_at_once():
     assert "tenants[0].podCIDR: unknown key 'podCIDR'" in result.detail and "did you mean 'podCidr'?" in result.detail
     assert "tenants[1].workers[0].gpus[0].cores = 250" in result.detail
     assert "Pulumi.lab.yaml" in result.fix and "make preflight STACK=lab" in result.fix
-    # One fix line per problem: preflight's, not the validator's as well (maintainer review Part 1 #6).
+    # One fix line per problem: preflight's, not the validator's as well.
     assert "Fix these keys" not in result.detail and "<stack>" not in result.detail
 
 
@@ -739,7 +739,7 @@ def test_non_project_keys_are_not_validated():
 # --- the Helm charts -------------------------------------------------------------------------------------------------
 
 def test_a_chart_not_fetched_yet_is_information_since_make_up_fetches_it(tmp_path, capsys):
-    # A fresh clone: `make preflight` used to FAIL with "make charts" (maintainer review Part 1 #8).
+    # A fresh clone: `make preflight` used to FAIL with "make charts", which `make up` runs anyway.
     assert preflight.main(["--charts"], fake()[0], root=tmp_path) == 0
     out = capsys.readouterr().out
     assert ("[info] Helm charts (pinned, verified): not fetched yet (`make up` fetches them into .cache/charts; "

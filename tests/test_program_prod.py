@@ -141,7 +141,7 @@ def test_each_team_admits_its_own_servers_the_shared_networks_and_the_operators_
         assert ranges == sorted({*own, *management.operator_cidrs})
         assert run.outputs["tenants"].value[team]["sourceRanges"] == ranges
         # The pods admit what the load balancer admits: an operator's connection that arrives un-NATed (always on
-        # a one-node cluster) is not dropped at the pod (S-4). Egress goes to the worker networks only.
+        # a one-node cluster) is not dropped at the pod. Egress goes to the worker networks only.
         policies = [{"metadata": policy.inputs["metadata"], "spec": policy.inputs["spec"]}]
         operator = netpol.Peer(str(next(ipaddress.ip_network(management.operator_cidrs[0]).hosts())))
         for port in (6443, 8132):
@@ -165,7 +165,7 @@ def _management_policies(run, namespace):
 def test_a_dedicated_etcds_setup_jobs_reach_the_management_api_and_nothing_else_in_the_namespace_does(run, prod):
     # kamaji-etcd's hook Jobs run kubectl against the management API (create secret, rollout status, delete
     # secret). Here it lies outside every worker network, so the isolation policy alone stranded them and the
-    # release timed out after 10 minutes (TP-3b).
+    # release timed out.
     api_server = [("10.96.0.1", 443), (CONTROL_PLANE_NODE, 6443)]  # the `kubernetes` Service and its endpoint
     for team in TEAMS:
         policies = _management_policies(run, team)

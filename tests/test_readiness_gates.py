@@ -45,7 +45,7 @@ def skip_wait(monkeypatch, provider: type) -> None:
 
 
 # --------------------------------------------------------------------------- #
-# HAMi's webhook: its Service has no endpoint until the scheduler labels itself leader (gpu-layer G2)
+# HAMi's webhook: its Service has no endpoint until the scheduler labels itself leader
 # --------------------------------------------------------------------------- #
 
 
@@ -70,7 +70,7 @@ def test_the_hami_wait_runs_again_after_a_rejoin(running):
 
 
 # --------------------------------------------------------------------------- #
-# The mock device plugin: its resources reach the Node after its poll (gpu-layer G3)
+# The mock device plugin: its resources reach the Node after its poll
 # --------------------------------------------------------------------------- #
 
 
@@ -87,7 +87,7 @@ def test_without_the_plugin_wait_the_proof_reads_the_node_too_early(monkeypatch)
 
 
 def test_a_rejoined_worker_is_proved_once_its_plugin_registered_again(running):
-    """G3's scenario: a replaced container rejoins, the smoke pod is re-created at once, the plugin comes later."""
+    """A replaced container rejoins, the smoke pod is re-created at once, the plugin comes later."""
     sim = running("device_plugin_lag")
     plan = sim.up(replace=["tenant-a-worker-0-container"])
     assert "tenant-a-worker-0-gpu-plugin-ready" in plan.names("replace") | plan.names("update"), plan.render()
@@ -95,7 +95,7 @@ def test_a_rejoined_worker_is_proved_once_its_plugin_registered_again(running):
 
 
 # --------------------------------------------------------------------------- #
-# MetalLB's webhook: its Service endpoints follow the controller's readiness (management-mirror MM-7)
+# MetalLB's webhook: its Service endpoints follow the controller's readiness
 # --------------------------------------------------------------------------- #
 
 
@@ -113,7 +113,7 @@ def test_without_the_metallb_wait_the_pool_meets_a_webhook_without_endpoints(mon
 
 
 # --------------------------------------------------------------------------- #
-# Kamaji's webhook after an upgrade (pulumi-engine PE-5)
+# Kamaji's webhook after an upgrade
 # --------------------------------------------------------------------------- #
 
 

@@ -1,5 +1,5 @@
 """Comments a clone can follow: what the code, tests and docs point at is inside the repository or names its
-upstream file, never notes kept beside the checkout."""
+upstream file, never notes or reviews kept beside the checkout."""
 
 from __future__ import annotations
 
@@ -32,10 +32,15 @@ def source_files() -> list[Path]:
     return found
 
 
-# Notes outside the repository (the research notes beside the checkout): a clone has none of them. Spelt in
-# pieces so that this file does not match itself.
-OUTSIDE_NOTES = re.compile("|".join([r"facts\s+" + "\u00a7", "platform" + r"[- ]facts", r"shared/" + "docs"]),
-                           re.IGNORECASE)
+# Notes outside the repository (the research notes and reviews beside the checkout): a clone has none of them, so a
+# citation of one says nothing there. Spelt in pieces so that this file does not match itself.
+OUTSIDE_NOTES = re.compile("|".join([
+    r"facts\s+" + "\u00a7", "platform" + r"[- ]facts", r"shared/" + "docs",
+    r"\breviews?\s+(?:Part\b|[A-Z]{1,3}\d*-?\d)",  # a review and a part or finding of it
+    r"\b(?:maintainer|security|gpu-layer|management-mirror|pulumi-engine|tenant-plane)[- ](?:review|[A-Z]{1,3}\d*-?\d)",
+]), re.IGNORECASE)
+# A review's finding id alone; looked for in comments, docstrings and docs only, where a card's UUID never is.
+FINDING = re.compile(r"\b(?:PE|TP|MM\d*|S\d*)-\d+[a-z]?\b|\bG\d+\b")
 
 
 # The guard that keeps the tests off the prose beside the checkout has to name that folder.
@@ -49,6 +54,10 @@ def test_nothing_points_at_notes_outside_the_repository():
             for path in files
             for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
             if OUTSIDE_NOTES.search(line)]
+    docs = [(str(path.relative_to(ROOT)), number, line) for path in files if path.suffix == ".md"
+            for number, line in enumerate(path.read_text().splitlines(), 1)]
+    hits += [f"{path}:{number}: {text.strip()[:120]}" for path, number, text in (*all_prose(), *docs)
+             if FINDING.search(text)]
     assert not hits, "say the reason and name the upstream file instead:\n" + "\n".join(hits)
 
 
@@ -132,6 +141,13 @@ def test_every_module_and_function_a_comment_names_exists():
 
 
 def test_the_checks_recognise_what_they_look_for():
+    cited = ["(gpu-layer" + " review" + " G1)", "(maintainer" + " review" + " Part 1 #6)", "security" + " review" + " S-2",
+             "(reviews" + " PE-3)", "(gpu-layer" + " G3)"]
+    assert all(OUTSIDE_NOTES.search(text) for text in cited)
+    assert [FINDING.search(text).group(0) for text in ("MM4" + "-3:", "(S4" + "-2)", "gpu-layer G" + "3")] == [
+        "MM4" + "-3", "S4" + "-2", "G" + "3"]
+    assert not any(OUTSIDE_NOTES.search(t) or FINDING.search(t) for t in (
+        "pulumi preview", "review it with git diff", "upload to S3", "IPv4", "card GPU-A1-0", "issue 22 #1"))
     text = "see tests/test_join_script.py and components.worker.access.ssh_stdin; kamaji docs/x.md, config.go"
     assert OUR_PATH.findall(text) == ["tests/test_join_script.py"]
     assert [n for n in OUR_NAME.findall(text) if n.rsplit(".", 1)[-1] not in FILE_SUFFIXES] == [

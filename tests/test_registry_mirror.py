@@ -134,7 +134,7 @@ def test_the_cache_image_is_pinned_and_the_registry_config_is_set_by_environment
 def test_destroy_keeps_the_cache_volume_and_the_next_up_uses_it_again():
     sim = running_kind_lab(one_tenant=True)
     sim.destroy()
-    # MM-10: exactly what the README says stays (the network is kind's, the images are kept for the next up).
+    # Exactly what docs/operations.md says stays (the network is kind's, the images are kept for the next up).
     assert sim.world.leftovers() == [
         "network kind", f"image {REGISTRY_IMAGE}", f"image {KIND_NODE_IMAGES['v1.35.0']}",
         f"volume {cache_volume_name(CLUSTER)}",
@@ -145,7 +145,7 @@ def test_destroy_keeps_the_cache_volume_and_the_next_up_uses_it_again():
 
 
 def test_a_cache_volume_another_stack_left_is_adopted_not_replaced_on_every_up():
-    # PE-4: a stack of the same clusterName made the volume (labelled with its name) and was destroyed; Docker
+    # A stack of the same clusterName made the volume (labelled with its name) and was destroyed; Docker
     # answers this stack's create with that volume, labels and all.
     sim = kind_lab(one_tenant_stack())
     sim.world.docker.volumes[cache_volume_name(CLUSTER)] = {"gpu-tenancy.stack": "lab-a"}
@@ -241,7 +241,7 @@ def test_stack_mirrors_name_one_cache_per_registry():
 
 
 def test_the_debug_server_listens_on_each_caches_loopback_where_verify_reads_it(lab):
-    # S-7: expvar, pprof and metrics are unauthenticated (distribution registry/registry.go configureDebugServer,
+    # expvar, pprof and metrics are unauthenticated (distribution registry/registry.go configureDebugServer,
     # Go's default mux); the image's own config binds them to every interface (:5001).
     from ops.verify import MIRROR_DEBUG_URL
 
@@ -253,7 +253,7 @@ def test_the_debug_server_listens_on_each_caches_loopback_where_verify_reads_it(
 
 
 def test_the_caches_evict_what_they_hold_after_a_week(lab):
-    # S-7: distribution configuration.go Proxy.TTL 0 "will never expire cache". Expiry deletes through the local
+    # distribution configuration.go Proxy.TTL 0 "will never expire cache". Expiry deletes through the local
     # storage (registry/proxy/proxyregistry.go OnBlobExpire), which refuses unless storage.delete.enabled.
     run = lab
     for registry in MIRRORED_REGISTRIES:

@@ -420,7 +420,7 @@ def test_every_worker_network_is_admitted_both_ways():
 
 def test_operators_reach_the_api_and_konnectivity_ports_wherever_the_load_balancer_admits_them():
     # management.operatorCidrs are in loadBalancerSourceRanges; un-NATed (a one-node cluster) they reach the pod
-    # with their own address, and a policy admitting only the worker networks dropped them (TP-3, S-4).
+    # with their own address, and a policy admitting only the worker networks dropped them.
     operators = "10.30.0.0/24"
     policy = tenant_spec.isolation_network_policy("tenant-a", [KIND_SUBNET_V4], [operators])
     for port in (6443, 8132):
@@ -715,7 +715,7 @@ def test_default_object_counts_leave_room_in_the_shared_etcd():
 
 
 # --------------------------------------------------------------------------- #
-# Where the powerful controllers run (review S-1)
+# Where the powerful controllers run: root on a GPU worker must not be tenant admin
 # --------------------------------------------------------------------------- #
 
 

@@ -284,7 +284,7 @@ def test_missing_upstream_file_is_reported_as_404(manifest, server, tmp_path):
 
 
 def test_an_unreachable_host_stops_the_fetch_at_the_first_file_without_retries(manifest, tmp_path, monkeypatch):
-    # Offline, 3 attempts x 49 files took minutes and printed 49 lines (maintainer review Part 1 #1).
+    # Offline, 3 attempts per file took minutes and printed a line per file.
     calls, sleeps = [], []
     monkeypatch.setattr(upstream.time, "sleep", sleeps.append)
 
@@ -590,7 +590,7 @@ def test_real_manifest_entries_are_well_formed(real):
     for entry in real:
         dest = PurePosixPath(entry["dest"])
         assert not dest.is_absolute() and ".." not in dest.parts
-        # S-10: every file, chart or reference, is pinned by sha256.
+        # Every file, chart or reference, is pinned by sha256.
         assert set(entry) & {"sha256", "git_blob"} == {"sha256"} and re.fullmatch(r"[0-9a-f]{64}", entry["sha256"])
         if entry["group"] == "reference":
             assert dest.parts[0] == "vendor" and len(dest.parts) >= 3

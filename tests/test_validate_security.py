@@ -223,7 +223,7 @@ def _networks(count, third=40):
 
 def test_more_source_networks_than_a_tenant_control_plane_takes_is_a_config_error():
     # loadBalancerSourceRanges has MaxItems=16 in Kamaji's CRD: the 17th network was refused by the API server at
-    # `up`, after the management cluster and every tenant before it existed (TP-6).
+    # `up`, after the management cluster and every tenant before it existed.
     raw = adopted(operatorCidrs=["10.30.0.0/24"])  # with management.workerCidrs: 2 networks every tenant admits
     raw["tenants"][0]["workerCidrs"] = _networks(15)
     found, message = problems(raw)

@@ -1280,7 +1280,7 @@ def test_pulumi_missing(capsys):
 
     assert verify.main([], run=FakeRun(missing=True)) == 2
     err = capsys.readouterr().err
-    # The one install line, with its version and the PATH export (maintainer review Part 1 #10).
+    # The one install line, with its version and the PATH export.
     assert f"verify: {PULUMI_MISSING}; or pass --outputs-file" in err
 
 
@@ -1337,7 +1337,7 @@ def test_mirror_table_reads_each_cache_inside_its_container(platform):
 
 
 def test_mirror_table_shows_each_nodes_hosts_toml(platform):
-    """MM-8: that a cache answers says nothing about the nodes; each node's containerd configuration does."""
+    """That a cache answers says nothing about the nodes; each node's containerd configuration does."""
     report = verify_mirror(platform.outputs["imageMirror"], platform.docker)
     rows = {r.name: r for r in report.results if r.name.startswith("node ")}
     assert list(rows) == ["node gpu-tenancy-control-plane mirrors", "node tenant-a-worker-0 mirrors",

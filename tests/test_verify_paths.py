@@ -107,7 +107,7 @@ def test_image_caches_closed_and_open(platform):
     # A host-network pod is the node itself, which pulls from the caches: the fence drops only forwarded traffic.
     assert platform.tenants["tenant-a"].network.outcome(platform.tenants["tenant-a"], {
         "metadata": {"namespace": "default"}, "spec": {"hostNetwork": True}}, "172.18.0.5", 5000) == "connected"
-    # Nothing keeps tenant-a's pods from the caches (its node without its mirror fence, S-7): the proxy answers them.
+    # Nothing keeps tenant-a's pods from the caches (its node without its mirror fence): the proxy answers them.
     platform.tenants["tenant-a"].network.fenced_nodes.clear()
     result = check(platform)["pod → image caches"]
     assert result.failed

@@ -153,7 +153,8 @@ class TenantGpus(pulumi.ComponentResource):
                                                  "join": node.registered.id}
         else:
             # The join id as in mock mode: a rejoined worker is a fresh Node without the label, and without a
-            # changed input the patch would be `same` and never sent again (gpu-layer review G1).
+            # changed input the patch would be `same` and never sent again (pulumi-kubernetes provider.go Diff
+            # compares with the stored state, not the new Node).
             resources.append(k8s.core.v1.NodePatch(
                 f"{node_name}-gpu-label",
                 metadata={"name": node_name, "labels": dict(NVIDIA_NODE_LABEL),

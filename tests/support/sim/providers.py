@@ -502,7 +502,7 @@ class HelmReleaseModel:
         otherwise) and no unknown input, load the chart, and set `version` to the loaded chart's version.
 
         A repository chart is downloaded (repo index, then the package) in every such Check: the simulated machine
-        reaches no chart site, like an offline host or one whose chart repository is down (reviews PE-3).
+        reaches no chart site, like an offline host or one whose chart repository is down (helm_release.go Check).
         """
         if not k8s_config(ctx, new).known or contains_unknown(new.inputs):
             return
