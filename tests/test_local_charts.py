@@ -108,7 +108,7 @@ def test_a_fresh_clone_preview_fails_in_one_line_naming_make_charts_before_regis
     assert plan.steps == [] and sim.engine.last_operation.registered == {}
 
 
-def test_the_readme_shows_the_line_a_fresh_clone_prints(fresh_clone):
+def test_the_docs_show_the_line_a_fresh_clone_prints(fresh_clone):
     with pytest.raises(helm.ChartsMissingError) as raised:
         helm.require_charts(helm.Versions())
     assert str(raised.value) in all_text().splitlines()

@@ -103,7 +103,7 @@ def clone(tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("make") is None or shutil.which("bash") is None, reason="needs GNU make and bash")
-def test_the_readme_prod_walkthrough_runs_as_written_on_a_fresh_clone(clone, tmp_path, monkeypatch):
+def test_the_documented_prod_walkthrough_runs_as_written_on_a_fresh_clone(clone, tmp_path, monkeypatch):
     home, bin_dir, logs = tmp_path / "home", tmp_path / "bin", tmp_path / "logs"
     for directory in (home / ".ssh", bin_dir, logs):
         directory.mkdir(parents=True)

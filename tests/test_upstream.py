@@ -715,7 +715,7 @@ def test_real_reference_sums_match_the_vendor_readmes(real):
     assert listed >= 18
 
 
-def test_the_readme_shows_the_offline_line_as_make_up_prints_it(monkeypatch):
+def test_the_docs_show_the_offline_line_as_make_up_prints_it(monkeypatch):
     for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(name, raising=False)
     err = urllib.error.URLError(socket.gaierror(-2, "Name or service not known"))
