@@ -60,15 +60,13 @@ PLAN_INPUT = "<!-- plan-input:{name} -->"
 PLAN_EXAMPLES = ("plan-two-teams", "plan-spread", "plan-slots")
 
 
-def plan_example(name: str, text: str | None = None) -> dict:
+def plan_example(name: str) -> dict:
     """The stack configuration of the worked example `name` (docs/capacity.md): the YAML block after its
     `<!-- plan-input:NAME -->` marker, written as a stack file (`gpu-tenancy:<key>` under `config:`)."""
     import yaml
 
-    marker = PLAN_INPUT.format(name=name)
-    text = next((t for t in map(Path.read_text, DOCS) if marker in t), "") if text is None else text
-    start = text.index(marker)
-    block = re.search(r"```yaml\n(.*?)```", text[start:], re.S)
+    text = all_text()
+    block = re.search(r"```yaml\n(.*?)```", text[text.index(PLAN_INPUT.format(name=name)):], re.S)
     assert block is not None, f"no yaml block after the plan-input marker of {name}"
     document = yaml.safe_load(block.group(1))
     return {key.split(":", 1)[1]: value for key, value in document["config"].items()}
@@ -130,18 +128,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only report whether every block is current")
     args = parser.parse_args(argv)
-    stale = []
-    for path in DOCS:
-        current = path.read_text()
-        fresh = render(current)
-        if fresh != current:
-            stale.append(path.relative_to(ROOT))
-            if not args.check:
-                path.write_text(fresh)
-                print(f"{path.relative_to(ROOT)}: generated blocks rewritten")
+    fresh = {path: render(path.read_text()) for path in DOCS}
+    stale = [path for path, text in fresh.items() if text != path.read_text()]
     if args.check and stale:
-        print(f"stale generated blocks in {', '.join(map(str, stale))}: run `make docs`", file=sys.stderr)
+        print(f"stale generated blocks in {', '.join(str(p.relative_to(ROOT)) for p in stale)}: run `make docs`",
+              file=sys.stderr)
         return 1
+    for path in [] if args.check else stale:
+        path.write_text(fresh[path])
+        print(f"{path.relative_to(ROOT)}: generated blocks rewritten")
     return 0
 
 
