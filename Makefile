@@ -49,7 +49,7 @@ help:
 	@echo "make lint        ruff on the Python code, shellcheck on components/*/scripts/*.sh and ops/scripts/*.sh"
 	@echo "make preflight   check this host and Pulumi.$(STACK).yaml (about a second)"
 	@echo "make upstream    download the pinned upstream reference files (CRDs, chart values), check their sha256"
-	@echo "make charts      download every pinned Helm chart into .cache/charts, check each file's sha256"
+	@echo "make charts      download each pinned Helm chart once into .cache/charts, check it against its sha256"
 	@echo "make plan        where HAMi would place each declared GPU workload, quota figures; a picture (build/)"
 	@echo "make graph       resources, longest dependency chain and tenant coupling, without a cluster (build/)"
 	@echo "make bench       graph and image-pull benchmark for 2, 8 and 32 tenants"

@@ -5,8 +5,8 @@ and HAMi's webhook certificates come from Helm hooks (clastix/kamaji
 charts/kamaji/templates/etcd_job_postinstall.yaml; Project-HAMi/HAMi
 charts/hami/templates/scheduler/job-patch/), which only a Release runs.
 
-Every chart is a directory `make charts` fetched into .cache/charts and checked file by file against
-ops/upstream_manifest.json (ops/upstream.py), never a chart repository: pulumi-kubernetes loads the chart in
+Every chart is a directory `make charts` fetched into .cache/charts and checked against its pin in
+components/charts.json (ops/upstream.py), never a chart repository: pulumi-kubernetes loads the chart in
 `Check` whenever the inputs are known, i.e. in every preview of a running stack and in every `up`, and a repository
 chart is downloaded each time (helm_release.go Check -> helmLoad -> locateChart). With local charts neither a
 preview nor `up` needs a chart site. `require_charts` runs before the program registers anything, so a checkout
@@ -15,14 +15,13 @@ without .cache/charts fails with one line naming `make charts`, not with the pro
 A local chart's version is whatever its Chart.yaml says (Check overwrites the `version` input with it), and
 Kamaji's says 0.0.0+latest at every commit, so a chart bump would change no input and never reach a running lab
 (pulumi-kubernetes dropped the old `checksum` input, helm_release.go Diff). Each release therefore carries the
-sha256 of its chart's pinned files in `description`; a changed file is an update, i.e. a `helm upgrade`. Helm
+chart's pin, the sha256 of its files, in `description`; a changed file is an update, i.e. a `helm upgrade`. Helm
 never upgrades a chart's `crds/` (only installs them), so those CRDs are this program's own resources instead,
 applied before the release, which skips them.
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -31,8 +30,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
+from components.charts import CHARTS
 from config import ConfigError, ConfigIssue, Versions
-from ops import upstream
 
 # Where `make charts` puts every chart, relative to the project directory: Pulumi runs the program and its
 # providers there, and pulumi-kubernetes resolves a chart path starting with "." against its working directory
@@ -43,15 +42,7 @@ PROJECT_DIR = Path(__file__).resolve().parent.parent
 # Every chart directory under CHARTS_DIR, each with the `versions` field its Chart.yaml version must equal; None
 # where no config key names it (Kamaji's chart is 0.0.0+latest at every commit; kamaji-etcd is the version
 # Kamaji's Chart.lock locks).
-LOCAL_CHARTS: dict[str, str | None] = {
-    "cert-manager": "cert_manager",
-    "metallb": "metallb",
-    "kamaji": None,
-    "kamaji/charts/kamaji-etcd": None,
-    "crd.projectcalico.org.v1": "calico",
-    "tigera-operator": "calico",
-    "hami": "hami",
-}
+LOCAL_CHARTS: dict[str, str | None] = {name: chart.get("versions") for name, chart in CHARTS.items()}
 MAKE_CHARTS = "run `make charts` (it downloads every pinned chart once and checks each file's sha256)"
 # Server-side apply takes the CRD's fields over from Helm, which created them (pulumi-kubernetes await.go
 # patchForce: the annotation forces the apply).
@@ -98,47 +89,27 @@ def require_charts(versions: Versions, project_dir: Path | None = None) -> None:
         if wanted != pinned:
             issues.append(ConfigIssue(
                 f"versions.{Versions.model_fields[field].alias}",
-                f"the {name} chart `make charts` fetched is {pinned} (ops/upstream_manifest.json pins each chart "
-                f"file): remove this key, or pin the {wanted} chart's files in the manifest", wanted))
+                f"the {name} chart `make charts` fetched is {pinned} (components/charts.json pins each chart): "
+                f"remove this key, or pin the {wanted} chart in components/charts.json", wanted))
     if issues:
         raise ConfigError(issues, pulumi.get_stack())
 
 
-def _chart_entries(directory: str) -> list[dict]:
-    """The manifest's files of chart `directory` (its subcharts' included), by path inside it."""
-    prefix = f"charts/{directory}/"
-    entries = [e for e in upstream.select(upstream.load_manifest(), "chart") if e["dest"].startswith(prefix)]
-    if not entries:
-        raise ValueError(f"ops/upstream_manifest.json pins no file of the chart {directory!r}")
-    return entries
-
-
-def _pinned_hash(entry: dict) -> str:
-    """The hash of the file as `make charts` writes it."""
-    return entry.get("result_sha256") or entry.get("sha256") or entry["git_blob"]
-
-
 def chart_digest(directory: str) -> str:
-    """sha256 over the pinned files of chart `directory` (path and pinned hash of each): changes with any file."""
-    lines = sorted(
-        f"{e['dest'].removeprefix(f'charts/{directory}/')}\0{_pinned_hash(e)}" for e in _chart_entries(directory)
-    )
-    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+    """The chart's pin: sha256 over its files, subcharts included (components/charts.py tree_digest)."""
+    return CHARTS[directory]["sha256"]
 
 
 def chart_crds(directory: str, project_dir: Path | None = None) -> list[dict[str, Any]]:
-    """The CustomResourceDefinitions in the chart's own `crds/` directory, as the fetched files hold them."""
-    prefix = f"charts/{directory}/crds/"
+    """The CustomResourceDefinitions of the chart's own `crds/` files (components/charts.json), as fetched."""
     crds = []
-    for entry in sorted(_chart_entries(directory), key=lambda e: e["dest"]):
-        if not entry["dest"].startswith(prefix):
-            continue
-        path = chart_root(project_dir) / entry["dest"].removeprefix("charts/")
+    for name in CHARTS[directory].get("crds", []):
+        path = chart_root(project_dir) / directory / "crds" / name
         try:
             text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
-            raise ChartsMissingError(f"{CHARTS_DIR.removeprefix('./')}/{entry['dest'].removeprefix('charts/')} is "
-                                     f"missing: {MAKE_CHARTS}") from None
+            raise ChartsMissingError(f"{CHARTS_DIR.removeprefix('./')}/{directory}/crds/{name} is missing: "
+                                     f"{MAKE_CHARTS}") from None
         for document in yaml.safe_load_all(text):
             if document is None:
                 continue

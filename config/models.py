@@ -517,7 +517,7 @@ class Versions(StrictModel):
     # metallb/metallb chart, native L2 mode.
     metallb: str = "0.15.3"
     # clastix/kamaji image; the chart installed with it is charts/kamaji at the same tag, fetched and verified
-    # by `make charts` (ops/upstream_manifest.json), because the published chart is a moving 0.0.0+latest.
+    # by `make charts` (components/charts.json), because the published chart is a moving 0.0.0+latest.
     kamaji_image: str = "26.8.2-edge"
     # projectcalico tigera-operator + CRD charts; 3.32 is tested on Kubernetes 1.34-1.36.
     calico: str = "v3.32.1"

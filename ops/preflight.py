@@ -745,28 +745,27 @@ def load_stack(stack: str, root: Path = PROJECT_ROOT) -> tuple[dict | None, Chec
 
 
 def check_charts(root: Path = PROJECT_ROOT) -> CheckResult:
-    """The Helm charts `pulumi up` installs: pinned to release tags and verified file by file (ops/upstream.py).
+    """The Helm charts `pulumi up` installs: each pinned by one sha256 over its files (ops/upstream.py).
 
-    Files not fetched yet are information (`make up` fetches them before it checks them); files that are there
-    but differ from the manifest, or that the manifest does not list, are a failure.
+    Charts not fetched yet are information (`make up` fetches them before it checks them); a chart that is there
+    but is not its pinned files (a file changed, added or missing) is a failure.
     """
     from ops import upstream
 
     name = "Helm charts (pinned, verified)"
-    problems = upstream.missing_or_invalid("chart", dest=root / ".cache")
+    problems = upstream.chart_problems(root / ".cache")
     if not problems:
-        return CheckResult(name, True, str(upstream.group_root("chart", root / ".cache") / "charts"))
+        return CheckResult(name, True, str(upstream.chart_root(root / ".cache")))
     wrong = [problem for problem in problems if not problem.endswith(": missing")]
     if not wrong:
-        expected = len(upstream.select(upstream.load_manifest(), "chart"))
-        count = f"{len(problems)} of {expected} files " if len(problems) < expected else ""
+        count = f"{len(problems)} of {len(upstream.CHARTS)} charts " if len(problems) < len(upstream.CHARTS) else ""
         return CheckResult(
             name, True,
             f"{count}not fetched yet (`make up` fetches them into .cache/charts; `make charts` fetches them now)",
             state="info",
         )
     shown = "; ".join(wrong[:3]) + (f"; and {len(wrong) - 3} more" if len(wrong) > 3 else "")
-    return CheckResult(name, False, shown, "make charts   # downloads the pinned charts and checks every file")
+    return CheckResult(name, False, shown, "make charts   # downloads the pinned charts and checks each one")
 
 
 def needs_local_lab(stack_config: dict) -> bool:

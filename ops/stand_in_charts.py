@@ -1,10 +1,10 @@
 """A stand-in chart tree for runs without `make charts` (make graph and the tests).
 
-The real chart files come from GitHub (ops/upstream_manifest.json); tests cannot download them. What the program
-and the simulator's Helm model read from a chart directory is small: its Chart.yaml (present, and its `version`)
+The real chart files come from GitHub (components/charts.json, `make charts`); tests cannot download them. What the
+program and the simulator's Helm model read from a chart directory is small: its Chart.yaml (present, and its `version`)
 and the CRDs in its `crds/`. `write_fake_charts` writes exactly that for every chart directory the program
-installs: a Chart.yaml with the chart's name and pinned version, and each pinned `crds/` file as a minimal
-CustomResourceDefinition. Nothing else (templates, values) is written.
+installs: a Chart.yaml with the chart's name and pinned version, and each `crds/` file the program applies as a
+minimal CustomResourceDefinition. Nothing else (templates, values) is written.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pathlib import Path, PurePosixPath
 import yaml
 
 from components import helm
+from components.charts import CHARTS
 from config import Versions
-from ops import upstream
 
 # The chart directories whose version no config key names: what their pinned Chart.yaml says
 # (clastix/kamaji charts/kamaji/Chart.yaml @ddbabd87, clastix/kamaji-etcd charts/kamaji-etcd/Chart.yaml @v0.15.0).
@@ -38,7 +38,7 @@ def chart_version(directory: str, versions: Versions | None = None) -> str:
 
 def fake_crd(file_name: str, revision: str = "1") -> dict:
     group, _, plural = PurePosixPath(file_name).stem.partition("_")
-    kind = CRD_KINDS[file_name]  # a KeyError here: a new crds/ file in the manifest, add its kind above
+    kind = CRD_KINDS[file_name]  # a KeyError here: a new crds/ file in components/charts.json, add its kind above
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -59,14 +59,9 @@ def write_fake_charts(project_dir: Path, versions: Versions | None = None, crd_r
         name = PurePosixPath(directory).name
         (chart / "Chart.yaml").write_text(
             yaml.safe_dump({"apiVersion": "v2", "name": name, "version": chart_version(directory, versions)}))
-    entries = upstream.select(upstream.load_manifest(), "chart")
-    for directory in helm.LOCAL_CHARTS:
-        for entry in entries:
-            if entry["dest"].startswith(f"charts/{directory}/crds/"):
-                dest = PurePosixPath(entry["dest"])
-                path = root.joinpath(*dest.parts[1:])
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(yaml.safe_dump(fake_crd(dest.name, crd_revision)))
+        for crd in CHARTS[directory].get("crds", []):
+            (chart / "crds").mkdir(exist_ok=True)
+            (chart / "crds" / crd).write_text(yaml.safe_dump(fake_crd(crd, crd_revision)))
     return project_dir
 
 

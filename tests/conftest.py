@@ -73,7 +73,7 @@ def locate_vendor_dir(shared: Path = SHARED, cache: Path | None = None, manifest
     complete and matches the pinned sha256 sums, else None."""
     if (shared / "vendor").is_dir():
         return shared / "vendor"
-    if not upstream.missing_or_invalid("reference", cache, manifest):
+    if not upstream.reference_problems(cache, manifest):
         return upstream.vendor_dir(cache)
     return None
 

@@ -9,16 +9,13 @@ CRDs are CustomResourceDefinitionPatch resources of the program, applied before 
 
 from __future__ import annotations
 
-import json
-from pathlib import PurePosixPath
-
 import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 
 from components import helm
+from components.charts import CHARTS
 from components.management.kamaji import metallb_values
-from ops import upstream
 from tests.support.charts import chart_version, write_fake_charts
 from tests.support.lifecycle_support import one_tenant_stack, running_kind_lab
 from tests.support.mockrun import run_program
@@ -36,16 +33,11 @@ def dev():
     return run_program(one_tenant_stack())
 
 
-def bumped_manifest(tmp_path, monkeypatch, *dests: str) -> None:
-    """ops/upstream_manifest.json with a new pinned hash for each of `dests` (what a chart bump does)."""
-    entries = upstream.load_manifest()
-    for entry in entries:
-        if entry["dest"] in dests:
-            key = "result_sha256" if "result_sha256" in entry else "sha256"
-            entry[key] = format(int(entry[key], 16) ^ 1, "064x")
-    path = tmp_path / "manifest.json"
-    path.write_text(json.dumps(entries))
-    monkeypatch.setattr(upstream, "MANIFEST", path)
+def bump(monkeypatch, *directories: str) -> None:
+    """components/charts.json with a new pin for each chart of `directories` (what a chart bump does)."""
+    for directory in directories:
+        monkeypatch.setitem(CHARTS, directory, CHARTS[directory] | {"sha256": format(int(CHARTS[directory]["sha256"],
+                                                                                         16) ^ 1, "064x")})
 
 
 # --------------------------------------------------------------------------- #
@@ -64,14 +56,12 @@ def test_every_release_describes_its_chart_files(dev):
     assert len({helm.chart_digest(name) for name in helm.LOCAL_CHARTS}) == len(helm.LOCAL_CHARTS)
 
 
-def test_the_digest_follows_every_pinned_file_of_the_chart_and_only_those(tmp_path, monkeypatch):
+def test_the_digest_is_the_charts_pin_and_only_its_own(monkeypatch):
     before = {name: helm.chart_digest(name) for name in helm.LOCAL_CHARTS}
-    bumped_manifest(tmp_path, monkeypatch, "charts/kamaji/charts/kamaji-etcd/templates/etcd_sts.yaml")
+    assert before == {name: chart["sha256"] for name, chart in CHARTS.items()}
+    bump(monkeypatch, "kamaji/charts/kamaji-etcd")
     after = {name: helm.chart_digest(name) for name in helm.LOCAL_CHARTS}
-    assert {name for name in before if before[name] != after[name]} == {"kamaji", "kamaji/charts/kamaji-etcd"}
-    # An edited Chart.yaml counts with the hash of the file as written.
-    bumped_manifest(tmp_path, monkeypatch, "charts/cert-manager/Chart.yaml")
-    assert helm.chart_digest("cert-manager") != before["cert-manager"]
+    assert {name for name in before if before[name] != after[name]} == {"kamaji/charts/kamaji-etcd"}
 
 
 def test_kamajis_crds_are_patches_applied_before_the_release_which_skips_them(dev):
@@ -93,11 +83,8 @@ def test_kamajis_crds_are_patches_applied_before_the_release_which_skips_them(de
 
 def test_only_charts_installed_on_their_own_have_a_crds_directory():
     """helm_release applies a chart's own crds/; a subchart with crds/ would need the same, and has none."""
-    entries = upstream.select(upstream.load_manifest(), "chart")
-    charts = {PurePosixPath(e["dest"]).parent for e in entries if PurePosixPath(e["dest"]).name == "Chart.yaml"}
-    with_crds = {PurePosixPath(e["dest"]).parent.parent for e in entries
-                 if PurePosixPath(e["dest"]).parent.name == "crds" and PurePosixPath(e["dest"]).parent.parent in charts}
-    assert with_crds == {PurePosixPath("charts/kamaji")}
+    # ops/upstream.py checks each fetched chart's crds/ against the list (tests/test_upstream.py).
+    assert {name for name, chart in CHARTS.items() if chart.get("crds")} == {"kamaji"}
     # MetalLB's frr-k8s subchart (a package, with CRDs of its own) stays disabled: Helm drops a disabled subchart.
     assert not (metallb_values().get("frrk8s") or {}).get("enabled")
 
@@ -119,9 +106,7 @@ def test_a_kamaji_chart_bump_upgrades_the_release_and_its_crds_on_a_running_lab(
     before = api.find("CustomResourceDefinition", None, "tenantcontrolplanes.kamaji.clastix.io")
     assert before["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["description"] == "rev 1"
     # The new tag's files: a changed template and changed CRDs; the Chart.yaml version stays 0.0.0+latest.
-    bumped_manifest(tmp_path, monkeypatch, "charts/kamaji/templates/controller.yaml",
-                    *(f"charts/kamaji/crds/kamaji.clastix.io_{n}.yaml" for n in
-                      ("datastores", "kubeconfiggenerators", "tenantcontrolplanes")))
+    bump(monkeypatch, "kamaji")
     monkeypatch.setattr(helm, "PROJECT_DIR", write_fake_charts(tmp_path / "project", crd_revision="2"))
     plan = sim.preview()
     # The upgrade's new Helm revision re-runs the wait for Kamaji's webhook before any TenantControlPlane write.
@@ -135,7 +120,7 @@ def test_a_kamaji_chart_bump_upgrades_the_release_and_its_crds_on_a_running_lab(
 
 def test_a_cert_manager_chart_bump_upgrades_only_cert_manager(tmp_path, monkeypatch):
     sim = running_kind_lab(one_tenant=True)
-    bumped_manifest(tmp_path, monkeypatch, "charts/cert-manager/templates/deployment.yaml")
+    bump(monkeypatch, "cert-manager")
     plan = sim.preview()
     assert plan.changed() == {"update": {"kamaji-cert-manager"}}, plan.render()
 

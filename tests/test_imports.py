@@ -45,3 +45,10 @@ def test_the_walk_finds_a_tests_import_at_any_depth(tmp_path):
     (tmp_path / "ops" / "fine.py").write_text("from . import tool\nimport testsuite\n")
     (tmp_path / "tests" / "test_x.py").write_text("import tests.support\n")
     assert imports_of_tests(tmp_path) == {"ops/tool.py": {"tests.support"}}
+
+
+def test_the_components_import_nothing_from_ops():
+    """The chart list the program reads is the program's (components/charts.py); `make charts` is the operator's."""
+    found = {str(path.relative_to(ROOT)): names for path in shipped_modules() if path.relative_to(ROOT).parts[0] ==
+             "components" and (names := {n for n in imported_modules(path) if n == "ops" or n.startswith("ops.")})}
+    assert found == {}

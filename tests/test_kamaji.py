@@ -17,6 +17,7 @@ import pulumi_kubernetes as k8s
 import pytest
 import yaml
 
+from components.charts import CHARTS
 from components.helm import helm_values_args, null_overrides, without_nulls
 from components.images import DEDICATED_ETCD_IMAGES
 from components.management.cluster import ManagementCluster, ManagementClusterArgs
@@ -56,11 +57,10 @@ METALLB_WEBHOOK_READY = "pulumi-python:dynamic/gpu-tenancy:MetalLBWebhookReady"
 NODE_IMAGE = "kindest/node:v1.35.0"
 
 # kamaji-etcd's own values.yaml is not vendored: `make charts` fetches the subchart into the chart directory, pinned
-# by its git blob id in ops/upstream_manifest.json. Tests that compare with its defaults read that file and skip
+# in components/charts.json. Tests that compare with its defaults read that file and skip
 # without it; templates/_helpers.tpl (at the same pin) labels the pods with `etcd.selectorLabels` =
 # app.kubernetes.io/name (nameOverride, else the chart name) and app.kubernetes.io/instance (the release), and in
 # cert-manager mode names the CA secret `<fullname>-ca` and the client certificate `<fullname>-client-certs`.
-ETCD_VALUES_PATH = "charts/kamaji-etcd/values.yaml"
 # The API server labels every namespace with its own name (Kubernetes >= 1.22, NamespaceDefaultLabelName).
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
@@ -200,16 +200,13 @@ def kamaji_chart(vendor_dir) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def etcd_chart() -> dict[str, Any]:
-    """kamaji-etcd's values.yaml as `make charts` fetched it, checked against its pin; skip when not fetched."""
-    (entry,) = [e for e in upstream.select(upstream.load_manifest(), "chart")
-                if e["repo"] == "clastix/kamaji-etcd" and e["path"] == ETCD_VALUES_PATH]
-    path = upstream.target_path(entry)
-    if not path.is_file():
-        pytest.skip(f"kamaji-etcd's values.yaml is fetched by `make charts` (not there: {path})")
-    data = path.read_bytes()
-    problem = upstream.hash_problem(entry, data)
-    assert problem is None, f"{path}: {problem}: run `make charts`"
-    return yaml.safe_load(data)
+    """kamaji-etcd's values.yaml as `make charts` fetched it, its chart checked against its pin; skip when not fetched."""
+    directory = upstream.chart_root() / ETCD_CHART.directory
+    if not (directory / "values.yaml").is_file():
+        pytest.skip(f"kamaji-etcd's values.yaml is fetched by `make charts` (not there: {directory})")
+    problem = upstream.tree_problem(directory, CHARTS[ETCD_CHART.directory])
+    assert problem is None, f"{directory}: {problem}: run `make charts`"
+    return yaml.safe_load((directory / "values.yaml").read_text())
 
 
 def test_every_kamaji_value_key_outside_the_subchart_exists_in_kamajis_chart(kamaji_chart):
@@ -324,20 +321,14 @@ def test_helm_nulls_travel_in_a_yaml_file():
 # --------------------------------------------------------------------------- #
 
 
-def _chart_files(repo: str) -> dict[Path, dict[str, Any]]:
-    """Where `make charts` writes each file it takes from `repo`, with its manifest entry."""
-    entries = upstream.select(upstream.load_manifest(), "chart")
-    return {upstream.target_path(entry).resolve(): entry for entry in entries if entry["repo"] == repo}
-
-
 def test_the_release_installs_the_directory_make_charts_fills_with_the_subchart_inside():
-    assert (PROJECT_ROOT / KAMAJI_CHART.path).resolve() == upstream.chart_dir("kamaji").resolve()
-    assert (PROJECT_ROOT / KAMAJI_CHART.path / "Chart.yaml").resolve() in _chart_files("clastix/kamaji")
+    assert (PROJECT_ROOT / KAMAJI_CHART.path).resolve() == (upstream.chart_root() / "kamaji").resolve()
+    assert (CHARTS["kamaji"]["repo"], CHARTS["kamaji"]["path"]) == ("clastix/kamaji", "charts/kamaji")
     # Helm takes subcharts from charts/ of the chart directory; tenants' dedicated data stores install the same one.
-    etcd_files = _chart_files("clastix/kamaji-etcd")
-    etcd_dir = (PROJECT_ROOT / ETCD_CHART.path).resolve()
-    assert etcd_dir == upstream.chart_dir("kamaji").resolve() / "charts" / "kamaji-etcd"
-    assert {etcd_dir / "Chart.yaml", etcd_dir / "values.yaml", etcd_dir / "templates" / "etcd_sts.yaml"} <= set(etcd_files)
+    assert ETCD_CHART.directory == "kamaji/charts/kamaji-etcd"
+    assert (PROJECT_ROOT / ETCD_CHART.path).resolve() == (upstream.chart_root() / "kamaji/charts/kamaji-etcd").resolve()
+    assert (CHARTS[ETCD_CHART.directory]["repo"], CHARTS[ETCD_CHART.directory]["path"]) == (
+        "clastix/kamaji-etcd", "charts/kamaji-etcd")
 
 
 def test_the_chart_is_fetched_at_the_commit_of_the_pinned_kamaji_image(vendor_dir):
@@ -345,7 +336,7 @@ def test_the_chart_is_fetched_at_the_commit_of_the_pinned_kamaji_image(vendor_di
     commit = re.search(r"^Commit\s*:\s*([0-9a-f]{40})", readme, re.M).group(1)
     tag = re.search(r"\(tag (\S+),", readme).group(1)
     assert Versions().kamaji_image == tag
-    assert {entry["ref"] for entry in _chart_files("clastix/kamaji").values()} == {commit}
+    assert (CHARTS["kamaji"]["commit"], CHARTS["kamaji"]["tag"]) == (commit, tag)
 
 
 # --------------------------------------------------------------------------- #

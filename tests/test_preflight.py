@@ -1,6 +1,5 @@
 """Preflight checks against faked host probes (no Docker, no network)."""
 
-import json
 import sys
 import textwrap
 
@@ -747,52 +746,54 @@ def test_a_chart_not_fetched_yet_is_information_since_make_up_fetches_it(tmp_pat
     assert out.rstrip().endswith("preflight passed")
 
 
-CHART_FILES = {"charts/kamaji/Chart.yaml": b"apiVersion: v2\nname: kamaji\n", "charts/kamaji/values.yaml": b"{}\n"}
+CHART_FILES = {"kamaji": {"Chart.yaml": b"apiVersion: v2\nname: kamaji\n", "values.yaml": b"{}\n"},
+               "hami": {"Chart.yaml": b"apiVersion: v2\nname: hami\n"}}
 
 
 @pytest.fixture
 def chart_manifest(tmp_path, monkeypatch):
-    """A two-file chart manifest in place of the real one; returns where its files go."""
-    from ops import upstream
+    """Two stand-in charts in place of components/charts.json's; returns where their directories go."""
+    from components.charts import CHARTS, tree_digest
 
-    entries = [{"group": "chart", "repo": "clastix/kamaji", "ref": "a" * 40, "path": dest, "dest": dest,
-                "git_blob": upstream.git_blob_id(data)} for dest, data in CHART_FILES.items()]
-    manifest = tmp_path / "manifest.json"
-    manifest.write_text(json.dumps(entries))
-    monkeypatch.setattr(upstream, "MANIFEST", manifest)
-    return tmp_path / ".cache"
-
-
-def put(cache, dest, data):
-    (cache / dest).parent.mkdir(parents=True, exist_ok=True)
-    (cache / dest).write_bytes(data)
+    for name in list(CHARTS):
+        monkeypatch.delitem(CHARTS, name)
+    for name, files in CHART_FILES.items():
+        put(tmp_path / "pin" / name, files)
+        monkeypatch.setitem(CHARTS, name, {"sha256": tree_digest(tmp_path / "pin" / name)})
+    return tmp_path / ".cache" / "charts"
 
 
-def test_a_chart_file_that_differs_from_the_manifest_fails(tmp_path, chart_manifest):
-    put(chart_manifest, "charts/kamaji/values.yaml", b"changed by hand\n")
+def put(directory, files):
+    for name, data in files.items():
+        (directory / name).parent.mkdir(parents=True, exist_ok=True)
+        (directory / name).write_bytes(data)
+
+
+def test_a_chart_file_that_differs_from_its_pin_fails(tmp_path, chart_manifest):
+    put(chart_manifest / "kamaji", CHART_FILES["kamaji"] | {"values.yaml": b"changed by hand\n"})
     result = preflight.check_charts(tmp_path)
     assert not result.ok and result.state == ""
-    assert result.detail.startswith("charts/kamaji/values.yaml: git blob id mismatch")
-    assert "Chart.yaml" not in result.detail  # not fetched yet is not the problem
+    assert result.detail.startswith("charts/kamaji: the files differ from the pin in components/charts.json")
+    assert "hami" not in result.detail  # not fetched yet is not the problem
     assert result.fix.startswith("make charts")
 
 
-def test_a_partly_fetched_chart_is_information_too(tmp_path, chart_manifest):
-    put(chart_manifest, "charts/kamaji/Chart.yaml", CHART_FILES["charts/kamaji/Chart.yaml"])
+def test_a_partly_fetched_chart_tree_is_information_too(tmp_path, chart_manifest):
+    put(chart_manifest / "kamaji", CHART_FILES["kamaji"])
     result = preflight.check_charts(tmp_path)
-    assert result.ok and result.state == "info" and result.detail.startswith("1 of 2 files not fetched yet")
+    assert result.ok and result.state == "info" and result.detail.startswith("1 of 2 charts not fetched yet")
 
 
-def test_a_fetched_chart_passes(tmp_path, chart_manifest):
-    for dest, data in CHART_FILES.items():
-        put(chart_manifest, dest, data)
+def test_fetched_charts_pass(tmp_path, chart_manifest):
+    for name, files in CHART_FILES.items():
+        put(chart_manifest / name, files)
     result = preflight.check_charts(tmp_path)
     assert result.ok and result.state == "" and result.detail.endswith(".cache/charts")
 
 
-def test_a_file_the_manifest_does_not_list_fails(tmp_path, chart_manifest):
-    for dest, data in CHART_FILES.items():
-        put(chart_manifest, dest, data)
-    put(chart_manifest, "charts/kamaji/templates/extra.yaml", b"kind: Secret\n")
+def test_a_file_the_pin_does_not_cover_fails(tmp_path, chart_manifest):
+    for name, files in CHART_FILES.items():
+        put(chart_manifest / name, files)
+    put(chart_manifest / "hami", {"templates/extra.yaml": b"kind: Secret\n"})
     result = preflight.check_charts(tmp_path)
-    assert not result.ok and "templates/extra.yaml: not in the upstream manifest" in result.detail
+    assert not result.ok and result.detail.startswith("charts/hami: the files differ from the pin")
