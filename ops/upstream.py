@@ -29,6 +29,7 @@ import argparse
 import email.utils
 import errno
 import hashlib
+import http.client
 import io
 import json
 import os
@@ -154,7 +155,7 @@ def download(url: str, timeout: float = 60.0, attempts: int = 4) -> bytes:
             if unreachable(err) or attempt == attempts:
                 raise
             wait = retry_wait(None, attempt)
-        except (TimeoutError, ConnectionError):
+        except (TimeoutError, ConnectionError, http.client.HTTPException):  # e.g. IncompleteRead: the body broke off
             if attempt == attempts:
                 raise
             wait = retry_wait(None, attempt)
@@ -319,7 +320,7 @@ def fetch_charts(
                 continue
             except OSError as err:
                 problem = _failed(url, err, "chart", dest)
-            except (EOFError, ValueError, tarfile.TarError, UpstreamError) as err:  # EOFError: a truncated gzip
+            except (EOFError, ValueError, tarfile.TarError, UpstreamError, http.client.HTTPException) as err:
                 problem = f"{err}, from {url}; not written"
             failures += [f"charts/{name}: {problem}" for name in names]
             failed |= {_top(name, charts) for name in names}

@@ -6,6 +6,7 @@ fake urlopen, and the default bases point at a closed local port.
 """
 
 import hashlib
+import http.client
 import http.server
 import io
 import json
@@ -404,6 +405,20 @@ def test_a_dropped_connection_is_still_retried(monkeypatch, sleeps):
     with pytest.raises(urllib.error.URLError):
         upstream.download("https://example.invalid/x", attempts=3)
     assert len(calls) == 3 and sleeps == [1.0, 2.0]
+
+
+def test_a_body_that_breaks_off_is_fetched_again(monkeypatch, sleeps):
+    bodies = [http.client.IncompleteRead(b"half"), b"whole"]
+
+    class Response(io.BytesIO):
+        def read(self, *args):
+            body = bodies.pop(0)
+            if isinstance(body, Exception):
+                raise body
+            return body
+
+    monkeypatch.setattr(upstream.urllib.request, "urlopen", lambda request, timeout: Response())
+    assert upstream.download("https://example.invalid/x", attempts=2) == b"whole" and sleeps == [1.0]
 
 
 def test_an_unreachable_proxy_is_named_without_its_credentials(monkeypatch):
