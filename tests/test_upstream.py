@@ -577,5 +577,5 @@ def test_the_docs_show_the_offline_line_as_make_up_prints_it(monkeypatch):
     for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(name, raising=False)
     err = urllib.error.URLError(socket.gaierror(-2, "Name or service not known"))
-    line = "upstream: " + upstream.unreachable_message("https://raw.githubusercontent.com/x/y/z", err, "chart")
+    line = "upstream: " + upstream.unreachable_message("https://codeload.github.com/x/y/tar.gz/z", err, "chart")
     assert line in all_text().splitlines()
