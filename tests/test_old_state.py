@@ -14,10 +14,11 @@ Two things of such a stack's state name the old layout:
   recorded in tests/fixtures/pickles-6270184.json.
 
 What the old program left is recorded in tests/fixtures/state-a7c63e6.json (its URNs, parents, providers and
-the exact pickled provider strings; tests/fixtures/record_old_state.py made it from a run of that commit). The
-scenario tests rebuild that state from a run of this program by the rule of the restructure, check it against
-the recording, and run this program on it: a missing alias shows as a delete and a create, a lost module path
-as a failed delete.
+the exact pickled provider strings; tests/fixtures/record_old_state.py made it from a run of that commit), and
+what the program of commit e08431f left (providers in their layers' modules) in tests/fixtures/state-e08431f.json.
+The scenario tests rebuild each state from a run of this program by the rules of the changes since, check it
+against the recording, and run this program on it: a missing alias shows as a delete and a create, a lost module
+path as a failed delete.
 """
 
 from __future__ import annotations
@@ -51,7 +52,9 @@ from tests.test_config_infrastructure import prod_example_with_secrets
 from tests.test_host_operations import membership_props, node, token_secret
 
 ROOT = Path(__file__).resolve().parents[1]
-RECORDED = json.loads((ROOT / "tests" / "fixtures" / "state-a7c63e6.json").read_text())
+RECORDINGS = {commit: json.loads((ROOT / "tests" / "fixtures" / f"state-{commit}.json").read_text())
+              for commit in ("a7c63e6", "e08431f")}
+RECORDED = RECORDINGS["a7c63e6"]
 OLD_MODULE = "components.tenant_api"
 # Every provider class today, in its layer's module.
 TODAY = {cls.__name__: cls for module in (worker_operations, gpu_operations, management_operations, tenant_operations)
@@ -60,7 +63,8 @@ TODAY = {cls.__name__: cls for module in (worker_operations, gpu_operations, man
 # The pickles of commit 6270184: every provider under the module path of the layered layout's first version.
 MOVED_MODULE = "components.host_operations"
 MOVED = json.loads((ROOT / "tests" / "fixtures" / "pickles-6270184.json").read_text())["pickles"]
-PICKLES = {**RECORDED["pickles"], **MOVED}
+LAYERED = RECORDINGS["e08431f"]["pickles"]
+PICKLES = {**RECORDED["pickles"], **MOVED, **LAYERED}
 PROVIDERS = {path: TODAY[path.rsplit(".", 1)[1]] for path in PICKLES}
 
 
@@ -73,8 +77,9 @@ def pickled_class(encoded: str) -> str:
 
 def test_the_recorded_pickles_name_the_old_module_and_load_as_todays_classes():
     assert {path.rsplit(".", 1)[0] for path in RECORDED["pickles"]} == {OLD_MODULE}
-    # Every provider there is today was under the second path, and none is left there.
+    # Every provider there is today was under the second path, and none is left there; each under its layer's third.
     assert {path.rsplit(".", 1)[1] for path in MOVED} == set(TODAY) and len(TODAY) == 11
+    assert {path.rsplit(".", 1)[1] for path in LAYERED} == set(TODAY)
     assert all(cls.__module__ != MOVED_MODULE for cls in TODAY.values())
     for path, encoded in PICKLES.items():
         assert pickled_class(encoded) == path
@@ -123,7 +128,7 @@ def _props(api, path: str) -> dict[str, Any]:
     return {**props, "__provider": PICKLES[path]}
 
 
-@pytest.mark.parametrize("path", sorted(PROVIDERS))
+@pytest.mark.parametrize("path", sorted(set(PROVIDERS) - set(LAYERED)))
 def test_the_provider_host_sees_no_change_between_the_old_pickle_and_todays(provider_host, api, path):
     """A `pulumi preview` of this program on the old state: olds carry the old module path, news today's."""
     olds = _props(api, path)
@@ -141,12 +146,15 @@ def test_the_waiters_still_see_a_change_of_their_own_inputs(provider_host, api, 
     assert response.changes == provider_pb2.DiffResponse.DIFF_SOME
 
 
-@pytest.mark.parametrize("module", [OLD_MODULE, MOVED_MODULE])
-def test_the_provider_host_deletes_with_the_old_pickle(provider_host, api, module):
-    """`pulumi destroy` of the old state: Delete gets the stored outputs, so the host imports the old module."""
+@pytest.mark.parametrize("pickles", [RECORDED["pickles"], MOVED, LAYERED], ids=["a7c63e6", "6270184", "e08431f"])
+def test_the_provider_host_refreshes_and_deletes_with_the_old_pickle(provider_host, api, pickles):
+    """`pulumi refresh` and `pulumi destroy` of the old state: Read and Delete get the stored outputs, so the host
+    imports the old module."""
     api.put(node("alpha-worker-0", capacity={"nvidia.com/gpu": "10"}, allocatable={"nvidia.com/gpu": "10"}))
     api.put(token_secret("abcdef"))
-    for path in sorted(path for path in PROVIDERS if path.rsplit(".", 1)[0] == module):
+    for path in sorted(pickles):
+        read = provider_host.Read(provider_pb2.ReadRequest(id="id", urn="urn", properties=_struct(_props(api, path))))
+        assert read.properties["__provider"] == pickles[path]
         provider_host.Delete(provider_pb2.DeleteRequest(id="id", urn="urn", properties=_struct(_props(api, path))))
     assert api.get("Node", "alpha-worker-0") is None  # NodeMembershipProvider.delete
     assert api.get("Secret", "bootstrap-token-abcdef", "kube-system") is None
@@ -303,25 +311,56 @@ def summary(state: dict[str, Resource]) -> list[dict[str, Any]]:
     return sorted(entries, key=lambda e: e["urn"])
 
 
-def _dev() -> Lifecycle:
-    config = RECORDED["stacks"]["dev"]["config"]
+def pickled_as(state: dict[str, Resource], pickles: dict[str, str]) -> int:
+    """Every dynamic resource's pickled provider in `state` replaced by the one of its class in `pickles` (a
+    recording's). Returns how many were rewritten."""
+    by_class = {path.rpartition(".")[2]: encoded for path, encoded in pickles.items()}
+    rewritten = 0
+    for resource in state.values():
+        for props in (resource.inputs, resource.outputs):
+            if "__provider" in props:
+                props["__provider"] = by_class[pickled_class(plain(props["__provider"])).rpartition(".")[2]]
+                rewritten += 1
+    return rewritten
+
+
+def state_at_e08431f(state: dict[str, Resource]) -> dict[str, Resource]:
+    """`state` as the program of commit e08431f left it: each provider pickled under its layer's module."""
+    old = copy.deepcopy(state)
+    pickled_as(old, LAYERED)
+    return old
+
+
+# How each recorded commit's state is rebuilt from this program's.
+OLD_STATES = {"a7c63e6": old_state, "e08431f": state_at_e08431f}
+
+
+def _dev(commit: str) -> Lifecycle:
+    config = RECORDINGS[commit]["stacks"]["dev"]["config"]
     return Lifecycle(config, world=world_for(copy.deepcopy(config)), stack="dev")
 
 
-def _prod() -> Lifecycle:
+def _prod(_commit: str) -> Lifecycle:
     world = lab_world()
     return Lifecycle(adopt(world, prod_example_with_secrets()), world=world, stack="prod",
                      secret_keys=("management", "tenants"))
 
 
-@pytest.fixture(scope="module", params=["dev", "prod"])
+@pytest.fixture(scope="module", params=[(commit, name) for commit in RECORDINGS
+                                        for name in RECORDINGS[commit]["stacks"]], ids="-".join)
 def stack(request):
-    """(name, a stack this program created, the same stack as the old program left it)."""
-    sim = {"dev": _dev, "prod": _prod}[request.param]()
+    """(commit, name, a stack this program created, the same stack as that commit's program left it)."""
+    commit, name = request.param
+    sim = {"dev": _dev, "prod": _prod}[name](commit)
     sim.up(skip_preview=True)
     old = sim.fork()
-    old.engine.state = old_state(sim.engine.state)
-    return request.param, sim, old
+    old.engine.state = OLD_STATES[commit](sim.engine.state)
+    return commit, name, sim, old
+
+
+def expected_changes(commit: str, sim: Lifecycle) -> dict[str, set[str]]:
+    """What the first `up` changes on that commit's stack (a7c63e6: first_up_changes; since, nothing)."""
+    return first_up_changes(sim) if commit == "a7c63e6" else {}
 
 
 # What later fixes changed in what the program makes, apart from the restructure (by URN name): the lab's ghcr.io
@@ -340,9 +379,11 @@ def _added_since(urn: str) -> bool:
 
 
 def test_the_rebuilt_old_state_is_what_the_old_program_left(stack):
-    name, _, old = stack
-    recorded = {e["urn"]: e for e in RECORDED["stacks"][name]["resources"]}
+    commit, name, _, old = stack
+    recorded = {e["urn"]: e for e in RECORDINGS[commit]["stacks"][name]["resources"]}
     rebuilt = {e["urn"]: e for e in summary(old.engine.state)}
+    if commit != "a7c63e6":
+        assert sorted(rebuilt.values(), key=lambda e: e["urn"]) == sorted(recorded.values(), key=lambda e: e["urn"])
     assert {urn.rsplit("::", 1)[1] for urn in set(recorded) - set(rebuilt)} <= REMOVED_SINCE
     assert all(_added_since(urn) for urn in set(rebuilt) - set(recorded)), set(rebuilt) - set(recorded)
     assert [rebuilt[urn] for urn in sorted(set(rebuilt) & set(recorded))] == \
@@ -353,7 +394,7 @@ def test_the_rebuilt_old_state_is_what_the_old_program_left(stack):
 def first_up(stack):
     """This program's first `up` on the old state: (the stack after it, its preview, its update). A failed preview
     or update is not raised here but asserted by the test that reads it, so each test reports its own plan."""
-    _, _, old = stack
+    *_, old = stack
     ran = old.fork()
     before = len(ran.history)
     update = ran.up(expect_error=True)
@@ -363,36 +404,40 @@ def first_up(stack):
 
 
 def test_the_program_previews_no_change_on_the_old_state(stack, first_up):
-    _, sim, _ = stack
+    commit, _, sim, _ = stack
     _, plan, _ = first_up  # the preview of the first `up` (the same program on the same old state)
     assert plan.ok, plan.render()
-    assert plan.changed() == first_up_changes(sim), plan.render()
-    # Only the Tenant components are new: they hold no resource, but `pulumi preview` lists them as creates.
-    tenants = {r.name for r in sim.engine.state.values() if r.type == "gpu-tenancy:index:Tenant"}
+    assert plan.changed() == expected_changes(commit, sim), plan.render()
+    # Only a7c63e6 lacks components: the Tenants. They hold no resource, but `pulumi preview` lists them as creates.
+    tenants = {r.name for r in sim.engine.state.values() if r.type == "gpu-tenancy:index:Tenant"} \
+        if commit == "a7c63e6" else set()
     assert plan.component_changes() == ({"create": tenants} if tenants else {}), plan.render()
 
 
 def test_up_then_destroy_on_the_old_state(stack, first_up):
-    _, sim, _ = stack
+    commit, _, sim, _ = stack
     ran, _, up = first_up
     assert up.kind == "update" and up.ok, up.render()
     old = ran.fork()
-    changes = first_up_changes(sim)
+    changes = expected_changes(commit, sim)
     assert up.changed() == changes, up.render()
     assert set(old.engine.state) == set(sim.engine.state)
     assert old.up().changed() == {}, "the second up changes nothing"
     # Unchanged resources keep their stored outputs, so the old pickles stay until a resource is updated.
+    changed = changes.get("create", set()) | changes.get("update", set())
     assert {pickled_class(plain(r.outputs["__provider"])).rpartition(".")[0]
-            for r in old.engine.state.values()
-            if "__provider" in r.outputs and r.name not in changes["create"] | changes["update"]} == {OLD_MODULE}
+            for r in old.engine.state.values() if "__provider" in r.outputs and r.name not in changed} == \
+        {path.rpartition(".")[0] for path in RECORDINGS[commit]["pickles"]}
     old.destroy()
     assert old.engine.state == {}
     assert old.world.docker.containers == {} and old.world.kind == {}
 
 
-def test_destroy_of_the_old_state_without_running_the_program(stack):
-    _, _, old = stack
+def test_refresh_then_destroy_of_the_old_state_without_running_the_program(stack):
+    *_, sim, old = stack
     old = old.fork()
+    # What a refresh finds (each gpu-register's Node, annotated by HAMi since) is what it finds on this program's.
+    assert old.refresh().changed() == sim.fork().refresh().changed()
     old.destroy()
     assert old.engine.state == {}
     assert old.world.docker.containers == {} and old.world.kind == {}
@@ -401,7 +446,7 @@ def test_destroy_of_the_old_state_without_running_the_program(stack):
 def test_a_worker_replaced_on_the_old_state_leaves_through_the_old_pickle(stack):
     """A full destroy never calls the dynamic providers (they go with their control plane, step.go isDeletedWith);
     a worker that leaves does: its membership is deleted with the provider the old state names."""
-    _, _, old = stack
+    *_, old = stack
     old = old.fork()
     tenant = old.config["tenants"][-1]
     worker = tenant["workers"][-1]
@@ -420,30 +465,18 @@ def test_a_worker_replaced_on_the_old_state_leaves_through_the_old_pickle(stack)
 # --------------------------------------------------------------------------- #
 
 
-def _as_before_the_move(sim: Lifecycle) -> int:
-    """The stack as the program of commit 6270184 left it: every dynamic resource's pickled provider names
-    components.host_operations (tests/fixtures/pickles-6270184.json). Returns how many were rewritten."""
-    rewritten = 0
-    for resource in sim.engine.state.values():
-        for props in (resource.inputs, resource.outputs):
-            if "__provider" in props:
-                name = pickled_class(plain(props["__provider"])).rpartition(".")[2]
-                props["__provider"] = MOVED[f"{MOVED_MODULE}.{name}"]
-                rewritten += 1
-    return rewritten
-
-
 def test_a_stack_from_before_the_providers_moved_previews_no_change_and_destroys():
     from tests.support.lifecycle_support import running_kind_lab
 
     sim = running_kind_lab(one_tenant=True)
-    assert _as_before_the_move(sim) > 10
+    # The stack as the program of commit 6270184 left it (tests/fixtures/pickles-6270184.json).
+    assert pickled_as(sim.engine.state, MOVED) > 10
     assert sim.preview().changed() == {}
     assert sim.up(skip_preview=True).changed() == {}
     # The update kept the old pickles in the outputs (no step ran a provider). A worker replaced now leaves through
     # its old membership's Delete, which loads the old pickle (the rest of a destroy goes with the kind cluster,
     # deletedWith, and runs no Delete; every class's Delete on its old pickle is in
-    # test_the_provider_host_deletes_with_the_old_pickle).
+    # test_the_provider_host_refreshes_and_deletes_with_the_old_pickle).
     membership = sim.resource("tenant-a-worker-0-membership")
     assert pickled_class(plain(membership.outputs["__provider"])).startswith(MOVED_MODULE)
     plan = sim.up(replace=["tenant-a-worker-0-membership"])
