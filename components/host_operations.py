@@ -9,10 +9,8 @@ components/tenant/operations.py. This module holds what they share: the seam (ho
 server, and what time it is), reaching a tenant whose control plane was re-created, the webhook wait, and
 `resource`, which declares one of them.
 
-The calls go through `components.kube` (credentials stay in memory). Module import has no side effects:
-Pulumi's dynamic-provider host imports a provider's module by name (dill pickles the provider classes by
-reference, pulumi/pulumi sdk/python/lib/pulumi/dynamic/dynamic.py `serialize_provider`), from the project
-directory it runs in.
+The calls go through `components.kube` (credentials stay in memory). Module import has no side effects: Pulumi's
+dynamic-provider host imports the module the state names for a provider (components/providers.py).
 """
 
 from __future__ import annotations
@@ -198,6 +196,8 @@ class WaitProvider(HostOperationProvider):
 # additional_secret_outputs makes sure of it).
 CREDENTIAL_KEYS = ("kubeconfig", "management_kubeconfig")
 _RESOURCES: dict[type, type] = {}
+# Where every provider is pickled from, whichever module it is written in (that module's docstring says why).
+PROVIDERS_MODULE = "components.providers"
 
 
 class HostOperation(Resource):
@@ -207,10 +207,11 @@ class HostOperation(Resource):
 def declare(provider: type[HostOperationProvider], name: str) -> type[HostOperation]:
     """The dynamic resource `resource` declares for `provider`: a HostOperation with its own type token,
     `pulumi-python:dynamic/gpu-tenancy:<name>` (pulumi/dynamic/dynamic.py Resource.__init_subclass__). The token is
-    in every URN of its resources, so `name` never changes."""
+    in every URN of its resources, so `name` never changes. The state names `provider` by PROVIDERS_MODULE."""
     resource_class = types.new_class(name, (HostOperation,), {"module": "gpu-tenancy", "name": name},
                                      lambda body: body.update(__module__=provider.__module__, __qualname__=name))
     _RESOURCES[provider] = resource_class
+    provider.__module__ = PROVIDERS_MODULE
     return resource_class
 
 
@@ -230,26 +231,12 @@ def resource(provider: ResourceProvider, name: str, props: dict[str, Any], opts:
 # The module path of the providers in stacks created before they moved into their layers
 # --------------------------------------------------------------------------- #
 
-# From the layered layout (commit b17a449) until they moved, every provider lived here, and a stack created then
-# names `components.host_operations.<X>Provider` in its state (pickled by reference, see above). Each name resolves
-# to the class in its layer's module (PEP 562 module __getattr__, which pickle's find_class reaches through
-# getattr), imported on first use: those modules import this one, so it cannot import them when it loads.
-_MOVED = {
-    "NodeMembershipProvider": "components.worker.operations",
-    "NodeRegistrationProvider": "components.worker.operations",
-    "NodeDrainProvider": "components.worker.operations",
-    "NodeReadyProvider": "components.worker.operations",
-    "GpuCapacityProvider": "components.gpu.operations",
-    "HamiWebhookReadyProvider": "components.gpu.operations",
-    "GpuPluginReadyProvider": "components.gpu.operations",
-    "KamajiWebhookReadyProvider": "components.management.operations",
-    "MetalLBWebhookReadyProvider": "components.management.operations",
-    "KonnectivityReadyProvider": "components.tenant.operations",
-    "TenantVersionProvider": "components.tenant.operations",
-}
-
 
 def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        return getattr(importlib.import_module(_MOVED[name]), name)
+    """`components.host_operations.<X>Provider`, where every provider lived from the layered layout (commit b17a449)
+    until they moved into their layers (bcf2d48): a stack created then names it in its state. Resolved from
+    PROVIDERS_MODULE on first use (PEP 562; pickle's find_class reaches it through getattr): that module imports
+    the layers, which import this one. Remove once no supported stack was created before bcf2d48 (CHANGELOG)."""
+    if name.endswith("Provider"):
+        return getattr(importlib.import_module(PROVIDERS_MODULE), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

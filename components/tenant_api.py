@@ -1,12 +1,9 @@
-"""The module path of the dynamic providers in stacks created before the layered layout.
+"""The module path of the dynamic providers in stacks created before the layered layout (commit b17a449).
 
 Pulumi pickles a dynamic provider by reference, as its module path and class name (pulumi/sdk/python/lib/
 pulumi/dynamic/dynamic.py serialize_provider, dill), and the provider host imports that path again for every
-later diff, update, refresh and delete. A stack created before the move names this module, so it stays.
+later diff, update, refresh and delete. A stack created before the move names this module.
+Remove once no supported stack was created before b17a449 (CHANGELOG).
 """
 
-# The names the old pickles refer to, from the modules of their layers today.
-from components.gpu.operations import GpuCapacityProvider  # noqa: F401
-from components.management.operations import KamajiWebhookReadyProvider  # noqa: F401
-from components.tenant.operations import KonnectivityReadyProvider  # noqa: F401
-from components.worker.operations import NodeMembershipProvider, NodeRegistrationProvider  # noqa: F401
+from components.providers import *  # noqa: F403 -- the old pickles name five of them

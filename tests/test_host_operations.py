@@ -15,7 +15,7 @@ import pytest
 from pulumi.dynamic.dynamic import serialize_provider
 from pulumi.output import Unknown
 
-from components import host_operations, kube, tenant_api
+from components import host_operations, kube, providers
 from components.gpu import operations as gpu_operations
 from components.management import operations as management_operations
 from components.tenant import operations as tenant_operations
@@ -758,10 +758,7 @@ def test_a_wait_runs_again_for_a_new_revision_but_not_for_a_moved_pickle(provide
 # The seam and the pickles
 # --------------------------------------------------------------------------- #
 
-# Every provider of the layers' modules.
-PROVIDERS = sorted((cls for module in (worker_operations, gpu_operations, management_operations, tenant_operations)
-                    for cls in vars(module).values() if isinstance(cls, type) and cls.__module__ == module.__name__
-                    and issubclass(cls, host_operations.HostOperationProvider)), key=lambda cls: cls.__name__)
+PROVIDERS = [getattr(providers, name) for name in providers.__all__]
 
 
 @pytest.mark.parametrize("provider_class", PROVIDERS, ids=lambda cls: cls.__name__)
@@ -776,15 +773,3 @@ def test_a_provider_pickles_by_reference_without_its_seam(provider_class, clock)
     assert loaded.connect is kube.connect and isinstance(loaded.clock, host_operations.Clock)
     assert serialize_provider(provider_class()) == stored  # stable: no diff of `__provider` between runs
 
-
-def test_a_pickle_naming_the_old_module_path_loads_and_takes_the_seam(api, clock, monkeypatch):
-    """Stacks created before the layered layout recorded `components.tenant_api.<Provider>`."""
-    cls = worker_operations.NodeMembershipProvider
-    monkeypatch.setattr(cls, "__module__", "components.tenant_api")
-    old = serialize_provider(tenant_api.NodeMembershipProvider())
-    monkeypatch.undo()
-    assert b"components.tenant_api" in base64.b64decode(old)
-    provider = timed(dill.loads(base64.b64decode(old)), clock)
-    assert type(provider) is cls
-    result = provider.create(membership_props(api))
-    assert api.get("Secret", f"bootstrap-token-{result.outs['token_id']}", "kube-system") is not None

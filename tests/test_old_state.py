@@ -10,8 +10,10 @@ Two things of such a stack's state name the old layout:
   for every diff, update and delete (pulumi/dynamic/__main__.py get_provider). The old state names
   `components.tenant_api.<X>Provider`, kept as a re-export (components/tenant_api.py). A stack created after the
   restructure and before the providers moved into their layers' modules names `components.host_operations.<X>`,
-  which resolves to the class in its layer (components/host_operations.py `__getattr__`); those pickles are
-  recorded in tests/fixtures/pickles-6270184.json.
+  which resolves to the class today (components/host_operations.py `__getattr__`); those pickles are recorded in
+  tests/fixtures/pickles-6270184.json. A stack of commit e08431f names each layer's `components.<layer>.operations`,
+  where the classes are still written. Today every provider is pickled as `components.providers.<X>`, a path
+  components/providers.py declares stable.
 
 What the old program left is recorded in tests/fixtures/state-a7c63e6.json (its URNs, parents, providers and
 the exact pickled provider strings; tests/fixtures/record_old_state.py made it from a run of that commit), and
@@ -40,10 +42,7 @@ from pulumi.dynamic.dynamic import serialize_provider
 from pulumi.runtime import rpc
 from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
 
-from components.gpu import operations as gpu_operations
-from components.management import operations as management_operations
-from components.tenant import operations as tenant_operations
-from components.worker import operations as worker_operations
+from components import host_operations, providers
 from tests.support.sim import Lifecycle
 from tests.support.sim.engine import ROOT_STACK_TYPE, new_urn, qualified_type
 from tests.support.sim.lab import adopt, lab_world, world_for
@@ -56,10 +55,8 @@ RECORDINGS = {commit: json.loads((ROOT / "tests" / "fixtures" / f"state-{commit}
               for commit in ("a7c63e6", "e08431f")}
 RECORDED = RECORDINGS["a7c63e6"]
 OLD_MODULE = "components.tenant_api"
-# Every provider class today, in its layer's module.
-TODAY = {cls.__name__: cls for module in (worker_operations, gpu_operations, management_operations, tenant_operations)
-         for cls in vars(module).values()
-         if isinstance(cls, type) and cls.__module__ == module.__name__ and cls.__name__.endswith("Provider")}
+# Every provider class today, under the module path the state names.
+TODAY = {name: getattr(providers, name) for name in providers.__all__}
 # The pickles of commit 6270184: every provider under the module path of the layered layout's first version.
 MOVED_MODULE = "components.host_operations"
 MOVED = json.loads((ROOT / "tests" / "fixtures" / "pickles-6270184.json").read_text())["pickles"]
@@ -81,6 +78,10 @@ def test_the_recorded_pickles_name_the_old_module_and_load_as_todays_classes():
     assert {path.rsplit(".", 1)[1] for path in MOVED} == set(TODAY) and len(TODAY) == 11
     assert {path.rsplit(".", 1)[1] for path in LAYERED} == set(TODAY)
     assert all(cls.__module__ != MOVED_MODULE for cls in TODAY.values())
+    # Every provider the program declares pickles under the stable path, and nothing else is there.
+    assert set(host_operations._RESOURCES) == set(TODAY.values())
+    assert {pickled_class(serialize_provider(cls())) for cls in TODAY.values()} == \
+        {f"{providers.__name__}.{name}" for name in TODAY}
     for path, encoded in PICKLES.items():
         assert pickled_class(encoded) == path
         # What the provider host does with it (pulumi/dynamic/__main__.py get_provider: dill.loads of the base64).
@@ -128,12 +129,12 @@ def _props(api, path: str) -> dict[str, Any]:
     return {**props, "__provider": PICKLES[path]}
 
 
-@pytest.mark.parametrize("path", sorted(set(PROVIDERS) - set(LAYERED)))
+@pytest.mark.parametrize("path", sorted(PROVIDERS))
 def test_the_provider_host_sees_no_change_between_the_old_pickle_and_todays(provider_host, api, path):
     """A `pulumi preview` of this program on the old state: olds carry the old module path, news today's."""
     olds = _props(api, path)
     news = {**olds, "__provider": serialize_provider(PROVIDERS[path]())}
-    assert news["__provider"] != olds["__provider"]
+    assert pickled_class(news["__provider"]) == f"components.providers.{path.rpartition('.')[2]}" != path
     response = provider_host.Diff(provider_pb2.DiffRequest(id="id", urn="urn", olds=_struct(olds), news=_struct(news)))
     assert response.changes == provider_pb2.DiffResponse.DIFF_NONE
 
