@@ -185,7 +185,8 @@ def test_cards_are_written_after_each_nodes_registration(lab):
         join = registered(lab, worker["name"])
         patch = run.named(f"{node}-gpu-register", "kubernetes:core/v1:NodePatch")
         capacity = run.named(f"{node}-gpu-capacity", "pulumi-python:dynamic/gpu-tenancy:GpuCapacity")
-        # Both wait for the Node object, and are applied again when the worker rejoins (new registration id).
+        # Both are the worker's, wait for the Node object, and are applied again when it rejoins (new registration id).
+        assert patch.parent == capacity.parent == run.named(node, "gpu-tenancy:index:WorkerNode").urn
         assert join.urn in patch.dependencies and join.urn in capacity.dependencies
         assert patch.inputs["metadata"] == {"name": node, "annotations": {
             REGISTER_ANNOTATION: register_annotation(cards), JOIN_ANNOTATION: join.resource_id}}

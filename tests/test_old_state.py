@@ -325,15 +325,40 @@ def pickled_as(state: dict[str, Resource], pickles: dict[str, str]) -> int:
     return rewritten
 
 
+CARDS = ("-gpu-register", "-gpu-capacity", "-gpu-label")
+
+
 def state_at_e08431f(state: dict[str, Resource]) -> dict[str, Resource]:
-    """`state` as the program of commit e08431f left it: each provider pickled under its layer's module."""
-    old = copy.deepcopy(state)
+    """`state` as the program of commit e08431f left it: each worker's cards under its tenant's TenantGpus (not its
+    WorkerNode, components/gpu/hami.py GpuCards), parents first, and each provider pickled under its layer's
+    module."""
+    gpus = {r.parent: r.urn for r in state.values() if r.type == "gpu-tenancy:index:TenantGpus"}  # by Tenant
+    moved: dict[str, str] = {}  # card URN -> its parent then
+    for r in state.values():
+        if r.name.endswith(CARDS) and state[r.parent].type == "gpu-tenancy:index:WorkerNode":
+            moved[r.urn] = gpus[state[r.parent].parent]
+    renamed = {urn: new_urn(*urn.removeprefix("urn:pulumi:").split("::")[:2], qualified_type(parent),
+                            state[urn].type, state[urn].name) for urn, parent in moved.items()}
+
+    def fix(urn: str) -> str:
+        return renamed.get(urn, urn)
+
+    old: dict[str, Resource] = {}
+    for resource in [r for urn in state for r in ([state[moved[urn]]] if urn in moved else []) + [state[urn]]]:
+        if resource.urn in old:
+            continue  # a TenantGpus, taken before its first card
+        entry = copy.deepcopy(resource)
+        entry.urn, entry.parent, entry.deleted_with = fix(entry.urn), moved.get(entry.urn, entry.parent), \
+            fix(entry.deleted_with)
+        entry.dependencies = [fix(u) for u in entry.dependencies]
+        entry.property_dependencies = {k: [fix(u) for u in v] for k, v in entry.property_dependencies.items()}
+        old[entry.urn] = entry
     pickled_as(old, LAYERED)
     return old
 
 
 # How each recorded commit's state is rebuilt from this program's.
-OLD_STATES = {"a7c63e6": old_state, "e08431f": state_at_e08431f}
+OLD_STATES = {"a7c63e6": lambda state: old_state(state_at_e08431f(state)), "e08431f": state_at_e08431f}
 
 
 def _dev(commit: str) -> Lifecycle:

@@ -1,10 +1,10 @@
 """TenantGpus: HAMi in one tenant, its GPUs (simulated, or real NVIDIA cards), and the in-stack proof that they work.
 
-Built in two steps. First, per node, in each worker's own chain (`node_cards`, called once the worker's Node has
-registered and before its `<node>-ready`, so that an upgraded worker is back in service only with its cards
-advertised): in mock mode the card annotation and the `nvidia.com/gpu` status capacity; in nvidia mode only the
-`gpu=on` label the real device plugin selects. Then, after the CNI (`install`): Konnectivity agents ready -> HAMi
-release. The tenant API server reaches HAMi's webhook only through the agents (clastix/kamaji
+Each worker puts its own cards on its Node (`GpuCards`, children of its WorkerNode, once the Node has registered
+and before its `<node>-ready`, so that an upgraded worker is back in service only with its cards advertised): in
+mock mode the card annotation and the `nvidia.com/gpu` status capacity; in nvidia mode only the `gpu=on` label the
+real device plugin selects. After the CNI, `TenantGpus`: Konnectivity agents ready -> HAMi release. The tenant API
+server reaches HAMi's webhook only through the agents (clastix/kamaji
 internal/resources/konnectivity/egress_selector_configuration_resource.go), which are ordinary pods that need the
 CNI (internal/resources/konnectivity/agent.go: hostNetwork off by default). Then two bounded waits: HAMi's
 webhook mutates a dry run of a GPU pod (its Service has no endpoint until the scheduler labels itself leader), and
@@ -16,7 +16,9 @@ TenantControlPlane (`deleted_with`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -43,7 +45,9 @@ from components.naming import COMPONENT_PREFIX, JOIN_ANNOTATION
 from components.tenant.operations import KonnectivityReadyProvider
 from components.tenant.spec import system_node_selector
 from components.worker.access import NodeAccess
-from components.worker.node import AdvertisedCards
+
+if TYPE_CHECKING:  # the worker builds its cards (components/worker/node.py imports this module)
+    from components.worker.node import TenantAccess
 
 # Helm waits for HAMi's Deployment, its certificate hook Jobs and (in mock mode) the plugin DaemonSet.
 HELM_TIMEOUT_SECONDS = 600
@@ -72,11 +76,77 @@ def _known_or(output: pulumi.Output[dict], fallback: dict) -> pulumi.Output[dict
     return pulumi.Output(output.resources(), value(), _resolved(True))
 
 
+@dataclass(frozen=True)
+class GpuCardsArgs:
+    """What every worker of a tenant needs for its cards (WorkerNodeArgs.cards)."""
+
+    gpu_mode: str  # "mock" | "nvidia"
+    tenant_provider: k8s.Provider
+    # Where the cards were until each worker held its own: under TenantGpus (`former_card_parents`).
+    former_parents: Sequence[pulumi.Input[str]]
+
+
+def former_card_parents(tenant_name: str, tenant: pulumi.Resource) -> list[pulumi.Output[str]]:
+    """The URNs of this tenant's TenantGpus, the cards' parent until commit e08431f, under its Tenant and (before
+    commit a7c63e6's Tenant existed) at the top with FORMER_TYPE: the cards' aliases find them there (pulumi/pulumi
+    step_generator.go getOldResource), so moving them under their worker changes nothing in a running stack."""
+    return [pulumi.create_urn(tenant_name, GPUS_TYPE, parent=tenant), pulumi.create_urn(tenant_name, FORMER_TYPE)]
+
+
+class GpuCards:
+    """One worker's cards, children of its WorkerNode, once its Node has registered (`resources`), and what its Node
+    shows when they are advertised (`expected`, what `<node>-ready` waits for after an upgrade). Not a component: a
+    running stack's preview would list a new one as a create."""
+
+    resources: list[pulumi.Resource]
+    expected: pulumi.Input[dict]  # {"mode": "mock", "gpu": <count>, "join": <registration id>} or {"mode": "nvidia"}
+
+    def __init__(self, worker: pulumi.Resource, node_name: str, cards: Sequence[config.GpuCard],
+                 registered: pulumi.Resource, tenant: TenantAccess, args: GpuCardsArgs) -> None:
+        moved = [pulumi.Alias(parent=parent) for parent in args.former_parents]
+        after_registration = pulumi.ResourceOptions(parent=worker, deleted_with=tenant.control_plane,
+                                                    depends_on=[registered], aliases=moved)
+        inside = pulumi.ResourceOptions.merge(after_registration, pulumi.ResourceOptions(
+            provider=args.tenant_provider))
+        if args.gpu_mode == "mock":
+            self.resources = [
+                k8s.core.v1.NodePatch(
+                    f"{node_name}-gpu-register",
+                    metadata={"name": node_name, "annotations": {REGISTER_ANNOTATION: card_annotation(cards),
+                                                                 JOIN_ANNOTATION: registered.id}},
+                    opts=inside,
+                ),
+                host_operations.resource(
+                    GpuCapacityProvider(),
+                    f"{node_name}-gpu-capacity",
+                    {"kubeconfig": tenant.operator_kubeconfig, "management_kubeconfig": tenant.management_kubeconfig,
+                     "control_plane_namespace": tenant.namespace, "control_plane_name": tenant.name,
+                     "node_name": node_name, "capacity": gpu_capacity(cards),
+                     # A rejoined worker is a fresh Node without the capacity: apply it again.
+                     "registration": registered.id},
+                    after_registration,
+                ),
+            ]
+            self.expected = {"mode": "mock", "gpu": gpu_capacity(cards), "join": registered.id}
+        else:
+            # The join id as in mock mode: a rejoined worker is a fresh Node without the label, and without a
+            # changed input the patch would be `same` and never sent again.
+            self.resources = [k8s.core.v1.NodePatch(
+                f"{node_name}-gpu-label",
+                metadata={"name": node_name, "labels": dict(NVIDIA_NODE_LABEL),
+                          "annotations": {JOIN_ANNOTATION: registered.id}},
+                opts=inside,
+            )]
+            # HAMi's device plugin, which the label brings to the node, registers `nvidia.com/gpu` with the kubelet.
+            self.expected = {"mode": "nvidia"}
+
+
 @dataclass
 class GpuNode:
     worker: config.Worker  # configured cards
     access: NodeAccess  # the worker (for its Node name)
     registered: pulumi.Resource  # WorkerNode.registered: the Node exists (its id changes on every rejoin)
+    cards: GpuCards | None  # WorkerNode.cards (None for a worker without `gpus`)
 
 
 @dataclass
@@ -86,14 +156,14 @@ class TenantGpusArgs:
     smoke_test: config.SmokeTest
     versions: config.Versions
     tenant_provider: k8s.Provider
-    # super-admin kubeconfig (secret), for the host-side resources; the management side for dead-tenant checks.
-    operator_kubeconfig: pulumi.Input[str]
-    management_kubeconfig: pulumi.Input[str]
-    control_plane_namespace: pulumi.Input[str]
+    operator_kubeconfig: pulumi.Input[str]  # super-admin kubeconfig (secret), for the host-side resources
     control_plane: pulumi.Resource  # everything here goes with it
+    nodes: list[GpuNode]  # every worker, its cards advertised
+    cni: list[pulumi.Resource]  # the tenant's CNI releases: the Konnectivity agents need them
     runtime_class_name: str | None = None  # nvidia mode only
 
 
+GPUS_TYPE = f"{COMPONENT_PREFIX}:TenantGpus"
 # The former type token ("Mock" went: the component also runs real NVIDIA cards). A running stack's URNs hold it,
 # with no parent: components.tenant.tenant gives TenantGpus the alias to both (see also
 # components/management/cluster.py FORMER_TYPE).
@@ -111,71 +181,17 @@ class TenantGpus(pulumi.ComponentResource):
     smoke_test: pulumi.Output[dict] | None  # evidence: pod, node, schedulerName, devicesAllocated, node resources
 
     def __init__(self, name: str, args: TenantGpusArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        """The component only: the workers add their cards (`node_cards`), then `install` adds HAMi and the proof."""
-        super().__init__(f"{COMPONENT_PREFIX}:TenantGpus", name, None, opts)
-        self._args = args
-        self._inside = pulumi.ResourceOptions(parent=self, provider=args.tenant_provider,
-                                              deleted_with=args.control_plane)
-        self._host_side = pulumi.ResourceOptions(parent=self, deleted_with=args.control_plane)
-        self._node_resources: list[pulumi.Resource] = []
-
-    def node_cards(self, node: GpuNode) -> AdvertisedCards | None:
-        """The cards of one worker, once its Node object exists, and what its Node shows when they are advertised
-        (what `<node>-ready` waits for after an upgrade); None for a worker without `gpus`."""
-        args, cards = self._args, node.worker.gpus
-        if not cards:
-            return None
-        node_name = node.access.node_name
-        after_registration = pulumi.ResourceOptions.merge(self._inside, pulumi.ResourceOptions(
-            depends_on=[node.registered]))
-        resources: list[pulumi.Resource] = []
-        if args.gpu_mode == "mock":
-            resources.append(k8s.core.v1.NodePatch(
-                f"{node_name}-gpu-register",
-                metadata={
-                    "name": node_name,
-                    "annotations": {REGISTER_ANNOTATION: card_annotation(cards),
-                                    JOIN_ANNOTATION: node.registered.id},
-                },
-                opts=after_registration,
-            ))
-            resources.append(host_operations.resource(
-                GpuCapacityProvider(),
-                f"{node_name}-gpu-capacity",
-                {"kubeconfig": args.operator_kubeconfig, "management_kubeconfig": args.management_kubeconfig,
-                 "control_plane_namespace": args.control_plane_namespace, "control_plane_name": args.tenant.name,
-                 "node_name": node_name, "capacity": gpu_capacity(cards),
-                 # A rejoined worker is a fresh Node without the capacity: apply it again.
-                 "registration": node.registered.id},
-                pulumi.ResourceOptions.merge(self._host_side, pulumi.ResourceOptions(depends_on=[node.registered])),
-            ))
-            expected: dict[str, pulumi.Input] = {"mode": "mock", "gpu": gpu_capacity(cards),
-                                                 "join": node.registered.id}
-        else:
-            # The join id as in mock mode: a rejoined worker is a fresh Node without the label, and without a
-            # changed input the patch would be `same` and never sent again (pulumi-kubernetes provider.go Diff
-            # compares with the stored state, not the new Node).
-            resources.append(k8s.core.v1.NodePatch(
-                f"{node_name}-gpu-label",
-                metadata={"name": node_name, "labels": dict(NVIDIA_NODE_LABEL),
-                          "annotations": {JOIN_ANNOTATION: node.registered.id}},
-                opts=after_registration,
-            ))
-            # HAMi's device plugin, which the label brings to the node, registers `nvidia.com/gpu` with the kubelet.
-            expected = {"mode": "nvidia"}
-        self._node_resources += resources
-        return AdvertisedCards(resources=resources, expected=expected)
-
-    def install(self, nodes: list[GpuNode], depends_on: list[pulumi.Resource]) -> None:
-        """HAMi, its waits and the smoke test, after the tenant's CNI releases (`depends_on`); every node's cards
-        were added by `node_cards` before."""
-        args = self._args
+        """HAMi, its waits and the smoke test, after the tenant's CNI, on the nodes whose workers advertised their
+        cards (GpuCards)."""
+        super().__init__(GPUS_TYPE, name, None, opts)
+        nodes = args.nodes
         if not nodes:
             raise ValueError(f"tenant {args.tenant.name}: TenantGpus needs at least one joined worker node")
         tenant = args.tenant.name
         mock = args.gpu_mode == "mock"
-        inside, host_side = self._inside, self._host_side
-        node_resources = self._node_resources
+        inside = pulumi.ResourceOptions(parent=self, provider=args.tenant_provider, deleted_with=args.control_plane)
+        host_side = pulumi.ResourceOptions(parent=self, deleted_with=args.control_plane)
+        node_resources = [resource for node in nodes if node.cards is not None for resource in node.cards.resources]
         registrations = [node.registered for node in nodes]
 
         # The webhook is reached through the tunnel: wait for its agents before installing HAMi.
@@ -185,7 +201,7 @@ class TenantGpus(pulumi.ComponentResource):
             {"kubeconfig": args.operator_kubeconfig, "nodes": len(nodes),
              "registrations": [node.registered.id for node in nodes]},
             pulumi.ResourceOptions.merge(host_side, pulumi.ResourceOptions(
-                depends_on=[*registrations, *depends_on])),
+                depends_on=[*registrations, *args.cni])),
         )
 
         # Before HAMi's pods get their tokens: what those tokens may do (components/gpu/values.py).

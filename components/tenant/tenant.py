@@ -17,7 +17,7 @@ import pulumi_kubernetes as k8s
 import config
 from components import host_operations
 from components.gpu import hami
-from components.gpu.hami import GpuNode, TenantGpus, TenantGpusArgs
+from components.gpu.hami import GpuCardsArgs, GpuNode, TenantGpus, TenantGpusArgs
 from components.management.cluster import ManagementCluster
 from components.management.image_cache import RegistryMirror, worker_mirrors
 from components.management.kamaji import Kamaji
@@ -132,49 +132,8 @@ class Tenant(pulumi.ComponentResource):
             control_plane=control_plane.tcp,
             workers=len(tenant.workers),
         )
-        image = worker_image(tenant) if any(worker.ssh is None for worker in tenant.workers) else None
-        # The component first: each worker adds its own cards to it once its Node has registered, before that worker
-        # is back in service; HAMi and the proof follow after the CNI (`install` below).
-        self.gpus = gpus = TenantGpus(
-            tenant.name,
-            TenantGpusArgs(
-                tenant=tenant,
-                gpu_mode=stack.gpu_mode,
-                smoke_test=stack.smoke_test,
-                versions=stack.versions,
-                tenant_provider=control_plane.provider,
-                operator_kubeconfig=control_plane.operator_kubeconfig,
-                management_kubeconfig=platform.management_kubeconfig,
-                control_plane_namespace=control_plane.namespace,
-                control_plane=control_plane.tcp,
-                runtime_class_name=stack.nvidia.runtime_class_name if stack.nvidia else None,
-            ),
-            _formerly_top_level(self, hami.FORMER_TYPE),
-        )
-        # One at a time: a worker is drained for an upgrade only after kube-proxy follows the control plane and the
-        # worker before it is back in service, its cards advertised (docs/operations.md "Upgrading a tenant").
-        self.workers = []
-        for worker in tenant.workers:
-            previous = [self.workers[-1].ready] if self.workers else []
-            self.workers.append(WorkerNode(
-                node_name(tenant.name, worker.name),
-                WorkerNodeArgs(
-                    tenant=access,
-                    worker=worker,
-                    image=image,
-                    management_cluster=platform.management_cluster,
-                    network_name=platform.network_name,
-                    mirrors=worker_mirrors(stack.management, worker),
-                    configure_containerd=stack.management.configure_containerd,
-                    nvidia=NvidiaWorker(stack.nvidia.runtime_class_name if stack.nvidia else None)
-                    if stack.gpu_mode == "nvidia" else None,
-                    depends_on=[self.version],
-                    drain_after=[*control_plane.kube_proxy, *previous],
-                    cards=lambda access, registered, worker=worker: gpus.node_cards(
-                        GpuNode(worker=worker, access=access, registered=registered)),
-                ),
-                _formerly_top_level(self),
-            ))
+        self.workers = self._workers(tenant, platform, access, GpuCardsArgs(
+            stack.gpu_mode, control_plane.provider, former_parents=hami.former_card_parents(tenant.name, self)))
         # Workers without GPUs get the system label, which a kubelet cannot set on itself, before Calico and HAMi
         # place their controllers by it (components.tenant.spec.SYSTEM_NODE_LABEL).
         system_nodes = tenant_spec.system_node_selector(tenant)
@@ -202,10 +161,22 @@ class Tenant(pulumi.ComponentResource):
             ),
             _formerly_top_level(self),
         )
-        self.gpus.install(
-            [GpuNode(worker=worker, access=node.access, registered=node.registered)
-             for worker, node in zip(tenant.workers, self.workers, strict=True)],
-            depends_on=cni.releases,
+        self.gpus = TenantGpus(
+            tenant.name,
+            TenantGpusArgs(
+                tenant=tenant,
+                gpu_mode=stack.gpu_mode,
+                smoke_test=stack.smoke_test,
+                versions=stack.versions,
+                tenant_provider=control_plane.provider,
+                operator_kubeconfig=control_plane.operator_kubeconfig,
+                control_plane=control_plane.tcp,
+                nodes=[GpuNode(worker=worker, access=node.access, registered=node.registered, cards=node.cards)
+                       for worker, node in zip(tenant.workers, self.workers, strict=True)],
+                cni=cni.releases,
+                runtime_class_name=stack.nvidia.runtime_class_name if stack.nvidia else None,
+            ),
+            _formerly_top_level(self, hami.FORMER_TYPE),
         )
         self.summary = {
             "namespace": control_plane.namespace,
@@ -228,3 +199,32 @@ class Tenant(pulumi.ComponentResource):
         self.user_kubeconfig = control_plane.user_kubeconfig
         self.register_outputs({**self.summary, "adminKubeconfig": self.admin_kubeconfig,
                                "userKubeconfig": self.user_kubeconfig})
+
+    def _workers(self, tenant: config.Tenant, platform: Platform, access: TenantAccess,
+                 cards: GpuCardsArgs) -> list[WorkerNode]:
+        """A WorkerNode per worker, each with its cards. One at a time: a worker is drained for an upgrade only after
+        kube-proxy follows the control plane and the worker before it is back in service, its cards advertised
+        (docs/operations.md "Upgrading a tenant")."""
+        stack = platform.config
+        image = worker_image(tenant) if any(worker.ssh is None for worker in tenant.workers) else None
+        workers: list[WorkerNode] = []
+        for worker in tenant.workers:
+            workers.append(WorkerNode(
+                node_name(tenant.name, worker.name),
+                WorkerNodeArgs(
+                    tenant=access,
+                    worker=worker,
+                    image=image,
+                    management_cluster=platform.management_cluster,
+                    network_name=platform.network_name,
+                    mirrors=worker_mirrors(stack.management, worker),
+                    configure_containerd=stack.management.configure_containerd,
+                    nvidia=NvidiaWorker(stack.nvidia.runtime_class_name if stack.nvidia else None)
+                    if stack.gpu_mode == "nvidia" else None,
+                    depends_on=[self.version],
+                    drain_after=[*self.control_plane.kube_proxy, *([workers[-1].ready] if workers else [])],
+                    cards=cards,
+                ),
+                _formerly_top_level(self),
+            ))
+        return workers

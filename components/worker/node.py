@@ -24,7 +24,6 @@ running kubelet cannot register it again.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pulumi
@@ -33,6 +32,7 @@ import pulumi_docker as docker
 
 import config
 from components import host_operations, shell
+from components.gpu.hami import GpuCards, GpuCardsArgs
 from components.management import image_cache
 from components.naming import (
     COMPONENT_PREFIX,
@@ -149,19 +149,9 @@ class WorkerNodeArgs:
     # What the drain before an upgrade waits for: the objects that follow the control plane's version (kube-proxy)
     # and the previous worker of the tenant back in service, so that workers roll one at a time.
     drain_after: list[pulumi.Resource] = field(default_factory=list)
-    # The worker's cards, added once its Node has registered (TenantGpus.node_cards; None for no cards): after an
-    # upgrade, `<node>-ready` uncordons only once they are advertised again.
-    cards: Callable[[NodeAccess, pulumi.Resource], AdvertisedCards | None] | None = None
-
-
-@dataclass(frozen=True)
-class AdvertisedCards:
-    """What puts a worker's cards on its Node (`resources`) and what the Node shows once they are advertised
-    (`expected`, for NodeReadyProvider: `{"mode": "mock", "gpu": <count>, "join": <registration id>}` or
-    `{"mode": "nvidia"}`)."""
-
-    resources: list[pulumi.Resource]
-    expected: pulumi.Input[dict]
+    # How the worker's `gpus` reach its Node once it has registered (GpuCards; None: no cards): after an upgrade,
+    # `<node>-ready` uncordons only once they are advertised again.
+    cards: GpuCardsArgs | None = None
 
 
 @dataclass(frozen=True)
@@ -196,6 +186,7 @@ class WorkerNode(pulumi.ComponentResource):
     join: command.local.Command | command.remote.Command
     upgrade: command.remote.Command | None  # an SSH worker's upgrade to a new version (None: a container)
     registered: pulumi.Resource
+    cards: GpuCards | None  # its `gpus` on its Node (None: no cards)
     ready: pulumi.Resource  # back in service after an upgrade
     kubelet_version: pulumi.Input[str | None]  # the kubelet version its Node must report after an upgrade
 
@@ -313,7 +304,8 @@ class WorkerNode(pulumi.ComponentResource):
         if self.access.is_ssh:
             self.upgrade = self._upgrade(name, tenant.kubernetes_version)
         # The cards first: the Node is back in service only with them.
-        cards = args.cards(self.access, self.registered) if args.cards is not None else None
+        self.cards = cards = GpuCards(self, node, args.worker.gpus, self.registered, tenant, args.cards) \
+            if args.cards is not None and args.worker.gpus else None
         # After an upgrade: the new Node Ready at its version with its cards advertised, uncordoned; the tenant's
         # next worker waits for it. A container's kubelet is its image's. An SSH worker's is the tenant's version when
         # `-upgrade` says it upgraded the server (node-upgrade.sh's last line); a server it only recorded keeps the
