@@ -312,19 +312,6 @@ def summary(state: dict[str, Resource]) -> list[dict[str, Any]]:
     return sorted(entries, key=lambda e: e["urn"])
 
 
-def pickled_as(state: dict[str, Resource], pickles: dict[str, str]) -> int:
-    """Every dynamic resource's pickled provider in `state` replaced by the one of its class in `pickles` (a
-    recording's). Returns how many were rewritten."""
-    by_class = {path.rpartition(".")[2]: encoded for path, encoded in pickles.items()}
-    rewritten = 0
-    for resource in state.values():
-        for props in (resource.inputs, resource.outputs):
-            if "__provider" in props:
-                props["__provider"] = by_class[pickled_class(plain(props["__provider"])).rpartition(".")[2]]
-                rewritten += 1
-    return rewritten
-
-
 CARDS = ("-gpu-register", "-gpu-capacity", "-gpu-label")
 
 
@@ -353,7 +340,10 @@ def state_at_e08431f(state: dict[str, Resource]) -> dict[str, Resource]:
         entry.dependencies = [fix(u) for u in entry.dependencies]
         entry.property_dependencies = {k: [fix(u) for u in v] for k, v in entry.property_dependencies.items()}
         old[entry.urn] = entry
-    pickled_as(old, LAYERED)
+    by_class = {path.rpartition(".")[2]: encoded for path, encoded in LAYERED.items()}
+    for props in (props for resource in old.values() for props in (resource.inputs, resource.outputs)
+                  if "__provider" in props):
+        props["__provider"] = by_class[pickled_class(plain(props["__provider"])).rpartition(".")[2]]
     return old
 
 
@@ -485,28 +475,3 @@ def test_a_worker_replaced_on_the_old_state_leaves_through_the_old_pickle(stack)
     assert f"{gone}-membership" in plan.names("delete"), plan.render()
     assert old.world.tenant_api(tenant["name"]).find("Node", None, gone) is None
 
-
-# --------------------------------------------------------------------------- #
-# A stack of the layered layout's first version (providers under components.host_operations)
-# --------------------------------------------------------------------------- #
-
-
-def test_a_stack_from_before_the_providers_moved_previews_no_change_and_destroys():
-    from tests.support.lifecycle_support import running_kind_lab
-
-    sim = running_kind_lab(one_tenant=True)
-    # The stack as the program of commit 6270184 left it (tests/fixtures/pickles-6270184.json).
-    assert pickled_as(sim.engine.state, MOVED) > 10
-    assert sim.preview().changed() == {}
-    assert sim.up(skip_preview=True).changed() == {}
-    # The update kept the old pickles in the outputs (no step ran a provider). A worker replaced now leaves through
-    # its old membership's Delete, which loads the old pickle (the rest of a destroy goes with the kind cluster,
-    # deletedWith, and runs no Delete; every class's Delete on its old pickle is in
-    # test_the_provider_host_refreshes_and_deletes_with_the_old_pickle).
-    membership = sim.resource("tenant-a-worker-0-membership")
-    assert pickled_class(plain(membership.outputs["__provider"])).startswith(MOVED_MODULE)
-    plan = sim.up(replace=["tenant-a-worker-0-membership"])
-    assert "tenant-a-worker-0-membership" in plan.names("replace")
-    assert sim.up().changed() == {}
-    sim.destroy()
-    assert sim.resources() == []
