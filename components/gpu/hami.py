@@ -57,23 +57,14 @@ SMOKE_POD_TIMEOUT = "5m"
 SMOKE_REPLACE_ON_CHANGES = [f'metadata.annotations["{JOIN_ANNOTATION}"]']
 
 
-async def _resolved(value):
-    return value
-
-
 def _unknown_in_preview() -> pulumi.Output[str] | None:
     """In a preview, a value that is not known (serialized as the engine's unknown sentinel); None in an update."""
-    if not pulumi.runtime.is_dry_run():
-        return None
-    return pulumi.Output(set(), _resolved(None), _resolved(False))
+    return pulumi.Output.from_input(pulumi.UNKNOWN) if pulumi.runtime.is_dry_run() else None
 
 
 def _known_or(output: pulumi.Output[dict], fallback: dict) -> pulumi.Output[dict]:
     """`output` where its value is known, else `fallback` (a preview's plain-words stand-in)."""
-    async def value():
-        return await output.future() if await output.is_known() else fallback
-
-    return pulumi.Output(output.resources(), value(), _resolved(True))
+    return output.apply(lambda value: fallback if pulumi.contains_unknowns(value) else value, run_with_unknowns=True)
 
 
 @dataclass(frozen=True)
