@@ -6,6 +6,8 @@ import pulumi_kubernetes as k8s
 from pulumi.runtime.rpc import UNKNOWN
 
 from components.gpu import hami
+from components.tenant.control_plane import _CustomResourceWithStatus
+from components.tenant.spec import TCP_API_VERSION, TCP_KIND
 from ops.registrations import run
 
 
@@ -20,3 +22,18 @@ def test_a_preview_sends_an_unscheduled_value_unknown_and_plans_what_it_cannot_k
     assert run({}, program=program, preview=True).named("preview").raw_inputs["data"] == {
         "node": UNKNOWN, "planned": "planned", "known": "seen"}
     assert run({}, program=program).named("preview").raw_inputs["data"] == {}
+
+
+def test_a_custom_resource_reads_back_the_status_pulumi_kubernetes_drops():
+    def program():
+        metadata = {"name": "tenant-a", "namespace": "tenant-a"}
+        ours = _CustomResourceWithStatus("ours", TCP_API_VERSION, TCP_KIND, metadata, {}, pulumi.ResourceOptions())
+        theirs = k8s.apiextensions.CustomResource("theirs", api_version=TCP_API_VERSION, kind=TCP_KIND,
+                                                  metadata=metadata, spec={})
+        pulumi.export("status", ours.status)
+        pulumi.export("dropped", not hasattr(theirs, "status"))
+
+    outputs = run({}, program=program).outputs
+    assert outputs["status"].value["kubeconfig"] == {"admin": {"secretName": "tenant-a-admin-kubeconfig"}}
+    # pulumi-kubernetes#1836: once the SDK's own class keeps status, _CustomResourceWithStatus can go.
+    assert outputs["dropped"].value

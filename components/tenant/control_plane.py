@@ -51,17 +51,17 @@ class TenantControlPlaneArgs:
     images_ready: list[pulumi.Resource] = field(default_factory=list)
 
 
-class _CustomResourceWithStatus(k8s.apiextensions.CustomResource):
-    """A CustomResource whose live `.status` is an output; the SDK class drops it (pulumi-kubernetes#1836)."""
+class _CustomResourceWithStatus(pulumi.CustomResource):
+    """A Kubernetes custom resource whose live `.status` is an output: pulumi-kubernetes' CustomResource registers
+    only apiVersion, kind, metadata and spec (pulumi-kubernetes#1836), so this registers the same type with status."""
 
+    metadata: pulumi.Output[Any]
     status: pulumi.Output[Any]
 
-    def _internal_init(self, resource_name, api_version, kind, opts=None, metadata=None, spec=None, __props__=None):
-        props = k8s.apiextensions.CustomResourceArgs.__new__(k8s.apiextensions.CustomResourceArgs)
-        props.__dict__.update(api_version=api_version, kind=kind, metadata=metadata, spec=spec, status=None)
-        super(k8s.apiextensions.CustomResource, self).__init__(
-            f"kubernetes:{api_version}:{kind}", resource_name, props, opts
-        )
+    def __init__(self, resource_name: str, api_version: str, kind: str, metadata: Any, spec: Any,
+                 opts: pulumi.ResourceOptions) -> None:
+        props = {"apiVersion": api_version, "kind": kind, "metadata": metadata, "spec": spec, "status": None}
+        super().__init__(f"kubernetes:{api_version}:{kind}", resource_name, props, opts)
 
 
 def _secret_value(data: pulumi.Output[Any], key: str, secret: str) -> pulumi.Output[str]:
@@ -71,7 +71,7 @@ def _secret_value(data: pulumi.Output[Any], key: str, secret: str) -> pulumi.Out
 class TenantControlPlane(pulumi.ComponentResource):
     tenant_name: str
     namespace: pulumi.Output[str]
-    tcp: k8s.apiextensions.CustomResource
+    tcp: pulumi.CustomResource
     endpoint: pulumi.Output[str]
     # admin.conf: what the operator gets. super-admin.conf: what this program writes with.
     admin_kubeconfig: pulumi.Output[str]
