@@ -1,9 +1,16 @@
-"""Reading objects back through the Pulumi SDK."""
+"""Reading objects back through the Pulumi SDK, and the only place the project uses SDK names that are not public
+API; tests/test_sdk.py fails, naming the use, when the pinned pulumi (requirements.txt) changes one."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from typing import Any
+
+import pulumi
+from pulumi.runtime.mocks import MockMonitor
+
+STACK_TYPE = "pulumi:pulumi:Stack"
 
 
 def sdk_field(obj: Mapping[str, Any] | None, camel: str, snake: str) -> Any:
@@ -11,3 +18,40 @@ def sdk_field(obj: Mapping[str, Any] | None, camel: str, snake: str) -> Any:
     if not obj:
         return None
     return dict.get(obj, camel, dict.get(obj, snake))  # type: ignore[arg-type]
+
+
+def engine_urn(parent: str, type_: str, name: str) -> str:
+    """The URN the engine gives (pulumi pkg/resource/urn.go New): the parent's whole qualified type, `$`, the type;
+    nothing of the stack for a top-level resource."""
+    parent_type = parent.split("::")[2] if parent else ""
+    qualified = f"{parent_type}${type_}" if parent_type and parent_type != STACK_TYPE else type_
+    return f"urn:pulumi:{pulumi.get_stack()}::{pulumi.get_project()}::{qualified}::{name}"
+
+
+class RequestMonitor(MockMonitor):
+    """The monitor `pulumi.runtime.set_mocks` takes (pulumi/runtime/mocks.py), with engine URNs (its make_urn keeps
+    only the parent's last type) and, for `Mocks.new_resource`, the request it answers: `request()` is
+    `(request, read)`, whose parent, dependencies and options MockResourceArgs leave out."""
+
+    def __init__(self, mocks: pulumi.runtime.Mocks) -> None:
+        super().__init__(mocks)
+        self._current = threading.local()  # the SDK sends each request from an executor thread
+
+    def request(self) -> tuple[Any, bool]:
+        return self._current.request, self._current.read
+
+    def make_urn(self, parent: str, type_: str, name: str) -> str:
+        return engine_urn(parent, type_, name)
+
+    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 -- gRPC method name
+        self._current.request, self._current.read = request, False
+        return super().RegisterResource(request)
+
+    def ReadResource(self, request: Any) -> Any:  # noqa: N802
+        self._current.request, self._current.read = request, True
+        return super().ReadResource(request)
+
+
+def stack_outputs() -> dict[str, Any]:
+    """What the program exported (the root Stack's `outputs`, pulumi/runtime/stack.py Stack.output)."""
+    return dict(getattr(pulumi.runtime.get_root_resource(), "outputs", None) or {})

@@ -23,12 +23,10 @@ from typing import Any
 
 import pulumi
 import yaml
-from pulumi.runtime import mocks, rpc, settings
-from pulumi.runtime.proto import resource_pb2
-from pulumi.runtime.stack import run_pulumi_func
-from pulumi.runtime.sync_await import _sync_await
+from pulumi.runtime import rpc
 
 from components.naming import GPU_CORES_RESOURCE, GPU_MEMORY_RESOURCE, PROJECT
+from components.sdk import RequestMonitor, engine_urn, stack_outputs
 from config import stack_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -266,64 +264,34 @@ def _answer(type_: str, name: str, inputs: dict[str, Any], read: bool) -> dict[s
     return {}
 
 
-def _with_unknowns(wire: Any) -> dict[str, Any]:
-    """Deserialized properties, each unknown (a preview) as the wire sentinel `rpc.UNKNOWN`."""
-    from pulumi.output import Unknown
-
-    def normal(value: Any) -> Any:
-        if isinstance(value, Unknown):
-            return rpc.UNKNOWN
-        if rpc.is_rpc_secret(value):
-            return rpc.wrap_rpc_secret(normal(rpc.unwrap_rpc_secret(value)))
-        if isinstance(value, dict):
-            return {k: normal(v) for k, v in value.items()}
-        return [normal(v) for v in value] if isinstance(value, list) else value
-
-    return normal(rpc.deserialize_properties(wire, keep_unknowns=True))
+def _with_unknowns(value: Any) -> Any:
+    """`value` with each unknown (a preview) as the wire sentinel `rpc.UNKNOWN`."""
+    if rpc.is_rpc_secret(value):
+        return rpc.wrap_rpc_secret(_with_unknowns(rpc.unwrap_rpc_secret(value)))
+    if isinstance(value, dict):
+        return {k: _with_unknowns(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_with_unknowns(v) for v in value]
+    return rpc.UNKNOWN if pulumi.contains_unknowns(value) else value
 
 
-class _Answers(mocks.Mocks):
-    def new_resource(self, args: mocks.MockResourceArgs) -> tuple[str, dict[str, Any]]:
-        read = bool(args.resource_id)
-        if settings.is_dry_run() and not read:
-            # A create in a preview: the provider echoes the inputs; its id and computed outputs are unknown.
-            return "", dict(args.inputs)
-        outputs = {**args.inputs, **_answer(args.typ, args.name, args.inputs, read)}
-        return (args.resource_id or f"{args.name}-id"), outputs
-
-    def call(self, args: mocks.MockCallArgs) -> tuple[dict[str, Any], None]:
-        raise NotImplementedError(f"ops/registrations.py has no answer for the invoke {args.token}: add one")
-
-
-class _Recorder(mocks.MockMonitor):
-    """The SDK's mock monitor, keeping each request's options and dependencies (the mock API drops them)."""
+class _Recorder(pulumi.runtime.Mocks):
+    """Answers each registration and records it, with the parent, dependencies and options of its request."""
 
     def __init__(self) -> None:
-        super().__init__(_Answers())
+        self.monitor = RequestMonitor(self)
         self.registered: list[Registration] = []
 
-    def make_urn(self, parent: str, type_: str, name: str) -> str:
-        """The URN the engine gives (pulumi sdk/go/common/resource/urn.go New): the parent's whole qualified type,
-        `$`, the type; nothing of the stack for a top-level resource. The SDK's MockMonitor.make_urn keeps only the
-        parent's last type and prefixes `pulumi:pulumi:Stack$`, so nested components would get other URNs than in a
-        real stack (and than the lifecycle simulator gives)."""
-        parent_type = parent.split("::")[2] if parent else ""
-        qualified = f"{parent_type}${type_}" if parent_type and parent_type != "pulumi:pulumi:Stack" else type_
-        return f"urn:pulumi:{pulumi.get_stack()}::{pulumi.get_project()}::{qualified}::{name}"
-
-    def _record(self, request: Any, read: bool) -> tuple[str, str, Any]:
-        mocks._ensure_event_loop()
-        urn = self.make_urn(request.parent, request.type, request.name)
-        wire = request.properties if read else request.object
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        request, read = self.monitor.request()
         registration = Registration(
-            urn=urn, type=request.type, name=request.name, raw_inputs=_with_unknowns(wire), parent=request.parent,
-            dependencies=list(request.dependencies), property_dependencies={}, provider=request.provider,
-            custom=True, read=read, resource_id=request.id if read else "",
+            urn=engine_urn(request.parent, args.typ, args.name), type=args.typ, name=args.name,
+            raw_inputs=_with_unknowns(args.inputs), parent=request.parent, dependencies=list(request.dependencies),
+            property_dependencies={}, provider=args.provider or "", custom=read or bool(args.custom), read=read,
             additional_secret_outputs=list(request.additionalSecretOutputs))
         if not read:
             timeouts = request.customTimeouts
             registration.property_dependencies = {k: list(v.urns) for k, v in request.propertyDependencies.items()}
-            registration.custom = bool(request.custom)
             registration.retain_on_delete = bool(request.retainOnDelete)
             registration.delete_before_replace = bool(request.deleteBeforeReplace)
             registration.ignore_changes = list(request.ignoreChanges)
@@ -332,25 +300,19 @@ class _Recorder(mocks.MockMonitor):
             registration.custom_timeouts = {"create": timeouts.create, "update": timeouts.update,
                                             "delete": timeouts.delete}
         self.registered.append(registration)
-        id_, state = self.mocks.new_resource(mocks.MockResourceArgs(
-            typ=request.type, name=request.name, inputs=rpc.deserialize_properties(wire), provider=request.provider,
-            resource_id=request.id if read else None, custom=registration.custom))
-        registration.resource_id = id_
+        if pulumi.runtime.is_dry_run() and not read:
+            # A create in a preview: the provider echoes the inputs; its id and computed outputs are unknown.
+            registration.resource_id, state = "", dict(args.inputs)
+        else:
+            registration.resource_id = args.resource_id or f"{args.name}-id"
+            state = {**args.inputs, **_answer(args.typ, args.name, args.inputs, read)}
         # The engine encrypts the outputs named in additionalSecretOutputs (pulumi/pulumi
-        # pkg/resource/deploy/step_executor.go): so does this monitor.
-        state = {k: rpc.wrap_rpc_secret(v) if k in request.additionalSecretOutputs else v for k, v in state.items()}
-        self.resources[urn] = mocks.MockMonitor.ResourceRegistration(urn, id_, state)
-        return urn, id_, _sync_await(rpc.serialize_properties(state, {}))
+        # pkg/resource/deploy/step_executor.go): so do these answers.
+        return registration.resource_id, {k: rpc.wrap_rpc_secret(v) if k in request.additionalSecretOutputs else v
+                                          for k, v in state.items()}
 
-    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 -- gRPC method name
-        if request.type == "pulumi:pulumi:Stack":
-            return super().RegisterResource(request)
-        urn, id_, state = self._record(request, read=False)
-        return resource_pb2.RegisterResourceResponse(urn=urn, id=id_, object=state)
-
-    def ReadResource(self, request: Any) -> Any:  # noqa: N802
-        urn, _, state = self._record(request, read=True)
-        return resource_pb2.ReadResourceResponse(urn=urn, properties=state)
+    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], None]:
+        raise NotImplementedError(f"ops/registrations.py has no answer for the invoke {args.token}: add one")
 
 
 def _quiet_unretrieved(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
@@ -362,19 +324,25 @@ def run(config: dict[str, Any], *, stack: str = "dev", preview: bool = False, se
         program: Callable[[], Any] | None = None) -> ProgramRun:
     """Run `__main__.py` (or `program`) once with `config` (the `gpu-tenancy:*` keys) as a first `up` (or preview)
     would; raises what the program raised."""
-    settings.SETTINGS.outputs.clear()
-    settings.ROOT.set(None)
+    pulumi.runtime.reset_options()  # a new root Stack for set_mocks
     # A failed run leaves outputs holding exceptions nobody awaits: asyncio would print each one when collected
     # (the handler stays on the SDK's event loop for whenever that happens).
     asyncio.get_event_loop().set_exception_handler(_quiet_unretrieved)
-    monitor = _Recorder()
-    pulumi.runtime.set_mocks(monitor.mocks, project=PROJECT, stack=stack, preview=preview, monitor=monitor)
+    recorder = _Recorder()
+    pulumi.runtime.set_mocks(recorder, project=PROJECT, stack=stack, preview=preview, monitor=recorder.monitor)
     pulumi.runtime.set_all_config(
         {f"{PROJECT}:{k}": v if isinstance(v, str) else json.dumps(v) for k, v in config.items()},
         [f"{PROJECT}:{key}" for key in secret_keys])
-    _sync_await(run_pulumi_func(program or (lambda: runpy.run_path(str(MAIN), run_name="__main__"))))
-    outputs = {}
-    for name, value in (getattr(settings.get_root_resource(), "outputs", None) or {}).items():
-        output = pulumi.Output.from_input(value)
-        outputs[name] = StackOutput(plain(_sync_await(output.future())), bool(_sync_await(output.is_secret())))
-    return ProgramRun(resources=monitor.registered, outputs=outputs)
+    outputs: dict[str, StackOutput] = {}
+
+    async def exported() -> None:
+        for name, value in stack_outputs().items():
+            output = pulumi.Output.from_input(value)
+            outputs[name] = StackOutput(plain(await output.future()), bool(await output.is_secret()))
+
+    def body() -> Any:
+        (program or (lambda: runpy.run_path(str(MAIN), run_name="__main__")))()
+        return exported()
+
+    pulumi.runtime.test(body)()
+    return ProgramRun(resources=recorder.registered, outputs=outputs)

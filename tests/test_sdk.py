@@ -1,8 +1,11 @@
 """The Pulumi SDK surface the program leans on beyond its documented use, each pinned where a bump would change it
 (pulumi and pulumi-kubernetes versions in requirements.txt)."""
 
+import inspect
+
 import pulumi
 import pulumi_kubernetes as k8s
+from pulumi.runtime.mocks import MockMonitor
 from pulumi.runtime.rpc import UNKNOWN
 
 from components.gpu import hami
@@ -37,3 +40,23 @@ def test_a_custom_resource_reads_back_the_status_pulumi_kubernetes_drops():
     assert outputs["status"].value["kubeconfig"] == {"admin": {"secretName": "tenant-a-admin-kubeconfig"}}
     # pulumi-kubernetes#1836: once the SDK's own class keeps status, _CustomResourceWithStatus can go.
     assert outputs["dropped"].value
+
+
+def test_the_mock_monitor_names_answers_and_hands_over_each_request():
+    # components/sdk.py RequestMonitor: set_mocks takes a MockMonitor, which calls Mocks.new_resource inside its
+    # RegisterResource/ReadResource and names the resource with make_urn.
+    assert list(inspect.signature(MockMonitor.make_urn).parameters) == ["self", "parent", "type_", "name"]
+
+    def program():
+        outer = pulumi.ComponentResource("test:index:Outer", "outer")
+        inner = pulumi.ComponentResource("test:index:Inner", "inner", opts=pulumi.ResourceOptions(parent=outer))
+        read = k8s.core.v1.Namespace.get("read", "kube-system", opts=pulumi.ResourceOptions(parent=inner))
+        k8s.core.v1.ConfigMap("leaf", opts=pulumi.ResourceOptions(parent=inner, deleted_with=read))
+        pulumi.export("inner", inner.urn)
+
+    plain = run({}, program=program)
+    leaf, read, inner = plain.named("leaf"), plain.named("read"), plain.named("inner")
+    assert leaf.urn == "urn:pulumi:dev::gpu-tenancy::test:index:Outer$test:index:Inner$kubernetes:core/v1:ConfigMap::leaf"
+    assert (leaf.parent, leaf.deleted_with, leaf.read) == (inner.urn, read.urn, False)
+    assert (read.parent, read.read, read.resource_id) == (inner.urn, True, "kube-system")
+    assert plain.outputs["inner"].value == inner.urn
