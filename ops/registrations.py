@@ -264,14 +264,14 @@ def _answer(type_: str, name: str, inputs: dict[str, Any], read: bool) -> dict[s
     return {}
 
 
-def _with_unknowns(value: Any) -> Any:
+def with_unknowns(value: Any) -> Any:
     """`value` with each unknown (a preview) as the wire sentinel `rpc.UNKNOWN`."""
     if rpc.is_rpc_secret(value):
-        return rpc.wrap_rpc_secret(_with_unknowns(rpc.unwrap_rpc_secret(value)))
+        return rpc.wrap_rpc_secret(with_unknowns(rpc.unwrap_rpc_secret(value)))
     if isinstance(value, dict):
-        return {k: _with_unknowns(v) for k, v in value.items()}
+        return {k: with_unknowns(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_with_unknowns(v) for v in value]
+        return [with_unknowns(v) for v in value]
     return rpc.UNKNOWN if pulumi.contains_unknowns(value) else value
 
 
@@ -286,7 +286,7 @@ class _Recorder(pulumi.runtime.Mocks):
         request, read = self.monitor.request()
         registration = Registration(
             urn=engine_urn(request.parent, args.typ, args.name), type=args.typ, name=args.name,
-            raw_inputs=_with_unknowns(args.inputs), parent=request.parent, dependencies=list(request.dependencies),
+            raw_inputs=with_unknowns(args.inputs), parent=request.parent, dependencies=list(request.dependencies),
             property_dependencies={}, provider=args.provider or "", custom=read or bool(args.custom), read=read,
             additional_secret_outputs=list(request.additionalSecretOutputs))
         if not read:

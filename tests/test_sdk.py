@@ -1,10 +1,14 @@
 """The Pulumi SDK surface the program leans on beyond its documented use, each pinned where a bump would change it
 (pulumi and pulumi-kubernetes versions in requirements.txt)."""
 
+import asyncio
 import inspect
 
 import pulumi
 import pulumi_kubernetes as k8s
+import pytest
+from pulumi.runtime import resource as resource_runtime
+from pulumi.runtime import rpc
 from pulumi.runtime.mocks import MockMonitor
 from pulumi.runtime.rpc import UNKNOWN
 
@@ -12,6 +16,7 @@ from components.gpu import hami
 from components.tenant.control_plane import _CustomResourceWithStatus
 from components.tenant.spec import TCP_API_VERSION, TCP_KIND
 from ops.registrations import run
+from tests.support import sdk
 
 
 def test_a_preview_sends_an_unscheduled_value_unknown_and_plans_what_it_cannot_know():
@@ -60,3 +65,57 @@ def test_the_mock_monitor_names_answers_and_hands_over_each_request():
     assert (leaf.parent, leaf.deleted_with, leaf.read) == (inner.urn, read.urn, False)
     assert (read.parent, read.read, read.resource_id) == (inner.urn, True, "kube-system")
     assert plain.outputs["inner"].value == inner.urn
+
+
+# --- tests/support/sdk.py: what the lifecycle simulator uses ---------------------------------------------------- #
+
+
+def test_the_simulator_answers_the_requests_and_responses_it_reads_and_writes():
+    for message, fields in {
+        sdk.resource_pb2.RegisterResourceRequest: {
+            "type", "name", "parent", "custom", "object", "provider", "dependencies", "propertyDependencies",
+            "deleteBeforeReplace", "deleteBeforeReplaceDefined", "replaceOnChanges", "ignoreChanges", "deletedWith",
+            "retainOnDelete", "customTimeouts", "additionalSecretOutputs", "aliasURNs", "aliases"},
+        sdk.resource_pb2.ReadResourceRequest: {
+            "type", "name", "parent", "id", "properties", "provider", "dependencies", "additionalSecretOutputs"},
+        sdk.resource_pb2.ResourceInvokeRequest: {"tok", "args"},
+        sdk.resource_pb2.RegisterResourceResponse: {"urn", "id", "object"},
+        sdk.resource_pb2.ReadResourceResponse: {"urn", "properties"},
+        sdk.resource_pb2.ResourceInvokeResponse: {"return", "unknown"},
+    }.items():
+        assert fields <= set(message.DESCRIPTOR.fields_by_name), message.DESCRIPTOR.name
+    assert {"RegisterResource", "ReadResource", "Invoke", "RegisterResourceOutputs"} <= set(vars(sdk.MockMonitor))
+    assert list(inspect.signature(sdk.MockMonitor.__init__).parameters) == ["self", "mocks"]
+    assert sdk._ensure_event_loop() is asyncio.get_event_loop()
+    assert rpc.deserialize_properties(sdk.serialized({"a": rpc.wrap_rpc_secret("b")})) == {
+        "a": rpc.wrap_rpc_secret("b")}
+    assert isinstance(pulumi.UNKNOWN, sdk.Unknown)
+
+
+def test_a_simulated_program_runs_without_stack_traces_and_raises_what_it_raised():
+    walk, walked = resource_runtime._get_stack_trace, []
+
+    def body():
+        walked.append(resource_runtime._get_stack_trace)
+        raise ValueError("the program's own error")
+
+    sdk.fresh_root()
+    pulumi.runtime.set_mocks(_Mocks(), preview=False)
+    with pytest.raises(ValueError, match="the program's own error"):
+        sdk.run_program(body)
+    assert walked == [sdk.source_pb2.StackTrace] and resource_runtime._get_stack_trace is walk
+    assert list(inspect.signature(walk).parameters) == []
+
+
+def test_a_detached_engine_sends_the_sdk_log_to_stderr(capsys):
+    with sdk.engine_detached():
+        pulumi.log.warn("to stderr")
+    assert capsys.readouterr().err == "warning: to stderr\n"
+
+
+class _Mocks(pulumi.runtime.Mocks):
+    def new_resource(self, args):
+        return f"{args.name}-id", args.inputs
+
+    def call(self, args):
+        return {}

@@ -54,12 +54,11 @@ from typing import Any
 
 import pulumi
 from google.protobuf import empty_pb2
-from pulumi.runtime import mocks, rpc, settings
-from pulumi.runtime import resource as resource_runtime
-from pulumi.runtime.proto import resource_pb2, source_pb2
-from pulumi.runtime.stack import run_pulumi_func
-from pulumi.runtime.sync_await import _sync_await
+from pulumi.runtime import rpc
 
+from components.sdk import stack_outputs
+from tests.support import sdk
+from tests.support.sdk import resource_pb2
 from tests.support.sim import paths
 from tests.support.sim.providers import (
     CheckFailedError,
@@ -789,7 +788,7 @@ def resource_urn(parent: str, type_: str, name: str) -> str:
     return new_urn(pulumi.get_stack(), pulumi.get_project(), qualified_type(parent) if parent else "", type_, name)
 
 
-class _NoMocks(mocks.Mocks):
+class _NoMocks(pulumi.runtime.Mocks):
     def new_resource(self, args):  # pragma: no cover - the monitor never calls it
         raise AssertionError("unused")
 
@@ -797,7 +796,7 @@ class _NoMocks(mocks.Mocks):
         raise AssertionError("unused")
 
 
-class SimMonitor(mocks.MockMonitor):
+class SimMonitor(sdk.MockMonitor):
     def __init__(self, operation: _Operation):
         super().__init__(_NoMocks())
         self.operation = operation
@@ -806,7 +805,7 @@ class SimMonitor(mocks.MockMonitor):
         urn = resource_urn(request.parent, request.type, request.name)
         if request.type == "pulumi:pulumi:Stack":
             return resource_pb2.RegisterResourceResponse(urn=urn)
-        mocks._ensure_event_loop()
+        sdk._ensure_event_loop()
         resource = Resource(
             urn=urn, type=request.type, name=request.name, custom=bool(request.custom), parent=request.parent,
             provider=request.provider,
@@ -817,12 +816,10 @@ class SimMonitor(mocks.MockMonitor):
             **_options(request),
         )
         id_, outputs = self.operation.register(resource)
-        return resource_pb2.RegisterResourceResponse(
-            urn=urn, id=id_, object=_sync_await(rpc.serialize_properties(outputs, {}))
-        )
+        return resource_pb2.RegisterResourceResponse(urn=urn, id=id_, object=sdk.serialized(outputs))
 
     def ReadResource(self, request):  # noqa: N802
-        mocks._ensure_event_loop()
+        sdk._ensure_event_loop()
         urn = resource_urn(request.parent, request.type, request.name)
         resource = Resource(
             urn=urn, type=request.type, name=request.name, custom=True, parent=request.parent,
@@ -832,10 +829,10 @@ class SimMonitor(mocks.MockMonitor):
             additional_secret_outputs=list(request.additionalSecretOutputs),
         )
         outputs = self.operation.read(resource)
-        return resource_pb2.ReadResourceResponse(urn=urn, properties=_sync_await(rpc.serialize_properties(outputs, {})))
+        return resource_pb2.ReadResourceResponse(urn=urn, properties=sdk.serialized(outputs))
 
     def Invoke(self, request):  # noqa: N802
-        mocks._ensure_event_loop()
+        sdk._ensure_event_loop()
         args = rpc.deserialize_properties(request.args)
         operation = self.operation
         if request.tok != "docker:index/getNetwork:getNetwork":
@@ -854,9 +851,7 @@ class SimMonitor(mocks.MockMonitor):
                 operation.failed = True
                 operation.plan.error = f"invoke {request.tok}: {error}"
             raise
-        return resource_pb2.ResourceInvokeResponse(return_=_sync_await(rpc.serialize_properties(result, {}))) \
-            if hasattr(resource_pb2.ResourceInvokeResponse, "return_") else \
-            resource_pb2.ResourceInvokeResponse(**{"return": _sync_await(rpc.serialize_properties(result, {}))})
+        return resource_pb2.ResourceInvokeResponse(**{"return": sdk.serialized(result)})
 
     def RegisterResourceOutputs(self, request):  # noqa: N802
         return empty_pb2.Empty()
@@ -954,10 +949,6 @@ def run_refresh(engine: Engine, *, env: dict[str, str] | None = None) -> Plan:
     return plan
 
 
-def _no_stack_trace() -> source_pb2.StackTrace:
-    return source_pb2.StackTrace()
-
-
 def _quiet_unretrieved(loop, context: dict[str, Any]) -> None:
     if "exception was never retrieved" not in context.get("message", ""):
         loop.default_exception_handler(context)
@@ -965,11 +956,10 @@ def _quiet_unretrieved(loop, context: dict[str, Any]) -> None:
 
 def _run_program(operation: _Operation, config: dict[str, Any], stack: str, secret_keys: Iterable[str],
                  env: dict[str, str], program: Callable[[], Any] | None) -> None:
-    settings.SETTINGS.outputs.clear()
+    sdk.fresh_root()
     # Outputs of a failed run hold exceptions nobody awaits; asyncio would print each one when collected.
     asyncio.get_event_loop().set_exception_handler(_quiet_unretrieved)
     monitor = SimMonitor(operation)
-    settings.ROOT.set(None)
     pulumi.runtime.set_mocks(_NoMocks(), project=PROJECT, stack=stack, preview=operation.preview, monitor=monitor)
     pulumi.runtime.set_all_config(
         {f"{PROJECT}:{key}": _to_config_value(value) for key, value in config.items()},
@@ -978,21 +968,13 @@ def _run_program(operation: _Operation, config: dict[str, Any], stack: str, secr
     body = program or (lambda: runpy.run_path(str(MAIN), run_name="__main__"))
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)
-    # The SDK walks and formats the whole Python stack for every resource (pulumi/runtime/resource.py
-    # _get_stack_trace, sent as the request's stackTrace/sourcePosition, which the engine only shows in
-    # diagnostics and SimMonitor never reads). Under pytest's deep stacks that was a sixth of an operation's CPU.
-    stack_trace = getattr(resource_runtime, "_get_stack_trace", None)
-    if stack_trace is not None:
-        resource_runtime._get_stack_trace = _no_stack_trace
     try:
-        _sync_await(run_pulumi_func(body))
+        sdk.run_program(body)
     except Exception as error:  # noqa: BLE001 -- a program error is the operation's failure
         if operation.plan.error is None:
             operation.plan.error = f"program failed: {type(error).__name__}: {error}"
         operation.failed = True
     finally:
-        if stack_trace is not None:
-            resource_runtime._get_stack_trace = stack_trace
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
@@ -1004,12 +986,10 @@ def _run_program(operation: _Operation, config: dict[str, Any], stack: str, secr
             # ast.parse trips CPython 3.11's recursion check). A full collection costs ~0.4 s in a test process,
             # a fifth of a simulated operation, so a run that succeeded leaves its garbage to the collector.
             gc.collect()
-    root = settings.get_root_resource()
-    for name, value in (getattr(root, "outputs", None) or {}).items():
-        output = pulumi.Output.from_input(value)
+    for name, value in stack_outputs().items():
         try:
-            operation.plan.outputs[name] = _sync_await(output.future())
-            if _sync_await(output.is_secret()):
+            operation.plan.outputs[name], secret = sdk.resolved(pulumi.Output.from_input(value))
+            if secret:
                 operation.plan.secret_outputs.add(name)
         except Exception as error:  # noqa: BLE001
             if operation.plan.error is None:

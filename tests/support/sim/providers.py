@@ -25,6 +25,7 @@ import yaml
 
 from components import kube
 from components.kube import ApiError, UnreachableError
+from tests.support import sdk
 from tests.support.sim import hostapi, paths, pki, scripts, systems
 from tests.support.sim.state import UNKNOWN, Resource, annotate_secrets, comparable, contains_unknown, plain, secret
 from tests.support.sim.world import HelmRelease, KubeApi, WaitTimeoutError, World
@@ -980,15 +981,11 @@ def _as_provider_host(printed: list[str]):
     the engine reads the plugin's stderr line by line into its diagnostics (sdk/go/common/resource/plugin/plugin.go
     runtrace; not hidden for pulumi-resource-pulumi-python, isDynamicPluginBinary). Each non-empty line printed
     lands in `printed`."""
-    from pulumi.runtime import settings
-
-    saved, buffer = settings.SETTINGS.engine, io.StringIO()
-    settings.SETTINGS.engine = None
+    buffer = io.StringIO()
     try:
-        with contextlib.redirect_stderr(buffer):
+        with sdk.engine_detached(), contextlib.redirect_stderr(buffer):
             yield
     finally:
-        settings.SETTINGS.engine = saved
         printed += [line.rstrip() for line in buffer.getvalue().splitlines() if line.strip()]
 
 
@@ -1002,12 +999,10 @@ class DynamicModel:
     """
 
     def diff(self, ctx: Context, old: Resource, new: Resource) -> Diff:
-        from pulumi.output import Unknown
-
         provider = _dynamic_provider(ctx, new.inputs if not contains_unknown(new.inputs.get("__provider"))
                                      else old.inputs)
         # dynamic/__main__.py Diff deserializes with keep_unknowns: an unknown input is an `Unknown` object.
-        news = {k: (v if not contains_unknown(v) else Unknown()) for k, v in plain(new.inputs).items()}
+        news = {k: (v if not contains_unknown(v) else sdk.Unknown()) for k, v in plain(new.inputs).items()}
         printed: list[str] = []
         try:
             with _as_provider_host(printed):

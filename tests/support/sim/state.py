@@ -7,25 +7,11 @@ from typing import Any
 
 from pulumi.runtime import rpc
 
-# Secret markers as the SDK puts them on the wire: one reader for the plain mocks and the simulator.
+# Secret markers and unknowns as the SDK puts them on the wire: one reader for the plain mocks and the simulator.
 from ops.registrations import contains_secret, plain  # noqa: F401 -- re-exported
+from ops.registrations import with_unknowns as normalize  # noqa: F401 -- re-exported
 
 UNKNOWN = rpc.UNKNOWN
-
-
-def normalize(value: Any) -> Any:
-    """Deserialized properties with every unknown as the wire sentinel (`rpc.UNKNOWN`), so it compares."""
-    from pulumi.output import Unknown
-
-    if isinstance(value, Unknown):
-        return UNKNOWN
-    if rpc.is_rpc_secret(value):
-        return secret(normalize(rpc.unwrap_rpc_secret(value)))
-    if isinstance(value, dict):
-        return {k: normalize(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [normalize(v) for v in value]
-    return value
 
 
 def comparable(value: Any) -> Any:
