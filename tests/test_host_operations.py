@@ -12,8 +12,6 @@ from typing import Any, TypeVar
 
 import dill
 import pytest
-from pulumi.dynamic.dynamic import serialize_provider
-from pulumi.output import Unknown
 
 from components import host_operations, kube, providers
 from components.gpu import operations as gpu_operations
@@ -23,6 +21,7 @@ from components.worker import operations as worker_operations
 from tests.support import apiserver
 from tests.support.apiserver import ApiServer, with_cluster
 from tests.support.crd_schema import crd_json_schema, schema_errors
+from tests.support.sdk import Unknown, serialize_provider
 from tests.support.sim import pki
 
 Provider = TypeVar("Provider", bound=host_operations.HostOperationProvider)

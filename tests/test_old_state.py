@@ -38,11 +38,10 @@ from typing import Any
 
 import grpc
 import pytest
-from pulumi.dynamic.dynamic import serialize_provider
 from pulumi.runtime import rpc
-from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
 
 from components import host_operations, providers
+from tests.support.sdk import provider_pb2, provider_pb2_grpc, serialize_provider
 from tests.support.sim import Lifecycle
 from tests.support.sim.engine import ROOT_STACK_TYPE, new_urn, qualified_type
 from tests.support.sim.lab import adopt, lab_world, world_for

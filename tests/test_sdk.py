@@ -2,6 +2,7 @@
 (pulumi and pulumi-kubernetes versions in requirements.txt)."""
 
 import asyncio
+import base64
 import inspect
 
 import pulumi
@@ -13,8 +14,10 @@ from pulumi.runtime.mocks import MockMonitor
 from pulumi.runtime.rpc import UNKNOWN
 
 from components.gpu import hami
+from components.naming import PROJECT
 from components.tenant.control_plane import _CustomResourceWithStatus
 from components.tenant.spec import TCP_API_VERSION, TCP_KIND
+from config.source import raw_stack_config
 from ops.registrations import run
 from tests.support import sdk
 
@@ -119,3 +122,19 @@ class _Mocks(pulumi.runtime.Mocks):
 
     def call(self, args):
         return {}
+
+
+def test_a_dynamic_provider_is_pickled_by_reference_and_spoken_to_over_the_provider_protocol():
+    # tests/test_old_state.py, test_upgrade.py and test_host_operations.py: what a stack stores as `__provider`, and
+    # the host's Diff, asked as the engine asks it.
+    assert base64.b64decode(sdk.serialize_provider(_Mocks())).startswith(b"\x80")
+    assert {"olds", "news"} <= set(sdk.provider_pb2.DiffRequest.DESCRIPTOR.fields_by_name)
+    assert sdk.provider_pb2.DiffResponse.DIFF_NONE != sdk.provider_pb2.DiffResponse.DIFF_SOME
+    assert hasattr(sdk.provider_pb2_grpc, "ResourceProviderStub")
+
+
+def test_the_whole_config_map_is_what_set_all_config_set():
+    # config/source.py raw_stack_config reads pulumi.runtime.config.CONFIG: the public API answers only per key,
+    # so a misspelt key would pass unnoticed.
+    pulumi.runtime.set_all_config({f"{PROJECT}:misspelt": "yes"}, [])
+    assert raw_stack_config()["misspelt"] == "yes"

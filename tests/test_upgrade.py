@@ -753,9 +753,9 @@ def test_the_provider_host_shows_the_warning_of_a_drains_diff_on_its_stderr():
     import sys
 
     import grpc
-    from pulumi.dynamic.dynamic import serialize_provider
     from pulumi.runtime import rpc
-    from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
+
+    from tests.support.sdk import provider_pb2, provider_pb2_grpc, serialize_provider
 
     root = ROOT
     env = {k: v for k, v in os.environ.items() if k.lower() not in ("https_proxy", "all_proxy", "http_proxy")}

@@ -9,11 +9,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pulumi
+from pulumi.dynamic.dynamic import serialize_provider  # noqa: F401 -- re-exported: how a provider is pickled
 from pulumi.output import Unknown  # noqa: F401 -- re-exported: what the dynamic provider host hands a Diff
 from pulumi.runtime import resource as resource_runtime
 from pulumi.runtime import rpc, settings
 from pulumi.runtime.mocks import MockMonitor, _ensure_event_loop  # noqa: F401 -- re-exported
-from pulumi.runtime.proto import resource_pb2, source_pb2  # noqa: F401 -- re-exported
+from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc, resource_pb2, source_pb2  # noqa: F401 -- re-exported
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
