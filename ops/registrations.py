@@ -315,7 +315,8 @@ class _Recorder(pulumi.runtime.Mocks):
         raise NotImplementedError(f"ops/registrations.py has no answer for the invoke {args.token}: add one")
 
 
-def _quiet_unretrieved(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+def quiet_unretrieved(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """An event loop's exception handler that drops "exception was never retrieved" (a failed run's outputs)."""
     if "exception was never retrieved" not in context.get("message", ""):
         loop.default_exception_handler(context)
 
@@ -327,7 +328,7 @@ def run(config: dict[str, Any], *, stack: str = "dev", preview: bool = False, se
     pulumi.runtime.reset_options()  # a new root Stack for set_mocks
     # A failed run leaves outputs holding exceptions nobody awaits: asyncio would print each one when collected
     # (the handler stays on the SDK's event loop for whenever that happens).
-    asyncio.get_event_loop().set_exception_handler(_quiet_unretrieved)
+    asyncio.get_event_loop().set_exception_handler(quiet_unretrieved)
     recorder = _Recorder()
     pulumi.runtime.set_mocks(recorder, project=PROJECT, stack=stack, preview=preview, monitor=recorder.monitor)
     pulumi.runtime.set_all_config(

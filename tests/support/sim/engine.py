@@ -56,7 +56,8 @@ import pulumi
 from google.protobuf import empty_pb2
 from pulumi.runtime import rpc
 
-from components.sdk import stack_outputs
+from components.sdk import engine_urn, stack_outputs
+from ops.registrations import quiet_unretrieved
 from tests.support import sdk
 from tests.support.sdk import resource_pb2
 from tests.support.sim import paths
@@ -783,11 +784,6 @@ def new_urn(stack: str, project: str, parent_type: str, type_: str, name: str) -
     return f"urn:pulumi:{stack}::{project}::{qualified}::{name}"
 
 
-def resource_urn(parent: str, type_: str, name: str) -> str:
-    """deployment.go generateURN: the URN the engine gives a registration under `parent`."""
-    return new_urn(pulumi.get_stack(), pulumi.get_project(), qualified_type(parent) if parent else "", type_, name)
-
-
 class _NoMocks(pulumi.runtime.Mocks):
     def new_resource(self, args):  # pragma: no cover - the monitor never calls it
         raise AssertionError("unused")
@@ -802,7 +798,7 @@ class SimMonitor(sdk.MockMonitor):
         self.operation = operation
 
     def RegisterResource(self, request):  # noqa: N802 -- gRPC method name
-        urn = resource_urn(request.parent, request.type, request.name)
+        urn = engine_urn(request.parent, request.type, request.name)
         if request.type == "pulumi:pulumi:Stack":
             return resource_pb2.RegisterResourceResponse(urn=urn)
         sdk._ensure_event_loop()
@@ -820,7 +816,7 @@ class SimMonitor(sdk.MockMonitor):
 
     def ReadResource(self, request):  # noqa: N802
         sdk._ensure_event_loop()
-        urn = resource_urn(request.parent, request.type, request.name)
+        urn = engine_urn(request.parent, request.type, request.name)
         resource = Resource(
             urn=urn, type=request.type, name=request.name, custom=True, parent=request.parent,
             provider=request.provider, id=request.id,
@@ -949,16 +945,11 @@ def run_refresh(engine: Engine, *, env: dict[str, str] | None = None) -> Plan:
     return plan
 
 
-def _quiet_unretrieved(loop, context: dict[str, Any]) -> None:
-    if "exception was never retrieved" not in context.get("message", ""):
-        loop.default_exception_handler(context)
-
-
 def _run_program(operation: _Operation, config: dict[str, Any], stack: str, secret_keys: Iterable[str],
                  env: dict[str, str], program: Callable[[], Any] | None) -> None:
     sdk.fresh_root()
     # Outputs of a failed run hold exceptions nobody awaits; asyncio would print each one when collected.
-    asyncio.get_event_loop().set_exception_handler(_quiet_unretrieved)
+    asyncio.get_event_loop().set_exception_handler(quiet_unretrieved)
     monitor = SimMonitor(operation)
     pulumi.runtime.set_mocks(_NoMocks(), project=PROJECT, stack=stack, preview=operation.preview, monitor=monitor)
     pulumi.runtime.set_all_config(
