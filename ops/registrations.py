@@ -315,6 +315,12 @@ class _Recorder(pulumi.runtime.Mocks):
         raise NotImplementedError(f"ops/registrations.py has no answer for the invoke {args.token}: add one")
 
 
+def set_config(config: dict[str, Any], secret_keys: Iterable[str]) -> None:
+    """The program's config: the `gpu-tenancy:*` keys, structured values as JSON text (as Pulumi hands them over)."""
+    pulumi.runtime.set_all_config({f"{PROJECT}:{k}": v if isinstance(v, str) else json.dumps(v)
+                                   for k, v in config.items()}, [f"{PROJECT}:{key}" for key in secret_keys])
+
+
 def quiet_unretrieved(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
     """An event loop's exception handler that drops "exception was never retrieved" (a failed run's outputs)."""
     if "exception was never retrieved" not in context.get("message", ""):
@@ -331,9 +337,7 @@ def run(config: dict[str, Any], *, stack: str = "dev", preview: bool = False, se
     asyncio.get_event_loop().set_exception_handler(quiet_unretrieved)
     recorder = _Recorder()
     pulumi.runtime.set_mocks(recorder, project=PROJECT, stack=stack, preview=preview, monitor=recorder.monitor)
-    pulumi.runtime.set_all_config(
-        {f"{PROJECT}:{k}": v if isinstance(v, str) else json.dumps(v) for k, v in config.items()},
-        [f"{PROJECT}:{key}" for key in secret_keys])
+    set_config(config, secret_keys)
     outputs: dict[str, StackOutput] = {}
 
     async def exported() -> None:

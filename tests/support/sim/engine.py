@@ -57,7 +57,7 @@ from google.protobuf import empty_pb2
 from pulumi.runtime import rpc
 
 from components.sdk import engine_urn, stack_outputs
-from ops.registrations import quiet_unretrieved
+from ops.registrations import quiet_unretrieved, set_config
 from tests.support import sdk
 from tests.support.sdk import resource_pb2
 from tests.support.sim import paths
@@ -858,12 +858,6 @@ class SimMonitor(sdk.MockMonitor):
 # --------------------------------------------------------------------------- #
 
 
-def _to_config_value(value: Any) -> str:
-    import json
-
-    return value if isinstance(value, str) else json.dumps(value)
-
-
 def run_operation(
     engine: Engine,
     kind: str,
@@ -952,10 +946,7 @@ def _run_program(operation: _Operation, config: dict[str, Any], stack: str, secr
     asyncio.get_event_loop().set_exception_handler(quiet_unretrieved)
     monitor = SimMonitor(operation)
     pulumi.runtime.set_mocks(_NoMocks(), project=PROJECT, stack=stack, preview=operation.preview, monitor=monitor)
-    pulumi.runtime.set_all_config(
-        {f"{PROJECT}:{key}": _to_config_value(value) for key, value in config.items()},
-        [f"{PROJECT}:{key}" for key in secret_keys],
-    )
+    set_config(config, secret_keys)
     body = program or (lambda: runpy.run_path(str(MAIN), run_name="__main__"))
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)
