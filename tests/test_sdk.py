@@ -51,8 +51,9 @@ def test_a_custom_resource_reads_back_the_status_pulumi_kubernetes_drops():
 
 
 def test_the_mock_monitor_names_answers_and_hands_over_each_request():
-    # components/sdk.py RequestMonitor: set_mocks takes a MockMonitor, which calls Mocks.new_resource inside its
-    # RegisterResource/ReadResource and names the resource with make_urn.
+    # components/sdk.py RequestMonitor (and tests/fixtures/record_old_state.py, which replaces make_urn inside an old
+    # checkout): set_mocks takes a MockMonitor, which calls Mocks.new_resource inside its RegisterResource and
+    # ReadResource and names the resource with make_urn.
     assert list(inspect.signature(MockMonitor.make_urn).parameters) == ["self", "parent", "type_", "name"]
 
     def program():
