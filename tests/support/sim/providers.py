@@ -2,10 +2,9 @@
 
 Versions read (the newest tags in the upstream snapshots; see docs/development.md):
 pulumi-kubernetes v4.32.0 (provider.go, await/, helm_release.go unchanged up to 4.34.x but for the
-waitFor parser), pulumi-command v1.2.1 (+ pulumi-go-provider v1.3.0 infer), terraform-provider-random
-v3.9.0 (pulumi-random v4.21), terraform-provider-docker v4.5.0 (pulumi-docker v5.x), and the pulumi
-engine at 1b594989 (pkg/resource/plugin/provider_plugin.go for unconfigured providers and providers
-without preview support).
+waitFor parser), pulumi-command v1.2.1 (+ pulumi-go-provider v1.3.0 infer), terraform-provider-docker
+v4.5.0 (pulumi-docker v5.x), and the pulumi engine at 1b594989 (pkg/resource/plugin/provider_plugin.go for
+unconfigured providers and providers without preview support).
 """
 
 from __future__ import annotations
@@ -727,40 +726,6 @@ class CommandModel:
 
 
 # --------------------------------------------------------------------------- #
-# Random (pulumi-random / terraform-provider-random v3.9.0)
-# --------------------------------------------------------------------------- #
-
-
-class RandomModel:
-    def diff(self, ctx: Context, old: Resource, new: Resource) -> Diff:
-        changed = changed_paths(old.inputs, new.inputs)
-        if not changed:
-            return Diff(changes=False)
-        # resource_string.go: every input is RequiresReplace.
-        keys = sorted({str(p[0]) for p in changed})
-        return Diff(changes=True, changed_keys=keys, replace_keys=keys, detailed=keys)
-
-    def create(self, ctx: Context, resource: Resource) -> tuple[str, dict[str, Any]]:
-        if ctx.preview:
-            return "", {**resource.inputs, "result": UNKNOWN}  # UseStateForUnknown: unknown on create
-        inputs = plain(resource.inputs)
-        seed = f"{resource.urn}|{inputs}|{ctx.engine.serial()}"
-        alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
-        digest = hashlib.sha256(seed.encode()).digest()
-        value = "".join(alphabet[b % len(alphabet)] for b in digest)[: int(inputs.get("length", 16))]
-        return value, {**resource.inputs, "result": value}
-
-    def update(self, ctx: Context, old: Resource, resource: Resource) -> dict[str, Any]:
-        return {**resource.inputs, "result": old.outputs.get("result")}
-
-    def delete(self, ctx: Context, old: Resource) -> None:
-        return None
-
-    def read(self, ctx: Context, resource: Resource) -> dict[str, Any] | None:
-        return dict(resource.outputs)
-
-
-# --------------------------------------------------------------------------- #
 # Docker (pulumi-docker / terraform-provider-docker v4.5.0)
 # --------------------------------------------------------------------------- #
 
@@ -1110,8 +1075,6 @@ def _prune_slice(source: list[Any], target: list[Any]) -> list[Any] | None:
 MODELS: dict[str, Callable[[], Any]] = {
     "command:local:Command": CommandModel,
     "command:remote:Command": CommandModel,
-    "random:index/randomString:RandomString": RandomModel,
-    "random:index/randomPassword:RandomPassword": RandomModel,
     "docker:index/container:Container": DockerContainerModel,
     "docker:index/remoteImage:RemoteImage": DockerImageModel,
     "docker:index/volume:Volume": DockerVolumeModel,
