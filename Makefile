@@ -100,8 +100,9 @@ backend: pulumi-cli venv
 # A credential goes in from a file on pulumi's stdin (pulumi config set reads the value from stdin when it is not a
 # terminal, dropping one trailing newline: pulumi/pulumi pkg/cmd/pulumi/config/config_set.go), so it is never on a
 # command line (ps, /proc/<pid>/cmdline), in the shell history or in /tmp; the make variables carry only its path.
-# After `backend`, so pulumi encrypts with this stack's passphrase file.
-secret: backend
+# After `backend`, so pulumi encrypts with this stack's passphrase file; without KEY and FILE, no prerequisite: the
+# usage comes before any install hint.
+secret: $(if $(KEY),$(if $(FILE),backend))
 	@test -n '$(KEY)' && test -n '$(FILE)' || { echo "usage: make secret STACK=$(STACK) KEY='<key path, e.g. management.kubeconfig>' FILE=<file>" >&2; exit 2; }
 	@test -r '$(FILE)' || { echo "make secret: cannot read FILE=$(FILE)" >&2; exit 2; }
 	pulumi config set --secret --stack $(STACK) --path 'gpu-tenancy:$(KEY)' < '$(FILE)'

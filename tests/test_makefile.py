@@ -66,18 +66,23 @@ def test_make_pulumi_cli_prints_the_one_install_line(tmp_path):
     assert done.returncode != 0 and done.stderr.splitlines()[0] == PULUMI_MISSING
 
 
-def test_make_kubeconfig_says_its_usage_before_the_prerequisites(tmp_path):
-    # Without TENANT and without pulumi, the usage line comes first: it is what the operator got wrong.
-    done = make_without_pulumi(tmp_path, "kubeconfig")
+@pytest.mark.parametrize(("target", "usage"), [
+    ("kubeconfig", "usage: make kubeconfig TENANT=<tenant name> [ADMIN=1]"),
+    ("secret", "usage: make secret STACK=dev KEY='<key path, e.g. management.kubeconfig>' FILE=<file>"),
+])
+def test_a_target_says_its_usage_before_the_prerequisites(tmp_path, target, usage):
+    # Without its variables and without pulumi, the usage line comes first, not the pulumi install hint.
+    done = make_without_pulumi(tmp_path, target)
     assert done.returncode != 0
-    assert done.stderr.splitlines()[0] == "usage: make kubeconfig TENANT=<tenant name> [ADMIN=1]"
+    assert done.stderr.splitlines()[0] == usage
     assert "pulumi" not in done.stderr
 
 
-def test_make_kubeconfig_with_a_tenant_checks_the_pulumi_cli_next(tmp_path):
+@pytest.mark.parametrize("target", ["kubeconfig TENANT=alpha", "secret KEY=management.kubeconfig FILE=Makefile"])
+def test_a_target_given_its_variables_checks_the_pulumi_cli_next(tmp_path, target):
     from ops.hostcheck import PULUMI_MISSING
 
-    done = make_without_pulumi(tmp_path, "kubeconfig", "TENANT=alpha")
+    done = make_without_pulumi(tmp_path, *target.split())
     assert done.returncode != 0 and done.stderr.splitlines()[0] == PULUMI_MISSING
 
 
