@@ -166,7 +166,11 @@ bench: venv
 	$(PY) -m bench.graph_bench
 	$(PY) -m bench.image_pulls
 
-e2e: venv charts
+# The host checks first (no download needed, so a host without Docker, kind or pulumi says so even offline), then
+# the pinned charts, as `make up` does.
+e2e: venv
+	@$(PY) -m ops.preflight
+	@$(MAKE) --no-print-directory charts
 	GPU_TENANCY_E2E=1 $(PY) -m pytest -m e2e tests/e2e -v -rs
 
 # The usage first, then the prerequisites (a sub-make, so a missing TENANT is said before a missing pulumi).

@@ -86,6 +86,14 @@ def test_a_target_given_its_variables_checks_the_pulumi_cli_next(tmp_path, targe
     assert done.returncode != 0 and done.stderr.splitlines()[0] == PULUMI_MISSING
 
 
+def test_make_e2e_checks_the_host_before_it_fetches_the_charts():
+    # Offline, a host without Docker, kind or pulumi is told so, not that the chart site is unreachable.
+    lines = dry_run("e2e")
+    steps = [next(i for i, line in enumerate(lines) if text in line)
+             for text in ("-m ops.preflight", "ops.upstream fetch --group chart", "-m pytest -m e2e")]
+    assert steps == sorted(steps) and lines[steps[0]].endswith("-m ops.preflight"), lines
+
+
 def test_make_backend_leaves_the_passphrase_file_to_ops_passphrase():
     # No shell branch of its own: ops.passphrase reads PULUMI_CONFIG_PASSPHRASE_FILE and refuses a legacy file.
     lines = dry_run("backend")
