@@ -140,7 +140,7 @@ def node_images(config) -> dict[str, list[str]]:
     """Node name -> the images its containerd pulls, for every node of the kind lab (the kind node and the
     container workers; SSH workers are outside the lab). A tenant's per-pod images are placed round-robin over its
     workers, an estimate of where the scheduler puts them."""
-    from components.naming import node_name
+    from naming import node_name
 
     nodes: dict[str, list[str]] = {}
     if not config.management.adopts_existing_cluster:

@@ -17,9 +17,9 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
-from components import kube
-from components.gpu.capacity import DEFAULT_GPU_POLICY, DEFAULT_NODE_POLICY
-from components.naming import CERT_MANAGER_NAMESPACE, KAMAJI_NAMESPACE, METALLB_NAMESPACE
+from naming import CERT_MANAGER_NAMESPACE, DEFAULT_GPU_POLICY, DEFAULT_NODE_POLICY, KAMAJI_NAMESPACE, METALLB_NAMESPACE
+
+from .kubeconfig import KubeconfigError, parse
 
 # Kamaji builds tenant kubelet/kubeadm config with Kubernetes 1.36 libraries:
 # kubelets older than 1.35 refuse it (clastix/kamaji issue 1062), and its webhook
@@ -171,8 +171,8 @@ def _private_key(value: str) -> str:
 def _kubeconfig(value: str) -> str:
     # Never echo the value: it holds credentials.
     try:
-        document = kube.parse(value)
-    except kube.KubeconfigError:
+        document = parse(value)
+    except KubeconfigError:
         document = {}
     if not document.get("clusters") or not document.get("users"):
         raise ValueError("must be a kubeconfig document (YAML with clusters, users and contexts)")

@@ -14,7 +14,7 @@ from typing import Any
 import pulumi
 from pulumi.runtime import config as runtime_config
 
-from components.naming import PROJECT
+from naming import PROJECT
 
 from .models import StackConfig
 from .validate import load_stack_config

@@ -16,11 +16,11 @@ from typing import Any
 from pulumi import RunError
 from pydantic import BaseModel, ValidationError
 
-from components import kube
-from components.naming import PROJECT, TENANT_SYSTEM_NAMESPACES
+from naming import PROJECT, TENANT_SYSTEM_NAMESPACES
 
 from . import upgrade
 from .cidrs import allocate_ranges, overlapping_pairs
+from .kubeconfig import KubeconfigError, current_context, parse
 from .models import (
     KIND_NODE_IMAGES,
     MAX_SIMULATED_MEMORY_MIB_PER_WORKER,
@@ -490,8 +490,8 @@ def _secret_hint(path: str) -> str:
 def _current_context_issues(document: dict[str, Any], key: str) -> list[ConfigIssue]:
     """The current context must name a context whose cluster and user exist (what the program connects with)."""
     try:
-        kube.current_context(document)
-    except kube.KubeconfigError as error:
+        current_context(document)
+    except KubeconfigError as error:
         return [ConfigIssue(key, error.problem)]
     return []
 
@@ -500,8 +500,8 @@ def _kubeconfig_issues(kubeconfig: str, allow_exec: bool) -> list[ConfigIssue]:
     """What an adopted cluster's kubeconfig may not do, never echoing it."""
     key = "management.kubeconfig"
     try:
-        document = kube.parse(kubeconfig)
-    except kube.KubeconfigError as error:
+        document = parse(kubeconfig)
+    except KubeconfigError as error:
         return [ConfigIssue(key, error.problem)]
     issues = []
     sections = {name: document.get(name) for name in ("clusters", "users", "contexts")}

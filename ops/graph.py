@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from components.naming import COMPONENT_PREFIX
 from config import ConfigError, StackConfig, load_stack_config
 from config.stack_file import StackFileError
+from naming import COMPONENT_PREFIX
 from ops.graph_analysis import GraphNode, GraphReport, analyse, mermaid
 from ops.registrations import ROOT, ProgramRun, run, stack_keys
 from ops.stand_in_charts import stand_in_charts

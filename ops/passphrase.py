@@ -20,7 +20,7 @@ import stat
 import sys
 from pathlib import Path
 
-from components.naming import PROJECT
+from naming import PROJECT
 from ops.private_file import write_private
 
 

@@ -40,7 +40,7 @@ from typing import Any
 
 import yaml
 
-from components.naming import PROJECT
+from naming import PROJECT
 from ops.hostcheck import PULUMI_INSTALL
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent

@@ -25,9 +25,9 @@ import pulumi
 import yaml
 from pulumi.runtime import rpc
 
-from components.naming import GPU_CORES_RESOURCE, GPU_MEMORY_RESOURCE, PROJECT
 from components.sdk import RequestMonitor, engine_urn, stack_outputs
 from config import stack_file
+from naming import GPU_CORES_RESOURCE, GPU_MEMORY_RESOURCE, PROJECT
 
 ROOT = Path(__file__).resolve().parents[1]
 MAIN = ROOT / "__main__.py"
@@ -210,8 +210,8 @@ def _answer(type_: str, name: str, inputs: dict[str, Any], read: bool) -> dict[s
     """What the provider (or a controller) adds to the inputs, for the outputs the program reads back."""
     from components import shell
     from components.gpu import smoke
-    from components.naming import HAMI_SCHEDULER_NAME
     from components.tenant import spec
+    from naming import HAMI_SCHEDULER_NAME
 
     metadata = plain(inputs.get("metadata")) or {}
     if type_ == "command:local:Command" and plain(inputs.get("create")) == shell.script_text(shell.KIND_CREATE):

@@ -23,14 +23,6 @@ from components.images import PAUSE_IMAGE
 from components.kube import ApiError, Connect, Json, KubeClient
 from components.management import image_cache
 from components.management.kamaji import etcd_network_policy
-from components.naming import (
-    GPU_CORES_RESOURCE,
-    GPU_MEMORY_RESOURCE,
-    GPU_RESOURCE,
-    KAMAJI_NAMESPACE,
-    PART_OF,
-    PART_OF_LABEL,
-)
 from components.tenant.spec import (
     API_SERVER_PORT,
     ETCD_CHART,
@@ -41,6 +33,14 @@ from components.tenant.spec import (
     etcd_setup_pod_selector,
 )
 from config import Versions
+from naming import (
+    GPU_CORES_RESOURCE,
+    GPU_MEMORY_RESOURCE,
+    GPU_RESOURCE,
+    KAMAJI_NAMESPACE,
+    PART_OF,
+    PART_OF_LABEL,
+)
 
 # Kamaji installs the agent under this name in the tenant's kube-system
 # (clastix/kamaji internal/resources/konnectivity/constants.go: AgentName).

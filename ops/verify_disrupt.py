@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from components.kube import ApiError, Connect, Json, KubeClient
-from components.naming import HAMI_SCHEDULER_NAME, PART_OF, PART_OF_LABEL
+from naming import HAMI_SCHEDULER_NAME, PART_OF, PART_OF_LABEL
 from ops.verify_checks import (
     HAMI_WEBHOOK,
     KONNECTIVITY_AGENT,

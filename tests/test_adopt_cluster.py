@@ -16,8 +16,8 @@ from components.management.kamaji import (
     Kamaji,
     KamajiArgs,
 )
-from components.naming import COMPONENT_PREFIX, KAMAJI_NAMESPACE
 from config import Versions
+from naming import COMPONENT_PREFIX, KAMAJI_NAMESPACE
 from tests.support.mockrun import ProgramFailedError, run_program
 from tests.support.sim import World
 from tests.support.sim.lab import lab_world

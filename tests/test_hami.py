@@ -15,10 +15,10 @@ import yaml
 from components.gpu.cards import REGISTER_ANNOTATION, device_type, gpu_capacity, register_annotation
 from components.gpu.smoke import planned_evidence
 from components.gpu.values import HAMI_TOKEN_POLICY, hami_token_policy
-from components.naming import JOIN_ANNOTATION, TENANT_SYSTEM_NAMESPACES, node_name
 from components.tenant.spec import SYSTEM_NODE_LABEL
 from config import GpuCard, SmokeTest, Tenant
 from config.models import SMOKE_TEST_NAMESPACE
+from naming import JOIN_ANNOTATION, TENANT_SYSTEM_NAMESPACES, node_name
 from tests.support import mockrun
 from tests.support.lifecycle_support import kind_lab, running_adopt_lab, running_kind_lab
 from tests.support.mockrun import ProgramRun, reference_stack, registration, run_program

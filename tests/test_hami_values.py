@@ -14,8 +14,8 @@ from components.gpu.values import (
     nvidia_device_config,
 )
 from components.images import HAMI_WEBHOOK_CERTGEN
-from components.naming import TENANT_SYSTEM_NAMESPACES
 from config import ConfigError, Versions, load_stack_config
+from naming import TENANT_SYSTEM_NAMESPACES
 from tests.support.chart_values import load_chart_values, unknown_value_keys
 from tests.support.mockrun import reference_stack
 

@@ -147,7 +147,7 @@ def test_two_stacks_with_their_own_names_and_pools_share_the_host_and_destroying
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "defect: worker containers are named <tenant>-<worker> (components/naming.py node_name), without the cluster or "
+    "defect: worker containers are named <tenant>-<worker> (naming.py node_name), without the cluster or "
     "the stack, so two stacks that both have a tenant-a/worker-0 collide on one Docker host: the second `up` fails "
     "with Docker's 'container name is already in use'. Prefixing the names would rename (replace) every worker of "
     "running stacks: needs a migration note, not done here."))
@@ -204,7 +204,7 @@ def example():
 
 def _node_of(sim: Lifecycle, address: str) -> tuple[str, str]:
     """(tenant, Node name) of the SSH worker at `address`."""
-    from components.naming import node_name
+    from naming import node_name
 
     for tenant in sim.config["tenants"]:
         for worker in tenant["workers"]:

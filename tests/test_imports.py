@@ -1,9 +1,12 @@
-"""The program and the operator commands never import test machinery: `tests/` may use them, not the reverse."""
+"""Imports run downward: `config/` below `components/` below `ops/`, and nothing outside `tests/` imports the test
+machinery (`tests/` may use them, not the reverse)."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 # Not ours, or not code that ships: the virtualenv, downloads and generated output.
@@ -47,8 +50,9 @@ def test_the_walk_finds_a_tests_import_at_any_depth(tmp_path):
     assert imports_of_tests(tmp_path) == {"ops/tool.py": {"tests.support"}}
 
 
-def test_the_components_import_nothing_from_ops():
-    """The chart list the program reads is the program's (components/charts.py); `make charts` is the operator's."""
-    found = {str(path.relative_to(ROOT)): names for path in shipped_modules() if path.relative_to(ROOT).parts[0] ==
-             "components" and (names := {n for n in imported_modules(path) if n == "ops" or n.startswith("ops.")})}
-    assert found == {}
+
+@pytest.mark.parametrize(("layer", "above"), [("config", {"components", "ops"}), ("components", {"ops"})])
+def test_a_layer_imports_nothing_from_the_layers_above_it(layer, above):
+    """config/ below components/ below ops/; the chart list the program reads is the program's (components/charts.py)."""
+    assert {str(path.relative_to(ROOT)): found for path in sorted((ROOT / layer).rglob("*.py"))
+            if (found := {name for name in imported_modules(path) if name.split(".")[0] in above})} == {}

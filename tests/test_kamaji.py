@@ -35,11 +35,11 @@ from components.management.kamaji import (
     metallb_values,
     pool_bounds,
 )
-from components.naming import COMPONENT_PREFIX, DEFAULT_DATASTORE, KAMAJI_NAMESPACE
 from components.tenant import spec as tenant_spec
 from components.tenant.spec import ETCD_CHART
 from config import Versions
 from config.models import DataStore
+from naming import COMPONENT_PREFIX, DEFAULT_DATASTORE, KAMAJI_NAMESPACE
 from ops import upstream
 from ops.registrations import KIND_SUBNET_V4 as MOCKED_KIND_SUBNET
 from tests.support.chart_values import load_chart_values, unknown_value_keys

@@ -30,8 +30,8 @@ from components.management.cluster import (
     worker_networks,
 )
 from components.management.kamaji import Kamaji, KamajiArgs
-from components.naming import COMPONENT_PREFIX, KIND_NETWORK
 from config import Versions
+from naming import COMPONENT_PREFIX, KIND_NETWORK
 from ops.registrations import KIND_SUBNET_V4 as MOCKED_KIND_SUBNET
 from tests.support.fixtures import KIND_SUBNET_V4, KIND_SUBNET_V6, kubeconfig_yaml
 from tests.support.mockrun import PROJECT, registered, run_program

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from components import kube
-from components.naming import PART_OF, PART_OF_LABEL
 from components.tenant import kube_proxy
+from naming import PART_OF, PART_OF_LABEL
 
 ENDPOINT = "172.18.255.200:6443"
 POD_CIDR = "10.244.0.0/16"

@@ -21,11 +21,11 @@ import pytest
 import yaml
 from pulumi.runtime import rpc
 
-from components.naming import DEFAULT_DATASTORE
 from components.tenant import spec as tenant_spec
 from components.tenant.control_plane import TenantControlPlane, TenantControlPlaneArgs
 from config import load_stack_config
 from config.models import DEFAULT_OBJECT_COUNTS
+from naming import DEFAULT_DATASTORE
 from tests.support import mockrun
 from tests.support.crd_schema import schema_errors
 from tests.support.lifecycle_support import one_tenant_stack

@@ -15,10 +15,10 @@ import pytest
 import yaml
 
 from components.management.kamaji import kamaji_values
-from components.naming import DEFAULT_DATASTORE
 from components.tenant import spec as tenant_spec
 from config import Quota, Versions, Worker, load_stack_config
 from config.models import DEFAULT_OBJECT_COUNTS
+from naming import DEFAULT_DATASTORE
 from tests.support import netpol
 from tests.support.crd_schema import _strict, crd_json_schema, schema_errors
 from tests.support.fixtures import KIND_SUBNET_V4, kubeconfig_yaml, tenant_ca_pem

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PRODUCT = ["__main__.py", "components", "config", "ops"]
+PRODUCT = ["__main__.py", "naming.py", "components", "config", "ops"]
 # Readers of product code besides the product itself.
 USERS = [*PRODUCT, "bench", "Makefile"]
 # The environment contract of the node and kind scripts (components/shell.py): tests run each script against it,

@@ -10,10 +10,10 @@ from types import SimpleNamespace
 import pytest
 
 from components.kube import ApiError
-from components.naming import JOIN_ANNOTATION
 from components.tenant import operations as tenant_operations
 from components.worker import operations as worker_operations
 from config import ConfigError, load_stack_config, upgrade
+from naming import JOIN_ANNOTATION
 from tests.support.lifecycle_support import (
     adopt_lab,
     changed_by_owner,

@@ -21,7 +21,6 @@ import yaml
 import config
 from components import shell as ns
 from components.host_operations import NodeMembershipProvider
-from components.naming import LABEL_ROLE, LABEL_STACK, LABEL_TENANT, LABEL_WORKER
 from components.worker.access import container_environment, container_interpreter, node_stdin
 from components.worker.node import (
     TenantAccess,
@@ -31,6 +30,7 @@ from components.worker.node import (
     worker_image,
 )
 from config.models import KIND_NODE_IMAGES
+from naming import LABEL_ROLE, LABEL_STACK, LABEL_TENANT, LABEL_WORKER
 from tests.support.mockrun import ProgramFailedError, ProgramRun, registered
 from tests.support.sim import Lifecycle, hostapi, systems
 from tests.support.sim.scripts import invocation

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.naming import GPU_RESOURCE
+from naming import DEFAULT_GPU_POLICY, DEFAULT_NODE_POLICY, GPU_RESOURCE
 
 # pkg/device/nvidia/device.go NvidiaGPUDevice: the request type of every nvidia.com/gpu container.
 NVIDIA = "NVIDIA"
@@ -30,12 +30,6 @@ NVIDIA_PREFIX = "NVIDIA"
 WEIGHT = 10
 # pkg/device/nvidia/device.go GenerateResourceRequests: 101 means "no nvidia.com/gpumem-percentage given".
 NO_PERCENTAGE = 101
-
-# HAMi's scheduler policies when none is set: charts/hami values.yaml scheduler.defaultSchedulerPolicy, rendered into
-# the extender's --node-scheduler-policy and --gpu-scheduler-policy (templates/scheduler/deployment.yaml), the same
-# as cmd/scheduler/main.go's flag defaults. The chart values and the config model's defaults read them from here.
-DEFAULT_NODE_POLICY = "binpack"
-DEFAULT_GPU_POLICY = "spread"
 
 # pkg/device/common/common.go: the reasons HAMi reports, per card, when a container does not fit.
 CARD_TYPE_MISMATCH = "CardTypeMismatch"

@@ -41,10 +41,10 @@ from components.gpu.smoke import (
 from components.gpu.values import HAMI_CHART, hami_token_policy, hami_values
 from components.helm import helm_release
 from components.images import PAUSE_IMAGE
-from components.naming import COMPONENT_PREFIX, JOIN_ANNOTATION
 from components.tenant.operations import KonnectivityReadyProvider
 from components.tenant.spec import system_node_selector
 from components.worker.access import NodeAccess
+from naming import COMPONENT_PREFIX, JOIN_ANNOTATION
 
 if TYPE_CHECKING:  # the worker builds its cards (components/worker/node.py imports this module)
     from components.worker.node import TenantAccess

@@ -19,7 +19,7 @@ from components.host_operations import (
     wait_for_webhook,
 )
 from components.kube import ApiError
-from components.naming import GPU_RESOURCE, HAMI_SCHEDULER_NAME
+from naming import GPU_RESOURCE, HAMI_SCHEDULER_NAME
 
 
 class GpuCapacityProvider(HostOperationProvider):

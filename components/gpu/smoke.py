@@ -16,7 +16,10 @@ from typing import Any
 
 from components import kube
 from components.gpu.cards import REGISTER_ANNOTATION
-from components.naming import (
+from components.sdk import sdk_field
+from config import SmokeTest
+from config.models import SMOKE_TEST_NAMESPACE
+from naming import (
     GPU_CORES_RESOURCE,
     GPU_MEMORY_RESOURCE,
     GPU_RESOURCE,
@@ -24,9 +27,6 @@ from components.naming import (
     PART_OF,
     PART_OF_LABEL,
 )
-from components.sdk import sdk_field
-from config import SmokeTest
-from config.models import SMOKE_TEST_NAMESPACE
 
 SMOKE_POD_NAME = "gpu-smoke-test"
 # Its own namespace, created by the program, with no ResourceQuota: the proof neither spends a user quota nor is

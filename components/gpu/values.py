@@ -19,8 +19,8 @@ from components.images import (
     HAMI_CERTGEN_TAG,
     kubernetes_image_tag,
 )
-from components.naming import GPU_CORES_RESOURCE, GPU_MEMORY_RESOURCE, GPU_RESOURCE, TENANT_SYSTEM_NAMESPACES
 from config import Versions
+from naming import GPU_CORES_RESOURCE, GPU_MEMORY_RESOURCE, GPU_RESOURCE, TENANT_SYSTEM_NAMESPACES
 
 # The chart derives its object names from the release name (`hami-scheduler`, `hami-webhook`, and the mock
 # plugin's ConfigMap `<fullname>-scheduler-device`, templates/device-plugin/daemonsetmock.yaml); the docs and

@@ -31,7 +31,7 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from components import kube, shell
-from components.naming import COMPONENT_PREFIX, KIND_NETWORK
+from naming import COMPONENT_PREFIX, KIND_NETWORK
 
 # Pin kind's node provider: the subnet comes from the *docker* network (kind would otherwise pick podman when
 # docker is missing).

@@ -32,8 +32,8 @@ import pulumi_docker as docker
 
 import config
 from components import shell
-from components.naming import COMPONENT_PREFIX, KIND_NETWORK, LABEL_ROLE, LABEL_STACK, node_name
 from components.worker.access import NodeAccess, NodeScript, run_on_node
+from naming import COMPONENT_PREFIX, KIND_NETWORK, LABEL_ROLE, LABEL_STACK, node_name
 
 # Registry host -> the upstream URL its cache proxies: exactly the registries the platform's images come from
 # (components/images.py lists them per node; tests/test_registry_mirror.py checks both ways). A cache nobody

@@ -56,7 +56,8 @@ import config
 from components import host_operations
 from components.helm import Chart, helm_release
 from components.management.operations import KamajiWebhookReadyProvider, MetalLBWebhookReadyProvider
-from components.naming import (
+from components.tenant import spec as tenant_spec
+from naming import (
     CERT_MANAGER_NAMESPACE,
     COMPONENT_PREFIX,
     DEFAULT_DATASTORE,
@@ -66,7 +67,6 @@ from components.naming import (
     PART_OF,
     PART_OF_LABEL,
 )
-from components.tenant import spec as tenant_spec
 
 CERT_MANAGER_CHART = Chart("cert-manager", "cert-manager", CERT_MANAGER_NAMESPACE)
 METALLB_CHART = Chart("metallb", "metallb", METALLB_NAMESPACE)

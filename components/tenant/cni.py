@@ -10,8 +10,8 @@ import pulumi_kubernetes as k8s
 
 import config
 from components.helm import helm_release
-from components.naming import COMPONENT_PREFIX
 from components.tenant import spec as tenant_spec
+from naming import COMPONENT_PREFIX
 
 # Pulls the operator and calico-node images, then waits for the operator Deployment.
 CALICO_TIMEOUT_SECONDS = 20 * 60

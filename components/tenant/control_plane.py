@@ -20,9 +20,9 @@ import pulumi_kubernetes as k8s
 
 import config
 from components.helm import helm_release
-from components.naming import COMPONENT_PREFIX
 from components.tenant import kube_proxy
 from components.tenant import spec as tenant_spec
+from naming import COMPONENT_PREFIX
 
 # Kamaji needs a few minutes for certificates, datastore schema, the Deployment and the LB address.
 TCP_TIMEOUT = "20m"

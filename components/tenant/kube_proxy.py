@@ -72,9 +72,9 @@ from typing import Any
 import yaml
 
 from components.images import kubernetes_image_tag
-from components.naming import PART_OF, PART_OF_LABEL
 from components.tenant.spec import split_endpoint
 from config.models import parse_version
+from naming import PART_OF, PART_OF_LABEL
 
 KUBE_SYSTEM = "kube-system"
 # cmd/kubeadm/app/constants/constants.go

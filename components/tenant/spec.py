@@ -22,7 +22,11 @@ from components import kube
 from components.gpu.capacity import QUOTA_GPUS
 from components.helm import Chart
 from components.images import CFSSL_REPOSITORY, CFSSL_TAG
-from components.naming import (
+from components.sdk import sdk_field
+from config import Quota, Tenant
+from config.cidrs import dns_service_ip
+from config.models import DNS1035_LABEL, MAX_SOURCE_RANGES, DataStore, object_counts
+from naming import (
     CALICO_OPERATOR_NAMESPACE,
     GPU_CORES_RESOURCE,
     GPU_MEMORY_RESOURCE,
@@ -31,10 +35,6 @@ from components.naming import (
     PART_OF,
     PART_OF_LABEL,
 )
-from components.sdk import sdk_field
-from config import Quota, Tenant
-from config.cidrs import dns_service_ip
-from config.models import DNS1035_LABEL, MAX_SOURCE_RANGES, DataStore, object_counts
 
 # --------------------------------------------------------------------------- #
 # Management cluster: the tenant namespace and its NetworkPolicy

@@ -21,12 +21,12 @@ from components.gpu.hami import GpuCardsArgs, GpuNode, TenantGpus, TenantGpusArg
 from components.management.cluster import ManagementCluster
 from components.management.image_cache import RegistryMirror, worker_mirrors
 from components.management.kamaji import Kamaji
-from components.naming import COMPONENT_PREFIX, JOIN_ANNOTATION, node_name
 from components.tenant import spec as tenant_spec
 from components.tenant.cni import TenantCni, TenantCniArgs
 from components.tenant.control_plane import TenantControlPlane, TenantControlPlaneArgs
 from components.tenant.operations import TenantVersionProvider
 from components.worker.node import NvidiaWorker, TenantAccess, WorkerNode, WorkerNodeArgs, worker_image
+from naming import COMPONENT_PREFIX, JOIN_ANNOTATION, node_name
 
 
 @dataclass(frozen=True)

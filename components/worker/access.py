@@ -33,8 +33,8 @@ import pulumi_command as command
 
 import config
 from components import shell
-from components.naming import node_name
 from config.models import SshConnection
+from naming import node_name
 
 # The action word dispatch.sh and container-exec.sh take as their argument; it is on the command line, so it
 # must never carry data.

@@ -34,15 +34,6 @@ import config
 from components import host_operations, shell
 from components.gpu.hami import GpuCards, GpuCardsArgs
 from components.management import image_cache
-from components.naming import (
-    COMPONENT_PREFIX,
-    KIND_NETWORK,
-    LABEL_ROLE,
-    LABEL_STACK,
-    LABEL_TENANT,
-    LABEL_WORKER,
-    node_name,
-)
 from components.worker.access import NodeAccess, NodeScript, node_access, run_on_node
 from components.worker.operations import (
     NodeDrainProvider,
@@ -52,6 +43,15 @@ from components.worker.operations import (
 )
 from config import upgrade
 from config.models import KIND_NODE_IMAGES
+from naming import (
+    COMPONENT_PREFIX,
+    KIND_NETWORK,
+    LABEL_ROLE,
+    LABEL_STACK,
+    LABEL_TENANT,
+    LABEL_WORKER,
+    node_name,
+)
 
 
 def worker_image(tenant: config.Tenant) -> str:

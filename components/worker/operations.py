@@ -16,8 +16,8 @@ from components import kube
 from components.gpu.cards import REGISTER_ANNOTATION
 from components.host_operations import HostOperationProvider, declare, inputs_changed, on_tenant, poll
 from components.kube import ApiError
-from components.naming import GPU_RESOURCE, JOIN_ANNOTATION, PART_OF, PART_OF_LABEL
 from components.tenant.kube_proxy import NODE_BOOTSTRAP_TOKEN_GROUP
+from naming import GPU_RESOURCE, JOIN_ANNOTATION, PART_OF, PART_OF_LABEL
 
 # --------------------------------------------------------------------------- #
 # Join tokens (kubeadm bootstrap tokens) and Node objects

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from components.management.image_cache import MIRRORED_REGISTRIES, cache_container_name
-from components.naming import node_name
+from naming import node_name
 from ops import verify
 from tests.e2e.lab import CLUSTER, kind_clusters, stack_containers, tenant_names, tenants
 

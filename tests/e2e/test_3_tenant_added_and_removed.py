@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from components.naming import node_name
+from naming import node_name
 from tests.e2e.lab import stack_containers, tenant_names, tenants
 
 pytestmark = pytest.mark.e2e

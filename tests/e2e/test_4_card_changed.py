@@ -11,7 +11,7 @@ import yaml
 
 from components import kube
 from components.gpu.cards import REGISTER_ANNOTATION
-from components.naming import node_name
+from naming import node_name
 from tests.e2e.lab import tenants
 
 pytestmark = pytest.mark.e2e

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from components.naming import node_name
+from naming import node_name
 from tests.e2e.lab import REPLACING, container_id, tenant_names, tenants
 
 pytestmark = pytest.mark.e2e

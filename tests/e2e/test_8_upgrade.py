@@ -10,7 +10,7 @@ import copy
 import pytest
 from pulumi import automation as auto
 
-from components.naming import node_name
+from naming import node_name
 from tests.e2e.lab import REPLACING, tenant_names, tenants
 
 pytestmark = pytest.mark.e2e

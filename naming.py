@@ -1,5 +1,6 @@
-"""Names and labels shared by more than one layer (or by the program and its operator commands), in one place;
-a label only one layer uses lives with that layer.
+"""Names, labels and defaults shared by more than one layer (or by the program and its operator commands), in one
+place below them all (it imports nothing; `config/` imports nothing from `components/`). A label only one layer
+uses lives with that layer.
 
 Label keys and values are state: a renamed key or value no longer matches what an existing stack created
 (the kind cluster's marker, the containers `docker ps --filter label=` finds), so rename only with a migration.
@@ -47,6 +48,12 @@ TENANT_SYSTEM_NAMESPACES = (
     "calico-system",
     "calico-apiserver",
 )
+
+# HAMi's scheduler policies when none is set: charts/hami values.yaml scheduler.defaultSchedulerPolicy, rendered into
+# the extender's --node-scheduler-policy and --gpu-scheduler-policy (templates/scheduler/deployment.yaml), the same
+# as cmd/scheduler/main.go's flag defaults. The planner, the chart values and the config model read them from here.
+DEFAULT_NODE_POLICY = "binpack"
+DEFAULT_GPU_POLICY = "spread"
 
 # The extended resources a pod asks for its share of a card with, as HAMi's device plugins advertise them
 # (Project-HAMi/HAMi v2.10.0 charts/hami values.yaml resourceName, resourceMem, resourceCores).
