@@ -33,7 +33,7 @@ TENANT ?=
 DISRUPTIVE ?=
 ADMIN ?=
 
-.PHONY: help venv lint test preflight upstream charts backend pulumi-cli secret preview up down status verify plan graph bench docs snapshots e2e kubeconfig
+.PHONY: help venv lint test test-product preflight upstream charts backend pulumi-cli secret preview up down status verify plan graph bench docs snapshots e2e kubeconfig
 
 help:
 	@echo "make up          preflight, the pinned Helm charts, local backend, stack '$(STACK)', pulumi up"
@@ -46,6 +46,7 @@ help:
 	@echo "                 rejected), then restore it; the tenant's GPU pods cannot be created meanwhile"
 	@echo "make kubeconfig TENANT=<name> [ADMIN=1]  write the tenant's user (or admin) kubeconfig, mode 600"
 	@echo "make test        create .venv, install pinned dependencies, lint, run the tests"
+	@echo "make test-product  the product's tests alone, without the repository checks (README, docs, Makefile, ...)"
 	@echo "make lint        ruff on the Python code, shellcheck on components/*/scripts/*.sh and ops/scripts/*.sh"
 	@echo "make preflight   check this host and Pulumi.$(STACK).yaml (about a second)"
 	@echo "make upstream    download the pinned upstream reference files (CRDs, chart values), check their sha256"
@@ -79,6 +80,10 @@ TEST_JOBS ?= auto
 
 test: lint
 	$(PY) -m pytest -n $(TEST_JOBS) --dist loadfile
+
+# The product's tests alone, without the checks marked `repo` (README, docs, Makefile, workflows, comments, layout).
+test-product: venv
+	$(PY) -m pytest -n $(TEST_JOBS) --dist loadfile -m "not repo"
 
 preflight: venv
 	$(PY) -m ops.preflight --stack $(STACK) --charts

@@ -45,15 +45,24 @@ sys.addaudithook(refuse_the_users_stack)
 
 # Started before any test module is imported, so reads while collecting count too.
 SHARED_DOCS = Guard(SHARED / "docs").start()
+# The repository's own texts: a test that reads them checks the repository, not the product (`make test-product`).
+REPOSITORY_TEXTS = [Guard(ROOT / text).start() for text in ("README.md", "CHANGELOG.md", "docs", ".github", "Makefile")]
+
+
+def pytest_collection_finish(session):
+    for guard in REPOSITORY_TEXTS:  # read while importing the test modules: no test to name
+        guard.drain()
 
 
 @pytest.fixture(autouse=True)
-def _no_test_reads_the_shared_docs():
+def _no_test_reads_the_shared_docs(request):
     """Upstream facts come from ../shared/vendor; the prose under ../shared/docs changes between rounds."""
     yield
     reads = SHARED_DOCS.drain()
     assert not reads, (f"read under {SHARED / 'docs'} (tests read data from {SHARED / 'vendor'} only, "
                        f"never the prose next to it): {reads}")
+    texts = [read for guard in REPOSITORY_TEXTS for read in guard.drain()]
+    assert not texts or request.node.get_closest_marker("repo"), f"mark the test @pytest.mark.repo: it read {texts}"
 
 
 @pytest.fixture

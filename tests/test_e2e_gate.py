@@ -17,6 +17,8 @@ from pulumi import automation as auto
 from tests.e2e import lab
 from tests.e2e.conftest import gate, is_scenario
 
+pytestmark = pytest.mark.repo
+
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = sorted((ROOT / "tests" / "e2e").glob("test_*.py"))
 

@@ -4,11 +4,14 @@ under build/."""
 import re
 from pathlib import Path
 
+import pytest
+
 from tests.support.mockrun import REFERENCE_STACK
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "dependency-graph.md"
 
 
+@pytest.mark.repo
 def test_docs_dependency_graph_is_current(tmp_path, capsys):
     from ops.graph import main
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.repo
+
 ROOT = Path(__file__).resolve().parent.parent
 # Not ours, or not code that ships: the virtualenv, downloads and generated output.
 SKIPPED = {"tests", ".venv", ".cache", "build", ".git"}

@@ -99,6 +99,7 @@ def test_a_fresh_clone_preview_fails_in_one_line_naming_make_charts_before_regis
     assert plan.steps == [] and sim.engine.last_operation.registered == {}
 
 
+@pytest.mark.repo
 def test_the_docs_show_the_line_a_fresh_clone_prints(fresh_clone):
     with pytest.raises(helm.ChartsMissingError) as raised:
         helm.require_charts(helm.Versions())

@@ -14,7 +14,7 @@ from tests.support.make import run_make
 
 ROOT = Path(__file__).resolve().parent.parent
 
-pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="GNU make is not installed")
+pytestmark = [pytest.mark.repo, pytest.mark.skipif(shutil.which("make") is None, reason="GNU make is not installed")]
 
 
 def dry_run(target: str, *variables: str) -> list[str]:
@@ -125,6 +125,9 @@ def test_make_test_runs_whole_files_on_parallel_workers_with_a_pinned_xdist():
     assert [pin for pin in pins if pin.startswith("pytest-xdist==")], "pytest -n needs pytest-xdist installed"
     (zero,) = [line for line in dry_run("test", "TEST_JOBS=0") if " -m pytest" in line]
     assert zero.endswith("-m pytest -n 0 --dist loadfile")
+    # The product's tests alone: every test but the repository checks (pyproject.toml registers `repo`).
+    (product,) = [line for line in dry_run("test-product") if " -m pytest" in line]
+    assert product.endswith('-m pytest -n auto --dist loadfile -m "not repo"')
 
 
 def test_a_make_under_make_test_job_count_answers_for_the_makefile_not_the_outer_command_line():

@@ -124,6 +124,7 @@ def string_literals(tree: ast.Module) -> list[tuple[str, int]]:
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings]
 
 
+@pytest.mark.repo
 def test_each_shared_name_and_value_is_defined_in_one_module():
     trees = product_modules()
     modules = {path: module_level_names(tree) for path, tree in trees.items()}

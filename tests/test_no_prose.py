@@ -7,6 +7,8 @@ import pytest
 from tests.conftest import SHARED, SHARED_DOCS
 from tests.support.no_prose import Guard
 
+pytestmark = pytest.mark.repo
+
 
 def test_the_guard_sees_reads_and_listings_under_its_folder_and_nothing_else(tmp_path):
     docs, vendor = tmp_path / "shared" / "docs", tmp_path / "shared" / "vendor"

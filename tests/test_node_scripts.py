@@ -1441,6 +1441,7 @@ def test_an_apt_server_without_the_new_packages_is_told_the_exact_apt_commands(n
     assert node.file(MARKER).read_text() == f"upgrading to {NEW}\n"
 
 
+@pytest.mark.repo
 def test_the_docs_show_the_message_an_operator_gets(node):
     """docs/operations.md "Upgrading a tenant": its sample is what the script prints for an apt server at v1.35.0."""
     prefix = "error: ... team-vision-gpu-01-upgrade: ... "

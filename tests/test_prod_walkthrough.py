@@ -35,6 +35,8 @@ from tests.support.sim import Lifecycle
 from tests.support.sim.lab import adopt, lab_world
 from tests.test_config_infrastructure import PRIVATE_KEY
 
+pytestmark = pytest.mark.repo
+
 ROOT = Path(__file__).resolve().parent.parent
 SECTION, DOC = "Beyond one machine: real clusters and GPU servers", ROOT / "docs" / "real-clusters.md"
 PULUMI_STUB = """\

@@ -8,10 +8,13 @@ import re
 import typing
 from pathlib import Path
 
+import pytest
 from pydantic import BaseModel
 
 from config.models import StackConfig
 from tests.support import readme
+
+pytestmark = pytest.mark.repo
 
 ROOT = Path(__file__).resolve().parent.parent
 TEXTS = {path: path.read_text() for path in readme.DOCS}

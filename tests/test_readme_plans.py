@@ -3,9 +3,13 @@ keeps current): what each example is there to show holds."""
 
 from __future__ import annotations
 
+import pytest
+
 from components.plan import gpu_plan
 from config import load_stack_config
 from tests.support.readme import PLAN_EXAMPLES, plan_example
+
+pytestmark = pytest.mark.repo
 
 
 def plan(name):

@@ -12,6 +12,10 @@ import tokenize
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.repo
+
 ROOT = Path(__file__).resolve().parent.parent
 # Generated or installed trees, not sources.
 SKIPPED_DIRS = {".venv", ".cache", "build", ".git", ".pulumi-state", "__pycache__", ".pytest_cache", ".ruff_cache"}

@@ -7,6 +7,10 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.repo
+
 ROOT = Path(__file__).resolve().parent.parent
 PRODUCT = ["__main__.py", "naming.py", "components", "config", "ops"]
 # Readers of product code besides the product itself.

@@ -573,6 +573,7 @@ def test_real_reference_sums_match_the_vendor_readmes():
     assert listed >= 18
 
 
+@pytest.mark.repo
 def test_the_docs_show_the_offline_line_as_make_up_prints_it(monkeypatch):
     for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(name, raising=False)

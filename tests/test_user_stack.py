@@ -19,6 +19,8 @@ from tests.support.make import run_make
 from tests.support.mockrun import REFERENCE_STACK
 from tests.support.readme import DOCS
 
+pytestmark = pytest.mark.repo
+
 ROOT = Path(__file__).resolve().parent.parent
 GENERATED = tuple(str(path.relative_to(ROOT)) for path in DOCS)  # what `make docs` writes
 

@@ -7,10 +7,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 from ops import hostcheck, preflight
 from tests.e2e import lab
+
+pytestmark = pytest.mark.repo
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = ROOT / ".github" / "workflows"
