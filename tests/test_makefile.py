@@ -29,7 +29,7 @@ def test_pulumi_runs_with_a_private_tmpdir_removed_afterwards(target, command):
 
 
 def test_make_up_checks_the_host_then_fetches_the_chart_then_checks_it():
-    # Offline, the preflight table must appear before any download is tried.
+    # Offline, the preflight table must appear before any download is tried: the missing tool is named first.
     lines = dry_run("up")
 
     def first(text: str) -> int:
@@ -59,7 +59,7 @@ def make_without_pulumi(tmp_path: Path, *args: str) -> subprocess.CompletedProce
 
 
 def test_make_pulumi_cli_prints_the_one_install_line(tmp_path):
-    # One hint everywhere, with the version and the PATH export.
+    # One hint everywhere, with the version and the PATH export (ops/hostcheck.py PULUMI_MISSING).
     from ops.hostcheck import PULUMI_MISSING
 
     done = make_without_pulumi(tmp_path, "pulumi-cli")
