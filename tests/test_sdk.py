@@ -14,10 +14,10 @@ from pulumi.runtime.mocks import MockMonitor
 from pulumi.runtime.rpc import UNKNOWN
 
 from components.gpu import hami
-from components.naming import PROJECT
 from components.tenant.control_plane import _CustomResourceWithStatus
 from components.tenant.spec import TCP_API_VERSION, TCP_KIND
 from config.source import raw_stack_config
+from naming import PROJECT
 from ops.registrations import run
 from tests.support import sdk
 
