@@ -12,9 +12,9 @@ from collections.abc import Iterable
 from typing import Any
 
 import pulumi
-from pulumi.runtime import config as runtime_config
 
 from naming import PROJECT
+from sdk import all_config
 
 from .models import StackConfig
 from .validate import load_stack_config
@@ -32,7 +32,7 @@ def _decode(value: Any) -> Any:
 
 def raw_stack_config() -> dict[str, Any]:
     """All keys of the project namespace, with the namespace prefix removed."""
-    entries = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
+    entries = {**pulumi.runtime.get_config_env(), **all_config()}
     prefix = f"{PROJECT}:"
     return {
         key[len(prefix):]: _decode(value)
@@ -43,10 +43,10 @@ def raw_stack_config() -> dict[str, Any]:
 
 def secret_stack_keys(keys: Iterable[str]) -> set[str]:
     """Those of `keys` (without namespace) that Pulumi holds as secrets or that contain a secret."""
-    from_env = set(runtime_config.get_config_secret_keys_env())
+    from_env = set(pulumi.runtime.get_config_secret_keys_env())
     return {
         key for key in keys
-        if runtime_config.is_config_secret(f"{PROJECT}:{key}") or f"{PROJECT}:{key}" in from_env
+        if pulumi.runtime.is_config_secret(f"{PROJECT}:{key}") or f"{PROJECT}:{key}" in from_env
     }
 
 

@@ -25,9 +25,9 @@ import pulumi
 import yaml
 from pulumi.runtime import rpc
 
-from components.sdk import RequestMonitor, engine_urn, stack_outputs
 from config import stack_file
 from naming import GPU_CORES_RESOURCE, GPU_MEMORY_RESOURCE, PROJECT
+from sdk import RequestMonitor, engine_urn, stack_outputs
 
 ROOT = Path(__file__).resolve().parents[1]
 MAIN = ROOT / "__main__.py"

@@ -51,7 +51,7 @@ def test_a_custom_resource_reads_back_the_status_pulumi_kubernetes_drops():
 
 
 def test_the_mock_monitor_names_answers_and_hands_over_each_request():
-    # components/sdk.py RequestMonitor (and tests/fixtures/record_old_state.py, which replaces make_urn inside an old
+    # sdk.py RequestMonitor (and tests/fixtures/record_old_state.py, which replaces make_urn inside an old
     # checkout): set_mocks takes a MockMonitor, which calls Mocks.new_resource inside its RegisterResource and
     # ReadResource and names the resource with make_urn.
     assert list(inspect.signature(MockMonitor.make_urn).parameters) == ["self", "parent", "type_", "name"]
@@ -135,7 +135,7 @@ def test_a_dynamic_provider_is_pickled_by_reference_and_spoken_to_over_the_provi
 
 
 def test_the_whole_config_map_is_what_set_all_config_set():
-    # config/source.py raw_stack_config reads pulumi.runtime.config.CONFIG: the public API answers only per key,
-    # so a misspelt key would pass unnoticed.
+    # sdk.py all_config reads pulumi.runtime.config.CONFIG (config/source.py raw_stack_config): the public API
+    # answers only per key, so a misspelt key would pass unnoticed.
     pulumi.runtime.set_all_config({f"{PROJECT}:misspelt": "yes"}, [])
     assert raw_stack_config()["misspelt"] == "yes"

@@ -12,7 +12,7 @@ import pytest
 pytestmark = pytest.mark.repo
 
 ROOT = Path(__file__).resolve().parent.parent
-PRODUCT = ["__main__.py", "naming.py", "components", "config", "ops"]
+PRODUCT = ["__main__.py", "naming.py", "sdk.py", "components", "config", "ops"]
 # Readers of product code besides the product itself.
 USERS = [*PRODUCT, "bench", "Makefile"]
 # The environment contract of the node and kind scripts (components/shell.py): tests run each script against it,

@@ -16,7 +16,6 @@ from typing import Any
 
 from components import kube
 from components.gpu.cards import REGISTER_ANNOTATION
-from components.sdk import sdk_field
 from config import SmokeTest
 from config.models import SMOKE_TEST_NAMESPACE
 from naming import (
@@ -27,6 +26,7 @@ from naming import (
     PART_OF,
     PART_OF_LABEL,
 )
+from sdk import sdk_field
 
 SMOKE_POD_NAME = "gpu-smoke-test"
 # Its own namespace, created by the program, with no ResourceQuota: the proof neither spends a user quota nor is

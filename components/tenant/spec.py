@@ -22,7 +22,6 @@ from components import kube
 from components.gpu.capacity import QUOTA_GPUS
 from components.helm import Chart
 from components.images import CFSSL_REPOSITORY, CFSSL_TAG
-from components.sdk import sdk_field
 from config import Quota, Tenant
 from config.cidrs import dns_service_ip
 from config.models import DNS1035_LABEL, MAX_SOURCE_RANGES, DataStore, object_counts
@@ -35,6 +34,7 @@ from naming import (
     PART_OF,
     PART_OF_LABEL,
 )
+from sdk import sdk_field
 
 # --------------------------------------------------------------------------- #
 # Management cluster: the tenant namespace and its NetworkPolicy

@@ -56,8 +56,8 @@ import pulumi
 from google.protobuf import empty_pb2
 from pulumi.runtime import rpc
 
-from components.sdk import engine_urn, stack_outputs
 from ops.registrations import quiet_unretrieved, set_config
+from sdk import engine_urn, stack_outputs
 from tests.support import sdk
 from tests.support.sdk import resource_pb2
 from tests.support.sim import paths

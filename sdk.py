@@ -1,5 +1,6 @@
-"""Reading objects back through the Pulumi SDK, and the only place the project uses SDK names that are not public
-API; tests/test_sdk.py fails, naming the use, when the pinned pulumi (requirements.txt) changes one."""
+"""Reading objects back through the Pulumi SDK, and the only product module that uses SDK names that are not public
+API; tests/test_sdk.py fails, naming the use, when the pinned pulumi (requirements.txt) changes one. It sits below
+config/ and components/ (it imports neither), since both need it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pulumi
+from pulumi.runtime import config as runtime_config
 from pulumi.runtime.mocks import MockMonitor
 
 STACK_TYPE = "pulumi:pulumi:Stack"
@@ -18,6 +20,12 @@ def sdk_field(obj: Mapping[str, Any] | None, camel: str, snake: str) -> Any:
     if not obj:
         return None
     return dict.get(obj, camel, dict.get(obj, snake))  # type: ignore[arg-type]
+
+
+def all_config() -> dict[str, Any]:
+    """Every config key the engine handed the program (pulumi/runtime/config.py CONFIG, which set_all_config fills):
+    the public get_config answers only per key, so a misspelt key would pass unnoticed."""
+    return dict(runtime_config.CONFIG.get())
 
 
 def engine_urn(parent: str, type_: str, name: str) -> str:
