@@ -25,23 +25,19 @@ path as a failed delete.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import copy
 import json
-import os
 import pickletools
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
-from pulumi.runtime import rpc
 
 from components import host_operations, providers
-from tests.support.sdk import provider_pb2, provider_pb2_grpc, serialize_provider
+from tests.support import sdk
+from tests.support.sdk import provider_pb2, serialize_provider
 from tests.support.sim import Lifecycle
 from tests.support.sim.engine import ROOT_STACK_TYPE, new_urn, qualified_type
 from tests.support.sim.lab import adopt, lab_world, world_for
@@ -96,27 +92,8 @@ def test_the_recorded_pickles_name_the_old_module_and_load_as_todays_classes():
 
 @pytest.fixture(scope="module")
 def provider_host():
-    """`python -m pulumi.dynamic` (what pulumi-resource-pulumi-python runs) in the project directory: it prints its
-    port, then serves the ResourceProvider gRPC service for every dynamic resource of the program."""
-    env = {k: v for k, v in os.environ.items() if k.lower() not in ("https_proxy", "all_proxy", "http_proxy")}
-    env["PYTHONPATH"] = str(ROOT)
-    process = subprocess.Popen([sys.executable, "-m", "pulumi.dynamic"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL)
-    try:
-        port = int(process.stdout.readline())
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-            yield provider_pb2_grpc.ResourceProviderStub(channel)
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-
-
-def _struct(props: dict[str, Any]):
-    loop = asyncio.new_event_loop()  # as the provider host serializes (not asyncio.run: it unsets the current loop)
-    try:
-        return loop.run_until_complete(rpc.serialize_properties(props, {}))
-    finally:
-        loop.close()
+    with sdk.provider_host(ROOT) as host:
+        yield host
 
 
 def _props(api, path: str) -> dict[str, Any]:
@@ -134,7 +111,7 @@ def test_the_provider_host_sees_no_change_between_the_old_pickle_and_todays(prov
     olds = _props(api, path)
     news = {**olds, "__provider": serialize_provider(PROVIDERS[path]())}
     assert pickled_class(news["__provider"]) == f"components.providers.{path.rpartition('.')[2]}" != path
-    response = provider_host.Diff(provider_pb2.DiffRequest(id="id", urn="urn", olds=_struct(olds), news=_struct(news)))
+    response = provider_host.Diff(provider_pb2.DiffRequest(id="id", urn="urn", olds=sdk.host_struct(olds), news=sdk.host_struct(news)))
     assert response.changes == provider_pb2.DiffResponse.DIFF_NONE
 
 
@@ -142,7 +119,7 @@ def test_the_provider_host_sees_no_change_between_the_old_pickle_and_todays(prov
 def test_the_waiters_still_see_a_change_of_their_own_inputs(provider_host, api, path):
     olds = _props(api, path)
     news = {**olds, "__provider": serialize_provider(PROVIDERS[path]()), "kubeconfig": "another"}
-    response = provider_host.Diff(provider_pb2.DiffRequest(id="id", urn="urn", olds=_struct(olds), news=_struct(news)))
+    response = provider_host.Diff(provider_pb2.DiffRequest(id="id", urn="urn", olds=sdk.host_struct(olds), news=sdk.host_struct(news)))
     assert response.changes == provider_pb2.DiffResponse.DIFF_SOME
 
 
@@ -153,9 +130,9 @@ def test_the_provider_host_refreshes_and_deletes_with_the_old_pickle(provider_ho
     api.put(node("alpha-worker-0", capacity={"nvidia.com/gpu": "10"}, allocatable={"nvidia.com/gpu": "10"}))
     api.put(token_secret("abcdef"))
     for path in sorted(pickles):
-        read = provider_host.Read(provider_pb2.ReadRequest(id="id", urn="urn", properties=_struct(_props(api, path))))
+        read = provider_host.Read(provider_pb2.ReadRequest(id="id", urn="urn", properties=sdk.host_struct(_props(api, path))))
         assert read.properties["__provider"] == pickles[path]
-        provider_host.Delete(provider_pb2.DeleteRequest(id="id", urn="urn", properties=_struct(_props(api, path))))
+        provider_host.Delete(provider_pb2.DeleteRequest(id="id", urn="urn", properties=sdk.host_struct(_props(api, path))))
     assert api.get("Node", "alpha-worker-0") is None  # NodeMembershipProvider.delete
     assert api.get("Secret", "bootstrap-token-abcdef", "kube-system") is None
     assert [seen.path for seen in api.called("PATCH")] == ["/api/v1/nodes/alpha-worker-0/status"]  # GpuCapacity
@@ -167,7 +144,7 @@ def test_a_pickle_of_a_module_that_is_gone_cannot_be_deleted(provider_host, api)
     gone = base64.b64encode(base64.b64decode(encoded).replace(OLD_MODULE.encode(), b"components.tenant_xyz")).decode()
     with pytest.raises(grpc.RpcError) as failed:
         provider_host.Delete(provider_pb2.DeleteRequest(
-            id="id", urn="urn", properties=_struct({**_props(api, OLD_MODULE + ".NodeRegistrationProvider"),
+            id="id", urn="urn", properties=sdk.host_struct({**_props(api, OLD_MODULE + ".NodeRegistrationProvider"),
                                                     "__provider": gone})))
     assert "No module named 'components.tenant_xyz'" in failed.value.details()
 

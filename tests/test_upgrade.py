@@ -743,48 +743,22 @@ ONE_WORKER = ("tenant tenant-a has one worker, tenant-a-worker-0: its upgrade fr
               "so every workload of tenant tenant-a stops")
 
 
-def test_the_provider_host_shows_the_warning_of_a_drains_diff_on_its_stderr():
+def test_the_provider_host_shows_the_warning_of_a_drains_diff_on_its_stderr(tmp_path):
     """What the engine shows comes from the real host: `python -m pulumi.dynamic` (what pulumi-resource-pulumi-python
     runs) answers Diff, and `pulumi.log.warn` in the provider, without an engine connection there, prints
     `warning: ...` to the host's stderr (pulumi/log.py), which the engine turns into diagnostics (plugin.go
     runtrace). Only a version change of a tenant's only worker says it."""
-    import asyncio
-    import os
-    import subprocess
-    import sys
-
-    import grpc
-    from pulumi.runtime import rpc
-
-    from tests.support.sdk import provider_pb2, provider_pb2_grpc, serialize_provider
-
-    root = ROOT
-    env = {k: v for k, v in os.environ.items() if k.lower() not in ("https_proxy", "all_proxy", "http_proxy")}
-    env["PYTHONPATH"] = str(root)
-    process = subprocess.Popen([sys.executable, "-m", "pulumi.dynamic"], cwd=root, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
-
-    def struct(props):
-        loop = asyncio.new_event_loop()
-        try:
-            return loop.run_until_complete(rpc.serialize_properties(props, {}))
-        finally:
-            loop.close()
+    from tests.support.sdk import host_struct, provider_host, provider_pb2, serialize_provider
 
     olds = {"kubeconfig": "unused", "node_name": "tenant-a-worker-0", "version": "v1.35.0", "tenant": "tenant-a",
             "tenant_workers": 1, "__provider": serialize_provider(worker_operations.NodeDrainProvider())}
-    try:
-        port = int(process.stdout.readline())
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-            host = provider_pb2_grpc.ResourceProviderStub(channel)
-            two = {**olds, "tenant_workers": 2}
-            answers = [host.Diff(provider_pb2.DiffRequest(id="id", urn="urn", olds=struct(old), news=struct(news)))
-                       for old, news in ((olds, {**olds, "version": "v1.36.1"}),  # the only worker: warned
-                                         (two, {**two, "version": "v1.36.1"}),  # one of two: not
-                                         (olds, {**olds, "tenant_workers": 1.0}))]  # no upgrade: not
-    finally:
-        process.terminate()
-        _, stderr = process.communicate(timeout=30)
+    two = {**olds, "tenant_workers": 2}
+    with (tmp_path / "stderr").open("w") as stderr, provider_host(ROOT, stderr) as host:
+        answers = [host.Diff(provider_pb2.DiffRequest(id="id", urn="urn", olds=host_struct(old), news=host_struct(news)))
+                   for old, news in ((olds, {**olds, "version": "v1.36.1"}),  # the only worker: warned
+                                     (two, {**two, "version": "v1.36.1"}),  # one of two: not
+                                     (olds, {**olds, "tenant_workers": 1.0}))]  # no upgrade: not
+    stderr = (tmp_path / "stderr").read_text()
     assert [a.changes for a in answers] == [provider_pb2.DiffResponse.DIFF_SOME, provider_pb2.DiffResponse.DIFF_SOME,
                                             provider_pb2.DiffResponse.DIFF_NONE]
     warned = [line for line in stderr.splitlines() if line.startswith("warning: ")]

@@ -4,10 +4,16 @@ simulator stands where the engine does, so it answers the SDK's gRPC requests (p
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
+import grpc
 import pulumi
 from pulumi.dynamic.dynamic import serialize_provider  # noqa: F401 -- re-exported: how a provider is pickled
 from pulumi.output import Unknown  # noqa: F401 -- re-exported: what the dynamic provider host hands a Diff
@@ -56,3 +62,28 @@ def engine_detached() -> Iterator[None]:
         yield
     finally:
         settings.SETTINGS.engine = saved
+
+
+def host_struct(properties: dict[str, Any]) -> Any:
+    """`properties` as the engine sends them to a provider (not asyncio.run, which unsets the current loop)."""
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(rpc.serialize_properties(properties, {}))
+    finally:
+        loop.close()
+
+
+@contextlib.contextmanager
+def provider_host(root: Path, stderr: int | IO[str] = subprocess.DEVNULL) -> Iterator[Any]:
+    """`python -m pulumi.dynamic` (what pulumi-resource-pulumi-python runs) in `root`: it prints its port, then serves
+    the ResourceProvider gRPC service for every dynamic resource of the program."""
+    env = {k: v for k, v in os.environ.items() if k.lower() not in ("https_proxy", "all_proxy", "http_proxy")}
+    env["PYTHONPATH"] = str(root)
+    process = subprocess.Popen([sys.executable, "-m", "pulumi.dynamic"], cwd=root, env=env, stdout=subprocess.PIPE,
+                               stderr=stderr, text=True)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{int(process.stdout.readline())}") as channel:
+            yield provider_pb2_grpc.ResourceProviderStub(channel)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
