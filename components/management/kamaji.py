@@ -5,42 +5,23 @@ Order, all on the management Provider:
     cert-manager ─► Kamaji (+ kamaji-etcd) ─► DataStore `default` ─► webhook answers ─► TenantControlPlanes
     Namespace metallb-system ─► MetalLB ─► webhook answers ─► IPAddressPool + L2Advertisement (with a pool)
 
-Every chart is a local directory `make charts` fetched and verified (components/helm.py, ops/upstream.py).
-Kamaji's is `charts/kamaji` at the tag of the pinned image, with kamaji-etcd at the version its Chart.lock
-locks: the published chart is a `0.0.0+latest` republished from master on every push, whose templates and CRDs
-drift from a pinned image.
+Kamaji's chart is `charts/kamaji` at the tag of the pinned image (components/charts.json): the published chart is a
+`0.0.0+latest` republished from master on every push, whose templates and CRDs drift from a pinned image.
 
-The `default` DataStore is this program's own object, not the chart's: Helm's uninstall deletes unknown kinds
-last, after Kamaji's controller, and then waits for the DataStore whose finalizer only that controller removes
-(helm pkg/releaseutil/kind_sorter.go, pkg/action/uninstall.go; clastix/kamaji controllers/datastore_controller.go).
-Owned here, it is deleted after the TenantControlPlanes and before the Kamaji release, while the controller runs.
-In kind mode every object on the cluster is `deleted_with` the cluster: tear-down deletes the cluster, not each
-object in it, and works when the cluster was already deleted by hand.
+The `default` DataStore is ours, not the chart's: Helm's uninstall deletes unknown kinds last, after Kamaji's
+controller, then waits for the DataStore whose finalizer only that controller removes (helm
+pkg/releaseutil/kind_sorter.go, pkg/action/uninstall.go; clastix/kamaji controllers/datastore_controller.go). In kind
+mode every object is `deleted_with` the cluster, so tear-down works when the cluster was deleted by hand. The pool is
+`management.loadBalancerPool`, else carved from the kind subnet; an adopted cluster without one gets no MetalLB. On
+an adopted cluster `cert-manager` and `kamaji-system` are Namespaces of this stack (`Kamaji._release_namespace`),
+deleted by `pulumi destroy`; a namespace that already exists is never taken over.
 
-The pool is `management.loadBalancerPool` if set, else (kind cluster) carved
-from the kind subnet. An adopted cluster without a pool gets no MetalLB at all:
-it must provide LoadBalancer Services itself. On an adopted cluster the
-`cert-manager` and `kamaji-system` namespaces are Namespace resources of this
-stack (see `Kamaji._release_namespace`): `pulumi destroy` deletes them with
-everything left inside, and a namespace that already exists is never taken
-over. Only the charts' CRDs stay (Helm keeps them by design).
-
-Every chart is a `helm.v3.Release` awaited by Helm (`skip_await=False`), which
-is what makes the edges above real readiness conditions:
-- cert-manager's post-install `startupapicheck` Job only succeeds once its
-  webhook answers, so Kamaji's Issuer/Certificate are admitted.
-- MetalLB's controller serves its webhook and its readiness endpoint together
-  (metallb/metallb internal/k8s/k8s.go, v0.15.3), but `metallb-webhook-service`
-  gets its endpoint only after that: the pool and L2Advertisement wait for a
-  dry run of an IPAddressPool to get an answer
-  (components.management.operations.MetalLBWebhookReadyProvider).
-- kamaji-etcd's post-install Job waits for the etcd StatefulSet rollout
-  (clastix/kamaji-etcd charts/kamaji-etcd/templates/etcd_job_preinstall_2.yaml,
-  v0.15.0), so a finished Kamaji release means etcd answers.
-- Kamaji's readiness probe does not cover its webhook server, so a dynamic resource
-  waits until a server-side dry run of a TenantControlPlane gets an answer
-  (components.management.operations.KamajiWebhookReadyProvider), again after every
-  upgrade of the release.
+Every chart is a Release awaited by Helm (`skip_await=False`), which makes the edges above readiness conditions:
+cert-manager's `startupapicheck` Job succeeds only once its webhook answers; kamaji-etcd's post-install Job waits for
+the etcd rollout (clastix/kamaji-etcd templates/etcd_job_preinstall_2.yaml, v0.15.0). Two webhooks answer only
+after their readiness, so a dry run waits for each (components.management.operations): MetalLB's Service gets its
+endpoint after the controller is ready (metallb internal/k8s/k8s.go, v0.15.3), and Kamaji's readiness probe does not
+cover its webhook server, again after every upgrade of the release.
 """
 
 from __future__ import annotations

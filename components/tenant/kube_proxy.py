@@ -1,67 +1,27 @@
 """kube-proxy for a tenant, as the plain objects kubeadm's kube-proxy addon creates.
 
-The TenantControlPlane does not enable Kamaji's `kubeProxy` addon: Kamaji renders kubeadm's
-addon with kubeadm's static defaults and overwrites the ConfigMap's `data` on every
-reconcile (clastix/kamaji internal/kubeadm/addon.go, internal/resources/addons/kube_proxy.go).
-Those defaults leave `conntrack.maxPerCore` unset, kube-proxy defaults it to 32768 and then
-writes `net.netfilter.nf_conntrack_max` whenever it differs from its target; that sysctl is
-read-only outside the host's network namespace (linux net/netfilter/nf_conntrack_standalone.c,
-`nf_conntrack_standalone_init_sysctl`), so kube-proxy crash-loops on the container workers.
-This module installs kube-proxy instead. Kamaji ignores these objects because they lack its
-`kamaji.clastix.io/project=kamaji` label (internal/resources/addons/kube_proxy.go L110-114 at
-clastix/kamaji ddbabd87ed0e, the pinned 26.8.2-edge).
+Why not Kamaji's `kubeProxy` addon: Kamaji renders kubeadm's addon with kubeadm's static defaults and overwrites the
+ConfigMap's `data` on every reconcile (clastix/kamaji internal/resources/addons/kube_proxy.go). Those leave
+`conntrack.maxPerCore` unset, so kube-proxy writes `net.netfilter.nf_conntrack_max`, which is read-only outside the
+host's network namespace (linux net/netfilter/nf_conntrack_standalone.c), and crash-loops on container workers.
+Kamaji ignores these objects: they lack its `kamaji.clastix.io/project=kamaji` label (kube_proxy.go L110-114 at
+ddbabd87ed0e, the pinned 26.8.2-edge).
 
-Upstream files reproduced (kubernetes/kubernetes, kubeadm at v1.35):
-- cmd/kubeadm/app/phases/addons/proxy/manifests.go: `KubeProxyConfigMap19` and
-  `KubeProxyDaemonSet19`. The search index keeps no copy at a v1.35 commit. The template
-  bodies are the same at kubernetes/kubernetes@abd60651f20b906e54ce2c89ad6d2b7790dba8a1
-  (v1.22+ era) and at dims/kubernetes@25498f9794163dd6afcd18a53e5bbb182bd60c62 (a fork of
-  master after v1.36: it has #138090's `kubeproxydaemonset` patch target). So v1.35, which
-  sits between them, has the same templates. The post-v1.36 copy has one difference:
-  `{{ .ProxyConfig }}` is spaced.
-- cmd/kubeadm/app/phases/addons/proxy/proxy.go `printOrCreateKubeProxyObjects` (same two
-  copies): the ServiceAccount, the ClusterRoleBinding, and the Role and RoleBinding for the
-  bootstrap-token group. They appear in that order, then the ConfigMap, then the DaemonSet.
-- cmd/kubeadm/app/constants/constants.go: the names (listed below as constants). kubeadm's own
-  e2e test test/e2e_kubeadm/proxy_addon_test.go asserts the same names.
-- cmd/kubeadm/app/componentconfigs/kubeproxy.go `Default`: bindAddress 0.0.0.0 (IPv4
-  advertise address), clusterCIDR = pod subnet, clientConnection.kubeconfig. Its other fields
-  are zero values, which kube-proxy defaults the same way as absent ones
-  (pkg/proxy/apis/config/v1alpha1/defaults.go). So config.conf carries only the set fields.
+Reproduced from kubernetes/kubernetes kubeadm v1.35 (the same templates at abd60651f20b and after v1.36):
+cmd/kubeadm/app/phases/addons/proxy/manifests.go (`KubeProxyConfigMap19`, `KubeProxyDaemonSet19`), proxy.go
+`printOrCreateKubeProxyObjects` (ServiceAccount, ClusterRoleBinding, the bootstrap-token Role and RoleBinding, then
+ConfigMap and DaemonSet, in that order), constants/constants.go (the names), componentconfigs/kubeproxy.go `Default`
+(only the fields it sets; kube-proxy defaults the rest as absent, pkg/proxy/apis/config/v1alpha1/defaults.go). Not
+reproduced: the shell's HTTP(S)_PROXY variables (`GetProxyEnvVars`) and the component-config hash annotation, whose
+absence marks the config as user supplied (componentconfigs/checksums.go), as it is.
 
-Not reproduced: kubeadm copies the HTTP(S)_PROXY variables of the shell that runs
-`kubeadm init` into the DaemonSet (`GetProxyEnvVars`). It also signs the ConfigMap with a
-`kubeadm.kubernetes.io/component-config.hash` annotation; without the hash kubeadm treats the
-config as user supplied (componentconfigs/checksums.go), which this config is.
+`kubeadm join` reads this ConfigMap with its bootstrap token but only logs a NotFound or Forbidden answer
+(componentconfigs/kubeproxy.go `kubeProxyConfigFromCluster`, mustExist=false); the bootstrap Role and RoleBinding
+are kept, as kubeadm binds them "for allowing fetchConfiguration during join" (proxy.go).
 
-Does `kubeadm join` read this ConfigMap? Yes, and a missing one does not break a join.
-- `kubeadm join` fetches the cluster configuration with component configs enabled, using the
-  bootstrap-token client. cmd/kubeadm/app/cmd/join.go `fetchInitConfiguration` calls
-  `FetchInitConfigurationFromCluster(client, nil, "preflight", true, false)`, where the last
-  argument is skipComponentConfigs=false (kubernetes/kubernetes@0010d3992ac5). Newer copies
-  pass `getComponentConfigs := true` (dims/kubernetes@b894919405d0).
-  `getInitConfigurationFromCluster` then calls `componentconfigs.FetchFromCluster`
-  (util/config/cluster.go: `if !skipComponentConfigs`, or `if getComponentConfigs` at
-  kubernetes/kubernetes@fde22c3f9aac), and that GETs kube-system/kube-proxy.
-- componentconfigs/kubeproxy.go `kubeProxyConfigFromCluster` calls
-  `fromConfigMap(..., mustExist=false)`. So a NotFound *or Forbidden* answer is only logged
-  ("No kubeproxy.config.k8s.io/v1alpha1 config is loaded. Continuing without it")
-  (configset.go, kubernetes/kubernetes@50f645e1e0b1 and @4a0608cb77f6). kubeproxy.go still
-  passes mustExist=false in danwinship/kubernetes@3febbd0562e1 (post-v1.36).
-- A worker join does nothing with the kube-proxy config (it writes only the kubelet's). So
-  neither the ConfigMap nor the Role/RoleBinding for
-  `system:bootstrappers:kubeadm:default-node-token` is needed for a join to succeed. The Role
-  and RoleBinding are kept anyway. They match kubeadm, which binds them "for allowing
-  fetchConfiguration during join" (proxy.go). They avoid that warning, and they are what
-  kubeadm's e2e test checks ("should be accessible by bootstrap tokens").
-
-Conntrack TCP timeouts stay at kube-proxy's defaults (tcpEstablishedTimeout 24h,
-tcpCloseWaitTimeout 1h). Unlike nf_conntrack_max, the timeout sysctls belong to each network
-namespace and stay writable there (mode 0644 in nf_conntrack_standalone.c). The tenant
-workers are privileged kindest/node containers, and kube-proxy is a privileged hostNetwork
-pod in the node's namespace, so it can write them. kind zeroes them only for rootless
-providers (kubernetes-sigs/kind v0.32.0 pkg/cluster/internal/kubeadm/config.go L643-648, next
-to `maxPerCore: 0` at L636). On rootless Docker/Podman, set both to "0s" as kind does.
+Conntrack TCP timeouts stay at kube-proxy's defaults: those sysctls belong to each network namespace and stay
+writable there (nf_conntrack_standalone.c). kind zeroes them only for rootless providers (kind v0.32.0
+pkg/cluster/internal/kubeadm/config.go L643-648); on rootless Docker or Podman set both to "0s" as kind does.
 """
 
 from __future__ import annotations
