@@ -6,35 +6,8 @@ replace / delete the way pulumi/pulumi's step generator does (pkg/resource/deplo
 read at commit 1b594989), and asks a model of each provider (`tests.support.sim.providers`) what the real one
 would answer against the simulated machine (`tests.support.sim.world`).
 
-Rules taken from the engine (file:line at 1b594989):
-- every resource's inputs go through its provider's Check first (SG:1325); a check failure stops the operation
-  at that resource (SG:1476);
-- a resource with no old state is created (SG:1785); otherwise the provider's Diff decides, after
-  `ignoreChanges` reset the ignored paths to their old values (SG:3076 processIgnoreChanges);
-- `replaceOnChanges` paths are parsed with the property-path grammar and a diff path turns into a
-  replacement only if a replace path Contains it (SG:3170 applyReplaceOnChanges);
-- a changed provider reference replaces the resource only if the new provider's DiffConfig says
-  "replace" (SG:2800 providerChanged); a resource whose `deletedWith` target is replaced is replaced
-  too (SG:2910, PR #23818);
-- an unconfigured provider (unknown configuration in preview) cannot diff: that is an update plus a
-  warning (SG:1929);
-- delete-before-replace first deletes the dependents that would be replaced, then the old resource
-  (SG:2043-2156, calculateDependentReplacements SG:3268); create-before-delete deletes the old resource
-  at the end, with the other deletes (SG:2157-2165, 2420);
-- deletes run in reverse dependency order; a resource whose `deletedWith` target is being deleted is
-  dropped without a provider call (step.go isDeletedWith); the first failure stops the rest
-  (step_executor.go cancelDueToError);
-- reads (`.get`) run during preview when their id is known and fail when the object does not exist
-  (step.go ReadStep.Apply L1308-1399); they never count as changes (pkg/engine/update.go HasChanges);
-- `pulumi up` previews first and stops if the preview fails;
-- aliases (SG:621 generateAliases, SG:655 getOldResource): a registration whose URN is not in the old state is
-  looked up under each of its aliases, and under the aliases it inherits from a parent that was itself found
-  under an alias (SG:590 inheritedChildAlias); the old resource found is then diffed as usual under its new
-  URN, and its old URN is neither deleted nor claimable by another registration (diag 2008 / 2016 errors);
-  a resource whose provider was found under an alias of the new one has no provider change (SG:2834); the
-  state written keeps no reference to an old URN (snapshot.go NormalizeURNReferences);
-- a URN holds the parent's whole qualified type, `a$b$<type>::<name>`, and nothing for the stack
-  (deployment.go generateURN; the SDK's own MockMonitor.make_urn keeps only the parent's last type).
+The rules it takes from the engine are listed, each with its file:line at 1b594989, in docs/development.md
+("The simulator's rules"): a new one needs its upstream place there and a defect that hid behind its absence.
 """
 
 from __future__ import annotations
