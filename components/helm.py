@@ -43,7 +43,7 @@ PROJECT_DIR = Path(__file__).resolve().parent.parent
 # where no config key names it (Kamaji's chart is 0.0.0+latest at every commit; kamaji-etcd is the version
 # Kamaji's Chart.lock locks).
 LOCAL_CHARTS: dict[str, str | None] = {name: chart.get("versions") for name, chart in CHARTS.items()}
-MAKE_CHARTS = "run `make charts` (it downloads every pinned chart once and checks each file's sha256)"
+MAKE_CHARTS = "run `make charts` (it downloads every pinned chart once and checks it against its pin)"
 # Server-side apply takes the CRD's fields over from Helm, which created them (pulumi-kubernetes await.go
 # patchForce: the annotation forces the apply).
 PATCH_FORCE = {"pulumi.com/patchForce": "true"}

@@ -95,7 +95,7 @@ def test_a_fresh_clone_preview_fails_in_one_line_naming_make_charts_before_regis
     plan = sim.preview(expect_error=True)
     line = _one_line(plan.error)
     assert line == ("the Helm charts are not fetched (.cache/charts has no chart): run `make charts` (it downloads "
-                    "every pinned chart once and checks each file's sha256)")
+                    "every pinned chart once and checks it against its pin)")
     assert plan.steps == [] and sim.engine.last_operation.registered == {}
 
 
