@@ -201,7 +201,8 @@ class KubeClient(Protocol):
 
     def patch(self, kind: str, name: str, patch: Json, namespace: str | None = None) -> Json: ...
 
-    def patch_status(self, kind: str, name: str, patch: Json, namespace: str | None = None) -> Json: ...
+    def patch_status(self, kind: str, name: str, patch: Json, namespace: str | None = None,
+                     dry_run: bool = False) -> Json: ...
 
     def evict(self, name: str, namespace: str) -> None: ...
 
@@ -295,9 +296,10 @@ class Client:
         return self.request("PATCH", path_for(kind, name, namespace), patch,
                             content_type="application/merge-patch+json")
 
-    def patch_status(self, kind: str, name: str, patch: Json, namespace: str | None = None) -> Json:
+    def patch_status(self, kind: str, name: str, patch: Json, namespace: str | None = None,
+                     dry_run: bool = False) -> Json:
         return self.request("PATCH", path_for(kind, name, namespace) + "/status", patch,
-                            content_type="application/merge-patch+json")
+                            [("dryRun", "All")] if dry_run else None, content_type="application/merge-patch+json")
 
     def evict(self, name: str, namespace: str) -> None:
         body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}

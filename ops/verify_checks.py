@@ -29,6 +29,8 @@ from components.tenant.spec import (
     ETCD_SETUP_POLICY_NAME,
     ISOLATION_POLICY_NAME,
     KONNECTIVITY_PORT,
+    NODE_LABEL_POLICY,
+    SYSTEM_NODE_LABEL,
     dedicated_datastore_name,
     etcd_setup_pod_selector,
 )
@@ -620,6 +622,35 @@ def check_hami_webhook(api: KubeClient) -> CheckResult:
             "set scheduler.admissionWebhook.failurePolicy=Fail in the HAMi release; run `make up`",
         )
     return CheckResult(name, True, f"{', '.join(h.get('name') or '?' for h in config['webhooks'])}: Fail")
+
+
+def check_system_workers(api: KubeClient, nodes: Iterable[Json], workers: Mapping[str, list[Json]]) -> CheckResult:
+    """Exactly the workers without cards carry SYSTEM_NODE_LABEL (when the tenant has any), and a credential that
+    is not the program's cannot set it: a dry-run `nodes/status` patch as the tenant admin (not system:masters) must
+    be refused by the node-label policy. calico-node's token on every worker may write that subresource."""
+    name = "system-worker label only from gpu-tenancy"
+    nodes = list(nodes)
+    expected = {node for node, cards in workers.items() if not cards}
+    labelled = {_name(node) for node in nodes if SYSTEM_NODE_LABEL in (_dig(node, "metadata", "labels") or {})}
+    if labelled != expected:
+        return CheckResult(name, False, f"{SYSTEM_NODE_LABEL} is on {sorted(labelled) or 'no node'}, the workers "
+                           f"without GPUs are {sorted(expected) or 'none'} → the tenant's controllers may run on "
+                           "a GPU worker", "run `make up` (it labels the workers without GPUs again); if a label "
+                           "came back by itself, the node-label policy is missing: see the next row")
+    if not nodes:
+        return skip(name, "no node to probe")
+    target = _name(nodes[0])
+    try:
+        api.patch_status("Node", target, {"metadata": {"labels": {SYSTEM_NODE_LABEL: "forged"}}}, dry_run=True)
+    except ApiError as error:
+        if NODE_LABEL_POLICY in str(error):
+            return CheckResult(name, True, f"on {sorted(labelled) or 'no node'}; a dry-run nodes/status label "
+                               f"change of {target} was refused by {NODE_LABEL_POLICY}")
+        return CheckResult(name, False, f"the dry-run nodes/status patch of {target} failed otherwise ({error})",
+                           "see the tenant API row")
+    return CheckResult(name, False, f"a dry-run nodes/status patch by the tenant admin set {SYSTEM_NODE_LABEL} on "
+                       f"{target} → any nodes/status writer (calico-node's token, on every worker) can draw the "
+                       f"tenant's controllers to its node", f"run `make up` (it installs {NODE_LABEL_POLICY})")
 
 
 # --- the probe pod ----------------------------------------------------------------------------
@@ -1431,7 +1462,8 @@ def verify_tenant(
                     for node, cards in tenant.workers.items() if node in present]
         # Before the probe: its pod is not in the plan.
         results += check_plan_allocations(api, tenant.planned_cards)
-        results += [check_konnectivity_agent(api), check_hami_scheduler(api), check_hami_webhook(api)]
+        results += [check_konnectivity_agent(api), check_hami_scheduler(api), check_hami_webhook(api),
+                    check_system_workers(api, nodes, tenant.workers)]
         results += probe_gpu_pod(api, platform.probe, waiting)
         api.close()
     others = [other for other_name, other in platform.tenants.items() if other_name != tenant.name]

@@ -15,7 +15,7 @@ import yaml
 from components.gpu.cards import REGISTER_ANNOTATION, device_type, gpu_capacity, register_annotation
 from components.gpu.smoke import planned_evidence
 from components.gpu.values import HAMI_TOKEN_POLICY, hami_token_policy
-from components.tenant.spec import SYSTEM_NODE_LABEL
+from components.tenant.spec import NODE_LABEL_POLICY, SYSTEM_NODE_LABEL, node_label_policy
 from config import GpuCard, SmokeTest, Tenant
 from config.models import SMOKE_TEST_NAMESPACE
 from naming import JOIN_ANNOTATION, TENANT_SYSTEM_NAMESPACES, node_name
@@ -425,6 +425,11 @@ def test_the_worker_without_gpus_is_labelled_a_system_node_before_calico_and_ham
     assert lab.api.find("Node", None, node)["metadata"]["labels"][SYSTEM_NODE_LABEL] == "true"
     calico = run.named(f"{TENANT}-calico")
     assert run.depends_on(calico, label)
+    # Before calico-node's token exists, no token but the program's may set the label (nodes and nodes/status).
+    binding = run.named(f"{TENANT}-node-label-policy-binding",
+                        "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding")
+    assert run.depends_on(calico, binding) and binding.inputs["spec"]["policyName"] == NODE_LABEL_POLICY
+    assert lab.api.find("ValidatingAdmissionPolicy", None, NODE_LABEL_POLICY)["spec"] == node_label_policy()[0]["spec"]
     assert calico.inputs["values"]["nodeSelector"][SYSTEM_NODE_LABEL] == "true"
     assert calico.inputs["values"]["installation"]["calicoKubeControllersDeployment"]["spec"]["template"]["spec"][
         "nodeSelector"] == selector

@@ -429,6 +429,10 @@ def test_patch_status_sends_a_merge_patch_to_the_status_subresource(api):
     seen = api.called("PATCH")[0]
     assert seen.path == "/api/v1/nodes/w0/status"
     assert seen.headers["Content-Type"] == "application/merge-patch+json"
+    # verify's probe of the node-label policy: the server must store nothing.
+    with kube.connect(api.kubeconfig()) as client:
+        client.patch_status("Node", "w0", {"metadata": {"labels": {"x": "y"}}}, dry_run=True)
+    assert [seen.query for seen in api.called("PATCH")] == [{}, {}, {"dryRun": ["All"]}]
 
 
 def test_patch_sends_a_merge_patch_to_the_object(api):

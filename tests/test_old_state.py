@@ -36,6 +36,7 @@ import grpc
 import pytest
 
 from components import host_operations, providers
+from components.tenant.spec import NODE_LABEL_POLICY
 from tests.support import sdk
 from tests.support.sdk import provider_pb2, serialize_provider
 from tests.support.sim import Lifecycle
@@ -289,6 +290,7 @@ def summary(state: dict[str, Resource]) -> list[dict[str, Any]]:
 
 
 CARDS = ("-gpu-register", "-gpu-capacity", "-gpu-label")
+NODE_LABEL_POLICY_NAMES = ("-node-label-policy", "-node-label-policy-binding")
 
 
 def state_at_e08431f(state: dict[str, Resource]) -> dict[str, Resource]:
@@ -316,6 +318,14 @@ def state_at_e08431f(state: dict[str, Resource]) -> dict[str, Resource]:
         entry.dependencies = [fix(u) for u in entry.dependencies]
         entry.property_dependencies = {k: [fix(u) for u in v] for k, v in entry.property_dependencies.items()}
         old[entry.urn] = entry
+    # Not made then: the node-label policy.
+    dropped = {urn for urn in old if urn.endswith(NODE_LABEL_POLICY_NAMES)}
+    for urn in dropped:
+        del old[urn]
+    for entry in old.values():
+        entry.dependencies = [u for u in entry.dependencies if u not in dropped]
+        entry.property_dependencies = {k: [u for u in v if u not in dropped]
+                                       for k, v in entry.property_dependencies.items()}
     by_class = {path.rpartition(".")[2]: encoded for path, encoded in LAYERED.items()}
     for props in (props for resource in old.values() for props in (resource.inputs, resource.outputs)
                   if "__provider" in props):
@@ -347,12 +357,18 @@ def stack(request):
     sim.up(skip_preview=True)
     old = sim.fork()
     old.engine.state = OLD_STATES[commit](sim.engine.state)
+    for tenant in old.config["tenants"]:  # what the old program never made is not in its tenants either
+        api = old.world.tenant_api(tenant["name"])
+        for kind in ("ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy"):
+            api.remove(kind, None, NODE_LABEL_POLICY)
     return commit, name, sim, old
 
 
 def expected_changes(commit: str, sim: Lifecycle) -> dict[str, set[str]]:
-    """What the first `up` changes on that commit's stack (a7c63e6: first_up_changes; since, nothing)."""
-    return first_up_changes(sim) if commit == "a7c63e6" else {}
+    """What the first `up` changes on that commit's stack (a7c63e6: first_up_changes; both: the node-label policy)."""
+    changes = first_up_changes(sim) if commit == "a7c63e6" else {"create": set()}
+    changes["create"] |= {r.name for r in sim.engine.state.values() if r.name.endswith(NODE_LABEL_POLICY_NAMES)}
+    return changes
 
 
 # What later fixes changed in what the program makes, apart from the restructure (by URN name): the lab's ghcr.io

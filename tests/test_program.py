@@ -345,7 +345,9 @@ def test_the_program_reads_like_the_picture_one_tenant_component_each(dev):
         tenant = dev.named(name, "gpu-tenancy:index:Tenant")
         parts = {(r.type.rpartition(":")[2], r.name) for r in dev.children(tenant)}
         assert parts == {("TenantVersion", f"{name}-version"), ("TenantControlPlane", name),
-                         ("WorkerNode", f"{name}-worker-0"), ("TenantCni", name), ("TenantGpus", name)}
+                         ("WorkerNode", f"{name}-worker-0"), ("TenantCni", name), ("TenantGpus", name),
+                         ("ValidatingAdmissionPolicy", f"{name}-node-label-policy"),
+                         ("ValidatingAdmissionPolicyBinding", f"{name}-node-label-policy-binding")}
         mine = {r.name for r in dev.descendants(tenant) if r.custom}
         assert mine == {r.name for r in dev.resources if r.custom and r.name.startswith(f"{name}-")}
 

@@ -20,6 +20,7 @@ from config import Quota, Versions, Worker, load_stack_config
 from config.models import DEFAULT_OBJECT_COUNTS
 from naming import DEFAULT_DATASTORE
 from tests.support import netpol
+from tests.support.cel import admits
 from tests.support.crd_schema import _strict, crd_json_schema, schema_errors
 from tests.support.fixtures import KIND_SUBNET_V4, kubeconfig_yaml, tenant_ca_pem
 from tests.support.sim import paths
@@ -742,3 +743,49 @@ def test_calico_runs_its_operator_and_kube_controllers_on_system_workers_only_wh
                     "spec": values["installation"]}
     schema = crd_json_schema(vendor_dir / "calico" / "operator.tigera.io_installations.yaml", "v1")
     assert schema_errors(installation, schema) == []
+
+
+CALICO_NODE = "system:serviceaccount:calico-system:calico-node"
+SYSTEM = {tenant_spec.SYSTEM_NODE_LABEL: "true"}
+GPU_NODE = {"metadata": {"name": "gpu-0", "labels": {"kubernetes.io/hostname": "gpu-0"}}, "spec": {}}
+SYSTEM_NODE = {"metadata": {"name": "cpu-0", "labels": {"kubernetes.io/hostname": "cpu-0", **SYSTEM}}, "spec": {}}
+
+
+def _labelled(node, labels):
+    return {**node, "metadata": {**node["metadata"], "labels": labels}}
+
+
+@pytest.mark.parametrize("user, groups, operation, subresource, new, old, allowed", [
+    # Root on a GPU worker with calico-node's token (nodes/status patch, cluster-wide): the status strategy keeps
+    # label changes (kubernetes pkg/registry/core/node/strategy.go), so the policy must refuse them.
+    (CALICO_NODE, (), "UPDATE", "status", _labelled(GPU_NODE, {**GPU_NODE["metadata"]["labels"], **SYSTEM}),
+     GPU_NODE, False),
+    (CALICO_NODE, (), "UPDATE", "status", _labelled(SYSTEM_NODE, {"kubernetes.io/hostname": "cpu-0"}), SYSTEM_NODE,
+     False),
+    (CALICO_NODE, (), "UPDATE", "status", _labelled(SYSTEM_NODE, {**SYSTEM_NODE["metadata"]["labels"],
+                                                                   tenant_spec.SYSTEM_NODE_LABEL: "false"}),
+     SYSTEM_NODE, False),
+    (CALICO_NODE, (), "UPDATE", "", _labelled(GPU_NODE, SYSTEM), GPU_NODE, False),
+    ("kubernetes-admin", ("kubeadm:cluster-admins",), "CREATE", "", SYSTEM_NODE, None, False),
+    # What kubelets and Calico write keeps the labels as they are; other labels stay free.
+    (CALICO_NODE, (), "UPDATE", "status", SYSTEM_NODE, SYSTEM_NODE, True),
+    ("system:node:gpu-0", ("system:nodes",), "UPDATE", "status",
+     _labelled(GPU_NODE, {**GPU_NODE["metadata"]["labels"], "team": "a"}), GPU_NODE, True),
+    ("system:node:gpu-0", ("system:nodes",), "CREATE", "", GPU_NODE, None, True),
+    ("system:node:gpu-0", ("system:nodes",), "UPDATE", "", {"metadata": {"name": "gpu-0"}}, {"metadata": {
+        "name": "gpu-0"}}, True),
+    # The program's own NodePatch (super-admin.conf: system:masters).
+    ("kubernetes-super-admin", ("system:masters",), "UPDATE", "", _labelled(GPU_NODE, SYSTEM), GPU_NODE, True),
+])
+def test_only_the_program_sets_node_restriction_labels(user, groups, operation, subresource, new, old, allowed):
+    spec = tenant_spec.node_label_policy()[0]["spec"]
+    assert admits(spec, user, operation, "nodes", new, old, (*groups, "system:authenticated"), subresource) is allowed
+
+
+def test_the_node_label_policy_covers_nodes_and_their_status_and_is_valid():
+    policy, binding = tenant_spec.node_label_policy()
+    for manifest in (policy, binding):
+        kubernetes_validate.validate(manifest, "1.35.0", strict=True)
+    (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert rule["resources"] == ["nodes", "nodes/status"] and rule["operations"] == ["CREATE", "UPDATE"]
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}

@@ -17,7 +17,7 @@ from components.images import PAUSE_IMAGE, worker_images
 from components.kube import ApiError, UnreachableError
 from components.management.image_cache import DEBUG_PORT, MIRRORED_REGISTRIES
 from components.plan import gpu_plan, plan_summary
-from components.tenant.spec import etcd_setup_network_policy, isolation_network_policy
+from components.tenant.spec import SYSTEM_NODE_LABEL, etcd_setup_network_policy, isolation_network_policy
 from config import Versions, load_stack_config
 from ops import verify, verify_checks
 from ops.verify import (
@@ -153,7 +153,7 @@ def test_all_green_platform_passes(platform, clock, tmp_path, capsys):
     assert err == ""
     assert "FAIL" not in out
     assert out.rstrip().endswith(
-        f"verify passed: 39 checks OK, 1 skipped (tenant-a: 1), {LAB_LOOSE} in 2 tenant(s) and the image mirror")
+        f"verify passed: 41 checks OK, 1 skipped (tenant-a: 1), {LAB_LOOSE} in 2 tenant(s) and the image mirror")
     (skip_line,) = [line for line in out.splitlines() if "  SKIP  " in line]
     assert skip_line.startswith("pod → tenant-b data store") and "not tested: " in skip_line
     for name, cluster in platform.tenants.items():
@@ -183,6 +183,7 @@ def test_every_check_of_a_tenant_is_reported(platform, clock):
         "Konnectivity agent ready",
         "HAMi scheduler ready",
         "HAMi webhook (failurePolicy Fail)",
+        "system-worker label only from gpu-tenancy",
         "probe admitted by HAMi webhook",
         "probe got a GPU slice",
         "isolated from tenant-b",
@@ -255,7 +256,7 @@ def test_control_plane_not_ready(platform, clock, tmp_path, capsys):
     assert "kubectl --context kind-gpu-tenancy -n tenant-a describe tcp tenant-a" in result.fix
     code, out, _ = run_main(platform, tmp_path, FakeClock(), capsys)
     assert code == 1
-    assert "verify failed: 1 of 42 checks failed (tenant-a: 1)" in out
+    assert "verify failed: 1 of 44 checks failed (tenant-a: 1)" in out
 
 
 def test_control_plane_without_status_or_missing(platform, clock):
@@ -871,7 +872,7 @@ def test_data_store_nothing_could_reach_is_not_tested_rather_than_ok(platform, c
     # A skip is printed as such and does not fail the run; the summary counts it apart from the OKs.
     code, out, _ = run_main(healthy_platform(), tmp_path, FakeClock(), capsys)
     assert code == 0
-    assert f"39 checks OK, 1 skipped (tenant-a: 1), {LAB_LOOSE}" in out
+    assert f"41 checks OK, 1 skipped (tenant-a: 1), {LAB_LOOSE}" in out
 
 
 def test_a_row_whose_names_do_not_resolve_is_not_tested(platform, clock):
@@ -1071,7 +1072,7 @@ def test_outputs_missing_a_tenant(platform, clock, tmp_path, capsys):
     assert code == 1
     assert "tenant-b is planned but missing from the output tenants → this tenant cannot be checked" in out
     assert "isolated from tenant-b" not in out and "pod → tenant-b" not in out
-    assert out.rstrip().endswith("verify failed: 1 of 19 checks failed (tenant-b: 1), 1 not enforced (tenant-a: 1)")
+    assert out.rstrip().endswith("verify failed: 1 of 20 checks failed (tenant-b: 1), 1 not enforced (tenant-a: 1)")
 
 
 def test_outputs_missing_a_tenant_kubeconfig_or_plan_entry(platform):
@@ -1411,7 +1412,7 @@ def test_stopped_or_missing_cache_fails_with_the_fix(platform, clock, tmp_path, 
     code, out, _ = run_main(platform, tmp_path, clock, capsys)
     assert code == 1
     assert out.rstrip().endswith(
-        f"verify failed: 2 of 42 checks failed (image mirror: 2), 1 skipped (tenant-a: 1), {LAB_LOOSE}")
+        f"verify failed: 2 of 44 checks failed (image mirror: 2), 1 skipped (tenant-a: 1), {LAB_LOOSE}")
     report = verify_mirror(platform.outputs["imageMirror"], platform.docker)
     stopped = {r.name: r for r in report.results}["cache quay.io"]
     assert not stopped.ok
@@ -1445,7 +1446,7 @@ def test_no_mirror_no_table(platform, clock, tmp_path, capsys, mirror):
         platform.outputs["imageMirror"] = mirror
     code, out, _ = run_main(platform, tmp_path, clock, capsys)
     assert code == 0 and "image mirror" not in out and platform.docker.calls == []
-    assert out.rstrip().endswith(f"verify passed: 31 checks OK, 1 skipped (tenant-a: 1), {LAB_LOOSE} in 2 tenant(s)")
+    assert out.rstrip().endswith(f"verify passed: 33 checks OK, 1 skipped (tenant-a: 1), {LAB_LOOSE} in 2 tenant(s)")
 
 
 # --- rendering --------------------------------------------------------------------------------
@@ -1570,3 +1571,26 @@ def test_a_card_hami_uses_that_the_plan_lacks_fails(platform, clock):
 
 def test_outputs_without_a_gpu_plan_add_no_rows(platform, clock):
     assert not [name for name in check(platform, clock) if "HAMi vs plan" in name]
+
+
+SYSTEM_ROW = "system-worker label only from gpu-tenancy"
+
+
+def test_the_system_worker_label_is_observed_on_exactly_the_workers_without_gpus_and_refused_to_others(clock):
+    platform = healthy_platform(workers={"tenant-a": {"tenant-a-gpu-0": [card("GPU-MOCK-A0")], "tenant-a-cpu-0": []}})
+    result = check(platform, clock)[SYSTEM_ROW]
+    assert result.ok, result.detail
+    assert "['tenant-a-cpu-0']" in result.detail and "refused by gpu-tenancy-node-restriction-labels" in result.detail
+    cluster = platform.tenants["tenant-a"]
+    assert cluster.requests.count("patch nodes/status") == 1 and cluster.dry_runs == []
+
+    # The policy missing: the dry run is accepted, so any nodes/status writer could forge the label.
+    cluster.node_label_policy = False
+    result = check(platform, clock)[SYSTEM_ROW]
+    assert result.failed and "calico-node's token" in result.detail and "make up" in result.fix
+
+    # A GPU worker carrying the label (forged before the policy, or left over).
+    cluster.node_label_policy = True
+    cluster.nodes[0]["metadata"]["labels"][SYSTEM_NODE_LABEL] = "true"
+    result = check(platform, clock)[SYSTEM_ROW]
+    assert result.failed and "'tenant-a-gpu-0'" in result.detail

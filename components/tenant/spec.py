@@ -483,9 +483,53 @@ CALICO_BLOCK_SIZE = 26
 
 # The label of a tenant's workers without GPUs, where the platform's most powerful controllers then run. The
 # `node-restriction.kubernetes.io/` prefix is one a kubelet may not set on its own Node (NodeRestriction admission,
-# kubernetes plugin/pkg/admission/noderestriction): root on a GPU worker cannot label that worker a system one and
-# draw the controllers, and their tokens, to it. The program sets it from the Pulumi host.
+# kubernetes plugin/pkg/admission/noderestriction), and NODE_LABEL_POLICY refuses it to every other identity but the
+# program's: root on a GPU worker cannot label that worker a system one and draw the controllers, and their tokens,
+# to it. The program sets it from the Pulumi host.
 SYSTEM_NODE_LABEL = "node-restriction.kubernetes.io/gpu-tenancy-system"
+
+
+# Who may still write node-restriction labels: NodeRestriction stops only the kubelets, and calico-node's token on
+# every worker may write `nodes/status` cluster-wide (tigera/operator pkg/render/node.go), where a label change is
+# kept (kubernetes pkg/registry/core/node/strategy.go nodeStatusStrategy resets only `spec`).
+NODE_LABEL_POLICY = "gpu-tenancy-node-restriction-labels"
+_RESTRICTED = "'node-restriction.kubernetes.io/'"
+
+
+def node_label_policy() -> list[dict[str, Any]]:
+    """A ValidatingAdmissionPolicy and its binding: only `system:masters` (this program's super-admin credential)
+    adds, changes or removes a `node-restriction.kubernetes.io/` label, through `nodes` or `nodes/status`."""
+    new, old = "object.metadata.labels", "oldObject.metadata.labels"
+    kept = (f"!has({new}) || {new}.all(k, !k.startsWith({_RESTRICTED}) || "
+            f"(has({old}) && k in {old} && {old}[k] == {new}[k]))")
+    not_dropped = f"!has({old}) || {old}.all(k, !k.startsWith({_RESTRICTED}) || (has({new}) && k in {new}))"
+    created = f"!has({new}) || !{new}.exists(k, k.startsWith({_RESTRICTED}))"
+    return [
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": NODE_LABEL_POLICY},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{
+                    "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                    "resources": ["nodes", "nodes/status"],
+                }]},
+                "matchConditions": [{"name": "not-the-program",
+                                     "expression": "!('system:masters' in request.userInfo.groups)"}],
+                "validations": [{
+                    "expression": f"request.operation == 'CREATE' ? ({created}) : (({kept}) && ({not_dropped}))",
+                    "message": "only gpu-tenancy sets node-restriction.kubernetes.io/ labels on nodes",
+                }],
+            },
+        },
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": NODE_LABEL_POLICY},
+            "spec": {"policyName": NODE_LABEL_POLICY, "validationActions": ["Deny"]},
+        },
+    ]
 
 
 def system_node_selector(tenant: Tenant) -> dict[str, str] | None:

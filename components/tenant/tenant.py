@@ -134,8 +134,16 @@ class Tenant(pulumi.ComponentResource):
         )
         self.workers = self._workers(tenant, platform, access, GpuCardsArgs(
             stack.gpu_mode, control_plane.provider, former_parents=hami.former_card_parents(tenant.name, self)))
-        # Workers without GPUs get the system label, which a kubelet cannot set on itself, before Calico and HAMi
-        # place their controllers by it (components.tenant.spec.SYSTEM_NODE_LABEL).
+        # Workers without GPUs get the system label, which a kubelet cannot set on itself and the policy refuses to
+        # every token but the program's, before Calico and HAMi place their controllers by it
+        # (components.tenant.spec.SYSTEM_NODE_LABEL).
+        policy, binding = tenant_spec.node_label_policy()
+        inside = pulumi.ResourceOptions(parent=self, provider=control_plane.provider, deleted_with=control_plane.tcp)
+        label_policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+            f"{tenant.name}-node-label-policy", metadata=policy["metadata"], spec=policy["spec"], opts=inside)
+        self.label_policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+            f"{tenant.name}-node-label-policy-binding", metadata=binding["metadata"], spec=binding["spec"],
+            opts=pulumi.ResourceOptions.merge(inside, pulumi.ResourceOptions(depends_on=[label_policy])))
         system_nodes = tenant_spec.system_node_selector(tenant)
         self.system_labels = [
             k8s.core.v1.NodePatch(
@@ -156,7 +164,7 @@ class Tenant(pulumi.ComponentResource):
                 tenant=tenant,
                 tenant_provider=control_plane.provider,
                 endpoint=control_plane.endpoint,
-                depends_on=[*(node.registered for node in self.workers), *self.system_labels],
+                depends_on=[*(node.registered for node in self.workers), *self.system_labels, self.label_policy],
                 deleted_with=control_plane.tcp,
             ),
             _formerly_top_level(self),

@@ -35,7 +35,7 @@ from components import kube
 from components.kube import ApiError, UnreachableError
 from components.management.image_cache import CERTS_D, MIRRORED_REGISTRIES, hosts_toml
 from components.management.kamaji import etcd_network_policy
-from components.tenant.spec import isolation_network_policy
+from components.tenant.spec import NODE_LABEL_POLICY, SYSTEM_NODE_LABEL, isolation_network_policy
 from tests.support.fake_network import FakeNetwork, node_address
 
 Json = dict[str, Any]
@@ -211,6 +211,8 @@ class FakeCluster:
     # Request ("delete networkpolicies", ...) -> the error it fails with, every time.
     failing_requests: dict[str, ApiError] = field(default_factory=dict)
     dry_runs: list[Json] = field(default_factory=list)
+    # The node-label admission policy refuses a node-restriction label change by anyone but the program.
+    node_label_policy: bool = True
     # HAMi allocates the pod on this read of it; None: never (stays Pending).
     allocate_on_read: int | None = 2
     allocated_devices: str = "GPU-MOCK-A0,NVIDIA,3000,30:;"
@@ -334,8 +336,16 @@ class FakeSession:
     def patch(self, kind: str, name: str, patch: Json, namespace: str | None = None) -> Json:
         raise AssertionError("verify patches nothing")
 
-    def patch_status(self, kind: str, name: str, patch: Json, namespace: str | None = None) -> Json:
-        raise AssertionError("verify patches nothing")
+    def patch_status(self, kind: str, name: str, patch: Json, namespace: str | None = None,
+                     dry_run: bool = False) -> Json:
+        assert dry_run and kind == "Node", "verify patches nothing but a dry run of a Node's status"
+        cluster = self._enter("patch nodes/status")
+        labels = (patch.get("metadata") or {}).get("labels") or {}
+        if cluster.node_label_policy and any(key.startswith("node-restriction.kubernetes.io/") for key in labels):
+            raise ApiError(422, f'nodes "{name}" is forbidden: ValidatingAdmissionPolicy \'{NODE_LABEL_POLICY}\' '
+                                f"with binding '{NODE_LABEL_POLICY}' denied request: only gpu-tenancy sets ...")
+        cluster.dry_runs.append(patch)
+        return patch
 
     def evict(self, name: str, namespace: str) -> None:
         raise AssertionError("verify evicts nothing")
@@ -684,6 +694,8 @@ def healthy_platform(tenants: Iterable[str] = ("tenant-a", "tenant-b"), gpu_mode
                 GPU_MEMORY: str(sum(c["memoryMiB"] for c in cards)),
                 GPU_CORES: str(sum(c["cores"] for c in cards)),
             }, address=f"172.18.{1 + index}.{10 + node_index}"))
+            if not cards:  # a worker without GPUs: the program labels it a system worker
+                cluster.nodes[-1]["metadata"]["labels"][SYSTEM_NODE_LABEL] = "true"
         # HAMi's extender and metrics, served inside the tenant only (components/gpu/values.py).
         cluster.services[("kube-system", "hami-scheduler")] = {
             "metadata": {"name": "hami-scheduler", "namespace": "kube-system"},
