@@ -15,7 +15,6 @@ import pytest
 
 from components import helm
 from components.charts import CHARTS
-from components.management.kamaji import metallb_values
 from tests.support.charts import chart_version, write_fake_charts
 from tests.support.lifecycle_support import one_tenant_stack, running_kind_lab
 from tests.support.mockrun import run_program
@@ -84,9 +83,9 @@ def test_kamajis_crds_are_patches_applied_before_the_release_which_skips_them(de
 def test_only_charts_installed_on_their_own_have_a_crds_directory():
     """helm_release applies a chart's own crds/; a subchart with crds/ would need the same, and has none."""
     # ops/upstream.py checks each fetched chart's crds/ against the list (tests/test_upstream.py).
+    # MetalLB's frr-k8s subchart (a package, with CRDs of its own) stays disabled (tests/test_kamaji.py): Helm drops
+    # a disabled subchart.
     assert {name for name, chart in CHARTS.items() if chart.get("crds")} == {"kamaji"}
-    # MetalLB's frr-k8s subchart (a package, with CRDs of its own) stays disabled: Helm drops a disabled subchart.
-    assert not (metallb_values().get("frrk8s") or {}).get("enabled")
 
 
 # --------------------------------------------------------------------------- #

@@ -298,11 +298,23 @@ def test_cert_manager_installs_its_crds_proves_its_webhook_and_moves_leases_only
     assert {k: v for k, v in adopted.items() if k != "global"} == kind
 
 
-def test_metallb_is_plain_l2(vendor_dir):
+def test_metallb_is_plain_l2_whatever_the_charts_defaults(vendor_dir):
     chart = load_chart_values(vendor_dir / "metallb" / "values.yaml")
+    schema = json.loads((vendor_dir / "metallb" / "values.schema.json").read_text())
     values = metallb_values()
     assert unknown_value_keys(values, chart) == []
-    assert chart["speaker"]["frr"]["enabled"] is True and values == {"speaker": {"frr": {"enabled": False}}}
+    validator = jsonschema.Draft7Validator(schema)
+    assert [error.message for error in validator.iter_errors(_helm_merge(chart, values))] == []
+    assert list(validator.iter_errors(_helm_merge(chart, {"speaker": {"frr": {"enabled": "no"}}})))
+    # The speaker's FRR sidecar (on by default in 0.15) and every optional subchart (frr-k8s, on by default from
+    # 0.16) are off in our values, not by a default a chart bump can flip.
+    assert chart["speaker"]["frr"]["enabled"] is True and values["speaker"]["frr"]["enabled"] is False
+    subcharts = yaml.safe_load((vendor_dir / "metallb" / "Chart.yaml").read_text())["dependencies"]
+    conditions = [dependency["condition"] for dependency in subcharts if dependency["name"] != "crds"]
+    assert conditions == ["frrk8s.enabled"]
+    for condition in conditions:
+        group, key = condition.split(".")
+        assert values[group][key] is False, condition
 
 
 def test_helm_nulls_travel_in_a_yaml_file():

@@ -173,9 +173,9 @@ def cert_manager_values(adopted: bool = False) -> dict[str, Any]:
 
 
 def metallb_values() -> dict[str, Any]:
-    # Plain L2: the 0.15 chart runs an FRR (BGP) sidecar in the speaker by default
-    # (metallb/metallb charts/metallb/values.yaml `speaker.frr.enabled: true`).
-    return {"speaker": {"frr": {"enabled": False}}}
+    # Plain L2, whatever the chart's defaults: 0.15 runs an FRR (BGP) sidecar in the speaker, 0.16 the frr-k8s
+    # subchart, a privileged FRR DaemonSet (metallb/metallb charts/metallb/values.yaml `speaker.frr`, `frrk8s`).
+    return {"speaker": {"frr": {"enabled": False}}, "frrk8s": {"enabled": False}}
 
 
 def ip_address_pool_spec(pool_range: str) -> dict[str, Any]:
