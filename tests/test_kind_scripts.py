@@ -20,6 +20,8 @@ import pytest
 import yaml
 
 from components import shell as ns
+from components.management.image_cache import stack_mirrors
+from tests.support.sim.world import proxy_for
 from tests.support.stub_calls import recorded_calls
 
 NAME = "gpu-tenancy"
@@ -74,6 +76,9 @@ case "$1 $2" in
     if [[ -s "$KIND_STUB/clusters" ]]; then cat "$KIND_STUB/clusters"; else echo "No kind clusters found." >&2; fi ;;
   "create cluster")
     cat >"$KIND_STUB/config-$name"
+    for var in HTTP_PROXY HTTPS_PROXY NO_PROXY http_proxy https_proxy no_proxy; do
+      [[ -n "${!var+set}" ]] && printf '%s=%s\n' "$var" "${!var}"
+    done >"$KIND_STUB/proxy-$name"
     echo "Creating cluster \"$name\" ..." >&2
     echo " • Ensuring node image (kindest/node:v1.35.0) 🖼"   # kind's progress, on stdout here
     [[ -n "${KIND_STUB_CREATE_FAILS:-}" ]] && { echo "ERROR: failed to create cluster: node(s) already exist" >&2; exit 1; }
@@ -372,6 +377,39 @@ def test_create_uses_the_docker_provider_whatever_the_caller_set(host):
     done = host.create(KIND_EXPERIMENTAL_PROVIDER="podman")
 
     assert done.returncode == 0, done.stderr
+
+
+def kind_node_proxy(host: Host) -> dict[str, str]:
+    """The proxy variables kind gives its node: each of HTTP_PROXY, HTTPS_PROXY, NO_PROXY, upper case first (kind
+    pkg/cluster/internal/providers/common/proxy.go getProxyEnvs; docker/provision.go getProxyEnv only appends)."""
+    seen = dict(line.split("=", 1) for line in (host.state / f"proxy-{NAME}").read_text().splitlines())
+    return {name: value for name in ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
+            if (value := seen.get(name) or seen.get(name.lower()))}
+
+
+@pytest.mark.parametrize("proxy", [
+    {"HTTPS_PROXY": "http://proxy.corp:3128"},
+    {"http_proxy": "http://proxy.corp:3128", "no_proxy": "localhost,.corp.example"},
+    {"HTTP_PROXY": "http://proxy.corp:3128", "HTTPS_PROXY": "http://proxy.corp:3128", "NO_PROXY": "10.0.0.0/8"},
+])
+def test_behind_a_proxy_the_kind_node_reaches_the_caches_directly(host, proxy):
+    done = host.create(**proxy)
+
+    assert done.returncode == 0, done.stderr
+    node = kind_node_proxy(host)
+    # Go's net/http, as containerd on the node uses it, asks the proxy for every host NO_PROXY does not name.
+    assert [url for url in stack_mirrors(NAME).values() if proxy_for(url, node) is not None] == []
+    assert proxy_for("https://registry-1.docker.io/v2/", {**node, "HTTPS_PROXY": "http://proxy.corp:3128"})
+    own = proxy.get("NO_PROXY") or proxy.get("no_proxy")
+    assert node["NO_PROXY"].startswith(f"{own}," if own else NAME)
+
+
+def test_without_a_proxy_kind_gets_no_proxy_variables(host):
+    done = host.create()
+
+    assert done.returncode == 0, done.stderr
+    # kind passes proxy variables to its node as soon as any of the three is set.
+    assert kind_node_proxy(host) == {}
 
 
 @pytest.mark.parametrize(

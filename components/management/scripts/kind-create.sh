@@ -6,6 +6,7 @@
 #   KIND_CLUSTER_NAME  the kind cluster's name
 #   KIND_STACK_MARKER  value of the node label gpu-tenancy.io/stack that the kind config on stdin sets
 #   KIND_WAIT_SECONDS  how long to wait for the control-plane node to be Ready (default 300)
+#   HTTP_PROXY, HTTPS_PROXY, NO_PROXY (or lower case)  the host's, which kind hands its node
 # stdin: the kind config (YAML), read only when the cluster is created.
 # stdout, and nothing else: line 1 the kind docker network's IPAM entries as one JSON line, then the
 # cluster's kubeconfig. Everything else (kind's progress, notes, errors) goes to stderr.
@@ -43,6 +44,18 @@ note() {
 
 # The checks below go through the docker CLI, so kind must use docker too (not podman or nerdctl).
 export KIND_EXPERIMENTAL_PROVIDER=docker
+
+# Behind a proxy kind hands its node the proxy variables, adding only subnets and node names to NO_PROXY (kind
+# pkg/cluster/internal/providers/docker/provision.go getProxyEnv): name the image caches too
+# (components/management/image_cache.py cache_container_name), or the node's containerd asks the proxy for them.
+# Also without management.imageMirror, which a later `up` can turn on: the node keeps this environment.
+if [[ -n "${HTTP_PROXY:-${http_proxy:-}}${HTTPS_PROXY:-${https_proxy:-}}" ]]; then
+  no_proxy_list="${NO_PROXY:-${no_proxy:-}}"
+  for registry in docker.io quay.io registry.k8s.io; do
+    no_proxy_list="${no_proxy_list:+$no_proxy_list,}$name-mirror-${registry//./-}"
+  done
+  export NO_PROXY="$no_proxy_list" no_proxy="$no_proxy_list"
+fi
 
 # kind writes the new cluster's kubeconfig here instead of merging it into ~/.kube/config and switching the
 # user's current context (kind pkg/cluster/internal/kubeconfig/paths.go uses only an explicit path).
