@@ -11,10 +11,10 @@ keeps the `kind` bridge in RootlessKit's namespace: same reason again), no usern
 devicemapper storage (kind gives its own node --userns=host and a /dev/mapper bind there; the worker containers
 get neither, so such hosts are refused), one Docker daemon for the docker
 CLI (kind) and the pulumi-docker provider (the worker containers), an existing `kind` network large enough to
-carve MetalLB's /24 from, kind >= v0.31.0, pulumi >= v3.260.0, Python >= 3.10 and the inotify limits. A stack
-that adopts an existing cluster and has only SSH workers needs just Python and the Pulumi CLI here. With
-`--stack NAME` the stack file is checked too: it must exist, hold no credential in plain text and pass the
-program's own configuration validator.
+carve MetalLB's /24 from, kind >= v0.31.0 (v0.32.0 for a `management.nodeImage` of v1.37 or later), pulumi >=
+v3.260.0, Python >= 3.10 and the inotify limits. A stack that adopts an existing cluster and has only SSH workers
+needs just Python and the Pulumi CLI here. With `--stack NAME` the stack file is checked too: it must exist, hold
+no credential in plain text and pass the program's own configuration validator.
 
 Not checked, on purpose: swap and the conntrack table size. The worker containers run their kubelet with
 `failSwapOn: false` (as kind's own nodes do), and the tenants' kube-proxy runs with `conntrack.maxPerCore: 0`,
@@ -484,6 +484,37 @@ def check_kind(probes: Probes) -> CheckResult:
     return CheckResult(name, True, f"v{_dotted(version)} at {path}")
 
 
+# kind writes kubeadm v1beta4 from v0.32.0 (for Kubernetes >= v1.36.0) and v1beta3 before (kind
+# pkg/cluster/internal/kubeadm/config.go at v0.31.0, v0.32.0); kubeadm v1.37 reads v1beta3 no more (kubernetes#136016).
+V1BETA4_KUBERNETES, V1BETA4_KIND = (1, 37, 0), (0, 32, 0)
+
+
+def check_kind_node_image(probes: Probes, stack_config: dict | None) -> list[CheckResult]:
+    """Whether the installed kind can create the kind cluster's node image (none to check for an adopted cluster)."""
+    from config.models import Management, parse_version
+    from config.upgrade import image_version
+
+    management = project_config(stack_config or {}).get("management") or {}
+    if not isinstance(management, dict) or "kubeconfig" in management:
+        return []
+    image = str(management.get("nodeImage") or Management().node_image)
+    name, version = "kind can create management.nodeImage", image_version(image)
+    kind = _version(probes.run(["kind", "version"])[1]) if probes.which("kind") else None
+    if version is None or kind is None:
+        said = f"{image} names no Kubernetes version" if version is None else "no kind version (above)"
+        return [CheckResult(name, True, f"{said}: not checked", state="info")]
+    if parse_version(version) >= V1BETA4_KUBERNETES and kind < V1BETA4_KIND:
+        release = f"v{_dotted(V1BETA4_KIND)}"
+        return [CheckResult(
+            name, False,
+            f"kind v{_dotted(kind)} writes kubeadm v1beta3 for {version}; kubeadm v{_dotted(V1BETA4_KUBERNETES)} "
+            f"and later read only v1beta4, which kind writes from {release}: `kind create cluster` would fail",
+            KIND_INSTALL.replace(KIND_RELEASE, release) + "   # or a management.nodeImage below "
+            f"v{_dotted(V1BETA4_KUBERNETES)}",
+        )]
+    return [CheckResult(name, True, f"kind v{_dotted(kind)}, Kubernetes {version}")]
+
+
 def check_pulumi(probes: Probes) -> CheckResult:
     name = f"pulumi >= v{_dotted(MIN_PULUMI)}"
     path = probes.which("pulumi")
@@ -803,6 +834,7 @@ def main(argv: Sequence[str] | None = None, probes: Probes = HOST, root: Path = 
     local_lab = True
     provider_config: dict[str, str] = {}
     stack_checks: list[CheckResult] = []
+    document: dict | None = None
     if args.stack:
         document, problem = load_stack(args.stack, root)
         if problem:
@@ -815,6 +847,8 @@ def main(argv: Sequence[str] | None = None, probes: Probes = HOST, root: Path = 
     if not local_lab:
         print(f"stack {args.stack}: existing management cluster and SSH workers only; no local lab to check")
     results = [*stack_checks, *run_checks(probes, local_lab, provider_config, args.stack)]
+    if local_lab:
+        results += check_kind_node_image(probes, document)
     if args.charts:
         results.append(check_charts(root))
     print(render(results))

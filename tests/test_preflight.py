@@ -797,3 +797,47 @@ def test_a_file_the_pin_does_not_cover_fails(tmp_path, chart_manifest):
     put(chart_manifest / "hami", {"templates/extra.yaml": b"kind: Secret\n"})
     result = preflight.check_charts(tmp_path)
     assert not result.ok and result.detail.startswith("charts/hami: the files differ from the pin")
+
+
+# --- kind against management.nodeImage -----------------------------------------------------------------------------
+
+KIND_FOR_IMAGE = "kind can create management.nodeImage"
+V1_37 = "kindest/node:v1.37.0@sha256:" + "ab" * 32
+
+
+def lab_with_node_image(tmp_path, image):
+    document = yaml.safe_load(REFERENCE_STACK.read_text())
+    management = document["config"].setdefault("gpu-tenancy:management", {})
+    management.update({"nodeImage": image, "allowUnpinnedNodeImages": "@" not in image})
+    return write_stack(tmp_path, "dev", yaml.safe_dump(document))
+
+
+def kind_answer(version):
+    return {("kind", "version"): (0, f"kind {version} go1.25.5 linux/amd64\n", "")}
+
+
+def test_a_node_image_of_137_needs_the_kind_that_writes_kubeadm_v1beta4(tmp_path, capsys):
+    lab_with_node_image(tmp_path, V1_37)
+    assert preflight.main(["--stack", "dev"], fake(answers=kind_answer("v0.31.0"))[0], root=tmp_path) == 1
+    out = capsys.readouterr().out
+    assert f"[FAIL] {KIND_FOR_IMAGE}: kind v0.31.0 writes kubeadm v1beta3 for v1.37.0" in out
+    assert "https://kind.sigs.k8s.io/dl/v0.32.0/kind-linux-$arch" in out and "management.nodeImage" in out
+    assert preflight.main(["--stack", "dev"], fake(answers=kind_answer("v0.32.0"))[0], root=tmp_path) == 0
+    assert f"[ok  ] {KIND_FOR_IMAGE}: kind v0.32.0, Kubernetes v1.37.0" in capsys.readouterr().out
+
+
+def test_the_default_node_image_is_checked_without_a_stack(capsys):
+    assert preflight.main([], fake()[0]) == 0
+    assert f"[ok  ] {KIND_FOR_IMAGE}: kind v0.31.0, Kubernetes v1.35." in capsys.readouterr().out
+
+
+def test_a_node_image_without_a_version_tag_is_not_judged(tmp_path, capsys):
+    lab_with_node_image(tmp_path, "registry.local/node:dev")
+    assert preflight.main(["--stack", "dev"], fake()[0], root=tmp_path) == 0
+    assert f"[info] {KIND_FOR_IMAGE}: registry.local/node:dev names no Kubernetes version" in capsys.readouterr().out
+
+
+def test_an_adopted_cluster_has_no_node_image_to_check(tmp_path, capsys):
+    write_stack(tmp_path, "prod", ADOPT_STACK)
+    preflight.main(["--stack", "prod"], fake()[0], root=tmp_path)
+    assert KIND_FOR_IMAGE not in capsys.readouterr().out
