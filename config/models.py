@@ -438,10 +438,9 @@ class Management(StrictModel):
     cluster_name: Annotated[
         str, Field(min_length=1, max_length=40), AfterValidator(_dns1123_label)
     ] = "gpu-tenancy"
-    # kind v0.31.0 pkg/apis/config/defaults/image.go: the image built for that release, pinned by digest.
-    node_image: NodeImage = (
-        "kindest/node:v1.35.0@sha256:452d707d4862f52530247495d180205e029056831160e22870e37e3f6c1ac31f"
-    )
+    # The newest 1.35 patch kind publishes (v0.32.0's release list), pinned by digest; kind v0.31.0 and v0.32.0
+    # both write it kubeadm v1beta3 (pkg/cluster/internal/kubeadm/config.go).
+    node_image: NodeImage = KIND_NODE_IMAGES["v1.35.5"]
     # An existing cluster to adopt instead of creating one (a secret config value).
     kubeconfig: Annotated[str, AfterValidator(_kubeconfig)] | None = Field(default=None, repr=False)
     # MetalLB address pool; required for MetalLB on an existing cluster, carved from the kind network otherwise.

@@ -50,7 +50,8 @@ MIN_INOTIFY_WATCHES = 524288
 MIN_INOTIFY_INSTANCES = 512
 
 MIN_PYTHON = (3, 10)
-# The release whose node images include kindest/node:v1.35.0 (the management cluster's default image).
+# The release that published the first 1.35 kindest/node; it writes 1.35 images (the management default's minor)
+# the same kubeadm config as v0.32.0 (pkg/cluster/internal/kubeadm/config.go: v1beta3).
 MIN_KIND = (0, 31, 0)
 KIND_RELEASE = "v0.31.0"
 # The program relies on the engine replacing `deletedWith` dependents together with their target
@@ -477,8 +478,8 @@ def check_kind(probes: Probes) -> CheckResult:
         stale = "" if path == "/usr/local/bin/kind" else f"   # then remove the old {path}"
         return CheckResult(
             name, False,
-            f"{path} is v{_dotted(version)}; the management cluster's kindest/node:v1.35.0 image is built for "
-            f"kind {KIND_RELEASE} or newer",
+            f"{path} is v{_dotted(version)}; the management cluster's kindest/node 1.35 images need kind "
+            f"{KIND_RELEASE} or newer",
             KIND_INSTALL + stale,
         )
     return CheckResult(name, True, f"v{_dotted(version)} at {path}")

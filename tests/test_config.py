@@ -48,8 +48,12 @@ def test_defaults_fill_optional_keys():
     assert tenant.data_store.dedicated is False and tenant.node_image is None
     assert config.smoke_test.enabled is True
     assert config.versions.hami == "2.10.0"
-    # The kind node runs the image kind itself pins for that Kubernetes version (by digest).
-    assert config.management.node_image == Management().node_image == KIND_NODE_IMAGES["v1.35.0"]
+    # The kind node runs a kindest/node image kind publishes (by digest): the newest patch of its minor version.
+    default = Management().node_image
+    assert config.management.node_image == default and default in KIND_NODE_IMAGES.values()
+    minor = [version for version, image in KIND_NODE_IMAGES.items() if image == default][0].rsplit(".", 1)[0]
+    assert default == KIND_NODE_IMAGES[max((v for v in KIND_NODE_IMAGES if v.startswith(minor + ".")),
+                                           key=lambda v: int(v.rsplit(".", 1)[1]))]
     management = config.management
     assert (management.allow_any_source, management.allow_exec_credentials) == (False, False)
     assert management.worker_cidrs == management.operator_cidrs == []

@@ -60,8 +60,8 @@ def test_every_worker_pulls_its_daemonsets_and_the_management_node_the_control_p
     assert "registry.k8s.io/kas-network-proxy/proxy-server:v0.35.0" in management
     # kamaji-etcd v0.15.0 _helpers.tpl: the setup Job's kubectl tag is v<major>.<minor> of the cluster Helm talks to.
     assert "docker.io/clastix/kubectl:v1.35" in management
-    # The node preloads its own version's kube-apiserver: a v1.35.0 tenant adds no kube-* pull there.
-    assert not [i for i in management if "/kube-apiserver:" in i]
+    # The node preloads its own version's kube-* images (v1.35.5): the v1.35.0 tenants' control planes pull theirs.
+    assert [i for i in management if "/kube-apiserver:" in i] == ["registry.k8s.io/kube-apiserver:v1.35.0"]
     for worker in ("tenant-a-worker-0", "tenant-b-worker-0"):
         assert "registry.k8s.io/kas-network-proxy/proxy-agent:v0.35.0" in nodes[worker]
         assert PAUSE_IMAGE in nodes[worker]  # the smoke pod, pinned to the only worker
