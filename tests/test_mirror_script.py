@@ -149,10 +149,12 @@ def test_malformed_entries_are_refused_before_any_file_is_written(tmp_path, line
 
 
 # containerd's own files (tests/fixtures/containerd/README.txt): 1.7's default configuration as its
-# `config dump` prints it (double-quoted strings), and 2.x's documented default (single-quoted, config version 3).
+# `config dump` prints it (double-quoted strings), 2.x's documented default (single-quoted, config version 3), and
+# 2.3's dump (config version 4) built from v2.3.4's sources.
 FIXTURES = Path(__file__).parent / "fixtures" / "containerd"
 DUMP_1_7 = (FIXTURES / "1.7-config-default.toml").read_text()
 DUMP_2 = (FIXTURES / "2.x-cri-config-default.toml").read_text()
+DUMP_2_3 = (FIXTURES / "2.3-config-dump.toml").read_text()
 V2_REGISTRY = '[plugins."io.containerd.grpc.v1.cri".registry]\n      config_path = ""\n'
 V3_REGISTRY = "[plugins.'io.containerd.cri.v1.images'.registry]\n      config_path = ''\n"
 DROP_IN = "etc/containerd/conf.d/99-gpu-tenancy-mirrors.toml"
@@ -169,17 +171,19 @@ def with_config_path(dump: str, value: str) -> str:
 
 def _node(tmp_path: Path, dump: str, *, imports_conf_d: bool = True) -> str:
     """A PATH with a `containerd` whose `config dump` prints `dump` -- with our drop-in's config_path merged in once
-    the file exists, if config.toml imports conf.d -- and a `systemctl` that records what it is asked."""
+    the file exists, if config.toml exists and imports conf.d -- and a `systemctl` that records what it is asked."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (tmp_path / "dump.toml").write_text(dump)
     stub = bin_dir / "containerd"
-    drop_in = tmp_path / "root" / DROP_IN
-    merge = (f"[[ -f '{drop_in}' && {int(imports_conf_d)} == 1 ]] && exec sed "
-             f"\"/^ *\\[plugins.'io.containerd.cri.v1.images'.registry\\]/{{n;s|config_path = .*|"
+    drop_in, main = tmp_path / "root" / DROP_IN, tmp_path / "root/etc/containerd/config.toml"
+    # containerd v2.3.4 cmd/containerd/server/config/config.go LoadConfigWithPlugins: no import newer than the root.
+    merge = (f"[[ -f '{drop_in}' && -f '{main}' && {int(imports_conf_d)} == 1 ]] || exec cat '{tmp_path}/dump.toml'\n"
+             f"v() {{ sed -n 's/^version = //p' \"$1\"; }}\n"
+             f"(( $(v '{drop_in}') <= $(v '{main}') )) || {{ echo 'drop-in config version higher' >&2; exit 1; }}\n"
+             f"exec sed \"/^ *\\[plugins.'io.containerd.cri.v1.images'.registry\\]/{{n;s|config_path = .*|"
              f"config_path = '/etc/containerd/certs.d'|}}\" '{tmp_path}/dump.toml'\n")
-    stub.write_text("#!/bin/bash\n[[ \"$1 $2\" == 'config dump' ]] || exit 2\n" + merge
-                    + f"cat '{tmp_path}/dump.toml'\n")
+    stub.write_text("#!/bin/bash\n[[ \"$1 $2\" == 'config dump' ]] || exit 2\n" + merge)
     systemctl = bin_dir / "systemctl"
     systemctl.write_text(f"#!/bin/bash\necho \"$*\" >>'{tmp_path}/systemctl.log'\n")
     for tool in (stub, systemctl):
@@ -199,13 +203,26 @@ def systemctl_calls(tmp_path: Path) -> list[str]:
     return log.read_text().splitlines() if log.exists() else []
 
 
+def ends_with(stderr: str, *lines: str) -> bool:
+    """Whether a refusal ends with exactly these lines to change, indented."""
+    return stderr.endswith("".join(f"    {line}\n" for line in lines))
+
+
+V3_FIX = ("[plugins.'io.containerd.cri.v1.images'.registry]", "config_path = '/etc/containerd/certs.d'")
+
+
+def with_main(tmp_path: Path, text: str) -> None:
+    (tmp_path / "root/etc/containerd").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "root/etc/containerd/config.toml").write_text(text)
+
+
 def test_containerd_1_7s_default_ignores_certs_d_and_is_refused_with_the_line_to_change(tmp_path):
     done = machine(tmp_path, DUMP_1_7)
 
     assert done.returncode == 1
     assert "its config_path is '', which does not name /etc/containerd/certs.d" in done.stderr
-    assert '    config_path = "/etc/containerd/certs.d"\nunder\n    [plugins."io.containerd.grpc.v1.cri".registry]' \
-        in done.stderr
+    assert ends_with(done.stderr, '[plugins."io.containerd.grpc.v1.cri".registry]',
+                     'config_path = "/etc/containerd/certs.d"')
     assert "restart containerd" in done.stderr and "management.configureContainerd" not in done.stderr
     assert not (tmp_path / "root" / "etc").exists()
 
@@ -222,24 +239,37 @@ def test_containerd_2s_default_is_refused_with_the_single_quoted_line(tmp_path):
 
     assert done.returncode == 1
     assert "config_path is empty and it pulls through the transfer service" in done.stderr
-    assert "    config_path = '/etc/containerd/certs.d'\nunder\n    [plugins.'io.containerd.cri.v1.images'.registry]" \
-        in done.stderr
+    assert ends_with(done.stderr, *V3_FIX)
     assert "management.configureContainerd: true" in done.stderr
     assert not (tmp_path / "root" / "etc").exists()
 
 
-def test_containerd_2s_two_directory_list_is_refused_where_the_transfer_service_pulls(tmp_path):
+def test_containerd_2_3s_default_is_refused_for_its_two_directory_default(tmp_path):
+    # containerd 2.3 prints config version 4 and an empty config_path, which its CRI plugin reads as the list
+    # /etc/containerd/certs.d:/etc/docker/certs.d (v2.3.0 plugins/cri/images/plugin.go).
+    done = machine(tmp_path, DUMP_2_3)
+
+    assert done.returncode == 1
+    assert ("reads config_path as one directory, and config_path is '' (containerd 2.3 reads that as"
+            " '/etc/containerd/certs.d:/etc/docker/certs.d')" in done.stderr)
+    assert ends_with(done.stderr, *V3_FIX)
+    assert "management.configureContainerd: true" in done.stderr
+
+
+@pytest.mark.parametrize("dump", [DUMP_2, DUMP_2_3], ids=["2.x", "2.3"])
+def test_containerd_2s_two_directory_list_is_refused_where_the_transfer_service_pulls(tmp_path, dump):
     # containerd 2.2.0's default: the transfer service takes the whole list as one directory (containerd#12415).
-    done = machine(tmp_path, with_config_path(DUMP_2, "/etc/containerd/certs.d:/etc/docker/certs.d"))
+    done = machine(tmp_path, with_config_path(dump, "/etc/containerd/certs.d:/etc/docker/certs.d"))
 
     assert done.returncode == 1
     assert "reads config_path as one directory, and config_path is '/etc/containerd/certs.d:/etc/docker/certs.d'" \
         in done.stderr
 
 
+@pytest.mark.parametrize("dump", [DUMP_2, DUMP_2_3], ids=["2.x", "2.3"])
 @pytest.mark.parametrize("local_pull", ["use_local_image_pull = true", "discard_unpacked_layers = true"])
-def test_containerd_2_pulling_locally_reads_the_list(tmp_path, local_pull):
-    dump = with_config_path(DUMP_2, "/etc/containerd/certs.d:/etc/docker/certs.d")
+def test_containerd_2_pulling_locally_reads_the_list(tmp_path, local_pull, dump):
+    dump = with_config_path(dump, "/etc/containerd/certs.d:/etc/docker/certs.d")
     key = local_pull.split(" = ")[0]
     dump = dump.replace(f"{key} = false", local_pull)
     assert local_pull in dump
@@ -249,32 +279,51 @@ def test_containerd_2_pulling_locally_reads_the_list(tmp_path, local_pull):
     assert done.returncode == 0, done.stderr
 
 
-def test_containerd_2_with_certs_d_single_quoted_gets_the_files(tmp_path):
-    done = machine(tmp_path, with_config_path(DUMP_2, "/etc/containerd/certs.d"))
+def test_containerd_2_3_pulling_locally_reads_its_default(tmp_path):
+    done = machine(tmp_path, DUMP_2_3.replace("use_local_image_pull = false", "use_local_image_pull = true"))
+
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("dump", [DUMP_2, DUMP_2_3], ids=["2.x", "2.3"])
+def test_containerd_2_with_certs_d_single_quoted_gets_the_files(tmp_path, dump):
+    done = machine(tmp_path, with_config_path(dump, "/etc/containerd/certs.d"))
 
     assert done.returncode == 0, done.stderr
     assert set(files(tmp_path / "root")) == {f"{registry}/hosts.toml" for registry in MIRRORS}
     assert systemctl_calls(tmp_path) == []
 
 
-@pytest.mark.parametrize(("main", "expected"), [
-    (None, "version = 3\n\n[plugins.'io.containerd.cri.v1.images'.registry]\n  config_path = '/etc/containerd/certs.d'\n"),
-    ("version = 3\nimports = ['/etc/containerd/conf.d/*.toml']\n",
-     "version = 3\n\n[plugins.'io.containerd.cri.v1.images'.registry]\n  config_path = '/etc/containerd/certs.d'\n"),
-    ('version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n',
-     'version = 2\n\n[plugins."io.containerd.grpc.v1.cri".registry]\n  config_path = "/etc/containerd/certs.d"\n'),
-])
-def test_when_allowed_containerd_2_gets_a_drop_in_of_its_config_version_and_a_restart(tmp_path, main, expected):
-    if main is not None:
-        (tmp_path / "root/etc/containerd").mkdir(parents=True)
-        (tmp_path / "root/etc/containerd/config.toml").write_text(main)
+def test_a_config_version_newer_than_2_3s_is_refused_and_never_configured(tmp_path):
+    # A future version may move the CRI settings, as 3 did (v2.3.0 cmd/containerd/server/config/config.go).
+    with_main(tmp_path, "version = 5\nimports = ['/etc/containerd/conf.d/*.toml']\n")
+    done = machine(tmp_path, with_config_path(DUMP_2_3, "/etc/containerd/certs.d").replace("version = 4", "version = 5"),
+                   configure=True)
 
-    done = machine(tmp_path, DUMP_2, configure=True)
+    assert done.returncode == 1
+    assert "shows config version '5'; this script knows 2 (containerd 1.x) to 4 (2.3)" in done.stderr
+    assert "Drop this setting, or use a gpu-tenancy release that knows config version 5:" in done.stderr
+    assert ends_with(done.stderr, "management.registryMirrors")
+    assert not (tmp_path / "root" / DROP_IN).exists() and systemctl_calls(tmp_path) == []
+
+
+V2_SECTION = '[plugins."io.containerd.grpc.v1.cri".registry]\n  config_path = "/etc/containerd/certs.d"\n'
+V3_SECTION = "[plugins.'io.containerd.cri.v1.images'.registry]\n  config_path = '/etc/containerd/certs.d'\n"
+
+
+@pytest.mark.parametrize(("dump", "version"), [(DUMP_2, 3), (DUMP_2, 2), (DUMP_2_3, 4), (DUMP_2_3, 3), (DUMP_2_3, 2)])
+def test_when_allowed_containerd_2_gets_a_drop_in_of_its_config_version_and_a_restart(tmp_path, dump, version):
+    # An import may not have a newer config version than config.toml; an older one is migrated (containerd v2.3.4
+    # cmd/containerd/server/config/config.go LoadConfigWithPlugins): the drop-in takes config.toml's.
+    with_main(tmp_path, f"version = {version}\nimports = ['/etc/containerd/conf.d/*.toml']\n")
+
+    done = machine(tmp_path, dump, configure=True)
 
     assert done.returncode == 0, done.stderr
     drop_in = (tmp_path / "root" / DROP_IN).read_text()
-    assert drop_in.startswith("# gpu-tenancy image mirror:") and drop_in.split("\n", 1)[1] == expected
-    assert tomllib.loads(drop_in)["version"] == int(expected[10])
+    assert drop_in.startswith("# gpu-tenancy image mirror:")
+    assert drop_in.split("\n", 1)[1] == f"version = {version}\n\n" + (V2_SECTION if version == 2 else V3_SECTION)
+    assert tomllib.loads(drop_in)["version"] == version
     assert systemctl_calls(tmp_path) == ["restart containerd", "is-active --quiet containerd"]
     assert set(files(tmp_path / "root")) == {f"{registry}/hosts.toml" for registry in MIRRORS}
 
@@ -292,12 +341,35 @@ def test_when_allowed_containerd_2_gets_a_drop_in_of_its_config_version_and_a_re
     assert systemctl_calls(tmp_path)[2:] == ["restart containerd", "is-active --quiet containerd"]
 
 
+def test_without_a_config_toml_no_drop_in_is_written_and_the_file_to_create_is_named(tmp_path):
+    # containerd reads imports only from an existing config.toml (v2.3.4 cmd/containerd/command/main.go).
+    done = machine(tmp_path, DUMP_2_3, configure=True)
+
+    assert done.returncode == 1
+    assert "There is no " in done.stderr
+    assert ends_with(done.stderr, "version = 4", *V3_FIX)
+    assert not (tmp_path / "root" / DROP_IN).exists() and systemctl_calls(tmp_path) == []
+
+
+@pytest.mark.parametrize("main", ["imports = ['/etc/containerd/conf.d/*.toml']\n", "version = 5\n"])
+def test_a_config_toml_version_no_drop_in_can_match_is_refused(tmp_path, main):
+    with_main(tmp_path, main)
+
+    done = machine(tmp_path, DUMP_2_3, configure=True)
+
+    assert done.returncode == 1
+    assert "not 2 to 4, so no drop-in of gpu-tenancy can go with it" in done.stderr
+    assert ends_with(done.stderr, *V3_FIX)
+    assert not (tmp_path / "root" / DROP_IN).exists()
+
+
 def test_a_drop_in_containerd_does_not_import_is_taken_back_and_the_imports_line_named(tmp_path):
-    done = machine(tmp_path, DUMP_2, configure=True, imports_conf_d=False)
+    with_main(tmp_path, "version = 4\n")
+    done = machine(tmp_path, DUMP_2_3, configure=True, imports_conf_d=False)
 
     assert done.returncode == 1
     assert "does not import /etc/containerd/conf.d/*.toml" in done.stderr
-    assert "imports = ['/etc/containerd/conf.d/*.toml']" in done.stderr
+    assert ends_with(done.stderr, "imports = ['/etc/containerd/conf.d/*.toml']")
     assert not (tmp_path / "root" / DROP_IN).exists()
     assert systemctl_calls(tmp_path) == []
 
@@ -306,11 +378,12 @@ def test_containerd_1_7_is_never_configured(tmp_path):
     done = machine(tmp_path, DUMP_1_7, configure=True)
 
     assert done.returncode == 1
-    assert "does not change containerd 1.x" in done.stderr
+    assert "management.configureContainerd cannot: a file it imports replaces its whole CRI section" in done.stderr
     assert not (tmp_path / "root" / DROP_IN).exists() and systemctl_calls(tmp_path) == []
 
 
 def test_a_foreign_file_at_the_drop_ins_path_is_refused(tmp_path):
+    with_main(tmp_path, "version = 3\n")
     foreign = tmp_path / "root" / DROP_IN
     foreign.parent.mkdir(parents=True)
     foreign.write_text("version = 3\n")
@@ -319,7 +392,7 @@ def test_a_foreign_file_at_the_drop_ins_path_is_refused(tmp_path):
     done = machine(tmp_path, DUMP_2, configure=True, imports_conf_d=False)
 
     assert done.returncode == 1
-    assert "was not written by gpu-tenancy" in done.stderr
+    assert "was not written by gpu-tenancy" in done.stderr and ends_with(done.stderr, *V3_FIX)
     assert foreign.read_text() == "version = 3\n"
 
 

@@ -88,19 +88,28 @@ flat_value() {  # <flat text> <table.key>
 }
 
 # Whether containerd, configured as the dump says, reads /etc/containerd/certs.d for CRI pulls: sets reason (empty
-# when it does, else why not), and fix_line and fix_table to the line that makes it and the table it goes under.
+# when it does, else why not), fix_line and fix_table to the line that makes it and the table it goes under,
+# unfixable to why a drop-in cannot help ("" when it can), and config_version.
 check_certs_d() {  # <dump>
-  local flat version images path local_pull=0 entry
-  reason="" fix_table="" fix_line=""
+  local flat reg path shown default="" local_pull=0 entry
   local -a entries
+  reason="" unfixable=""
   flat="$(toml_flat "$1")"
-  version="$(flat_value "$flat" version)"
-  if [[ "$version" == 3 ]]; then
-    # containerd 2.x (it always prints config version 3).
-    images="plugins.io.containerd.cri.v1.images"
+  config_version="$(flat_value "$flat" version)"
+  if [[ "$config_version" == 2 ]]; then
+    # containerd 1.x: the CRI plugin always pulls locally.
+    reg="plugins.io.containerd.grpc.v1.cri.registry"
+    fix_table='[plugins."io.containerd.grpc.v1.cri".registry]'
+    fix_line='config_path = "/etc/containerd/certs.d"'
+    local_pull=1
+    unfixable="a file it imports replaces its whole CRI section"
+  elif [[ "$config_version" == 3 || "$config_version" == 4 ]]; then
+    # containerd 2.0-2.2 print config version 3, 2.3 prints 4 (version/version.go ConfigVersion); 4 moved only
+    # server settings into plugins (v2.3.0 cmd/containerd/server/config/config.go serviceMigrate).
+    local images="plugins.io.containerd.cri.v1.images"
+    reg="$images.registry"
     fix_table="[plugins.'io.containerd.cri.v1.images'.registry]"
     fix_line="config_path = '/etc/containerd/certs.d'"
-    path="$(flat_value "$flat" "$images.registry.config_path")"
     # The CRI plugin pulls through the transfer service unless told to pull locally, or an option only the local
     # pull has is set (containerd v2.1+ internal/cri/config/config.go CheckLocalImagePullConfigs); 2.0 has no
     # use_local_image_pull and always pulls locally.
@@ -112,25 +121,25 @@ check_certs_d() {  # <dump>
         || "$(flat_value "$flat" "$images.max_concurrent_downloads")" != 3 ]]; then
       local_pull=1
     fi
-  elif [[ "$version" == 2 ]]; then
-    # containerd 1.x: the CRI plugin always pulls locally.
-    fix_table='[plugins."io.containerd.grpc.v1.cri".registry]'
-    fix_line='config_path = "/etc/containerd/certs.d"'
-    path="$(flat_value "$flat" "plugins.io.containerd.grpc.v1.cri.registry.config_path")"
-    local_pull=1
+    # 2.3 reads an empty config_path, without mirrors, as this list (v2.3.0 plugins/cri/images/plugin.go).
+    [[ "$config_version" == 4 ]] && default="/etc/containerd/certs.d:/etc/docker/certs.d"
   else
-    fix_table="" fix_line=""
-    reason="'containerd config dump' shows config version '$version', neither 2 (containerd 1.x) nor 3 (2.x)"
+    reason="'containerd config dump' shows config version '$config_version'; this script knows 2 (containerd 1.x)"
+    reason+=" to 4 (2.3), and a newer version may move the CRI settings it checks, as 3 did"
+    fix_table="" fix_line="management.registryMirrors"
+    unfixable="it does not know this config version"
     return 0
   fi
-  reason=""
+  path="$(flat_value "$flat" "$reg.config_path")"
+  shown="'$path'"
+  [[ -z "$path" && -n "$default" ]] && path="$default" shown="'' (containerd 2.3 reads that as '$default')"
   if ((local_pull)); then
     # The local pull splits config_path into directories (image_pull.go registryHosts, filepath.SplitList).
     IFS=: read -r -a entries <<<"$path"
     for entry in "${entries[@]}"; do
       [[ "$entry" == /etc/containerd/certs.d || "$entry" == /etc/containerd/certs.d/ ]] && return 0
     done
-    reason="its config_path is '$path', which does not name /etc/containerd/certs.d"
+    reason="its config_path is $shown, which does not name /etc/containerd/certs.d"
   elif [[ "$path" == /etc/containerd/certs.d || "$path" == /etc/containerd/certs.d/ ]]; then
     return 0
   elif [[ -z "$path" ]]; then
@@ -139,7 +148,7 @@ check_certs_d() {  # <dump>
     # The transfer service takes config_path as ONE directory (image_pull.go registry.WithHostDir; containerd
     # issues 12415 and 12636): a list such as 2.2's default finds no hosts.toml at all.
     reason="it pulls through the transfer service, which reads config_path as one directory, and config_path is"
-    reason+=" '$path'"
+    reason+=" $shown"
   fi
 }
 
@@ -158,30 +167,44 @@ dump_config() {
   printf '%s' "$out"
 }
 
+# The refusal: why, what to do (the arguments, ending in a colon), then the exact lines to change.
+refuse() {
+  printf 'gpu-tenancy: node %s: containerd does not read /etc/containerd/certs.d for image pulls, so image\n' "$node" >&2
+  printf 'mirrors would be ignored: %s.\n%s\n' "$reason" "$*" >&2
+  [[ -z "$fix_table" ]] || printf '    %s\n' "$fix_table" >&2
+  printf '    %s\n' "$fix_line" >&2
+  exit 1
+}
+
 if [[ "${NODE_KIND:-container}" == machine && -n "${REGISTRY_MIRRORS//[[:space:]]/}" ]]; then
   command -v containerd >/dev/null 2>&1 || fail "containerd is not installed"
   dump="$(dump_config)" || exit 1
   check_certs_d "$dump"
-  containerd_2=0
-  [[ "$fix_table" == "[plugins.'io.containerd.cri.v1.images'"* ]] && containerd_2=1
-  # containerd 2.x prints version 3 whatever config.toml says; a version 2 file names the section the 1.x way.
-  main_version=3
-  if [[ -f "$config_toml" ]]; then
-    main_version="$(flat_value "$(toml_flat "$(<"$config_toml")")" version)"
-  fi
-  if ((containerd_2)) && [[ "$main_version" == 2 ]]; then
+  # containerd 2.x prints its own config version whatever config.toml says; a version 2 file names the section the
+  # 1.x way.
+  main_version=""
+  [[ -f "$config_toml" ]] && main_version="$(flat_value "$(toml_flat "$(<"$config_toml")")" version)"
+  if [[ "$fix_table" == "[plugins.'io.containerd.cri.v1.images'"* && "$main_version" == 2 ]]; then
     fix_table='[plugins."io.containerd.grpc.v1.cri".registry]'
     fix_line='config_path = "/etc/containerd/certs.d"'
   fi
-  if [[ -n "$reason" && "${CONFIGURE_CONTAINERD:-}" == true ]] && ((containerd_2)); then
+  apply="Make this change to $config_toml, restart containerd and run pulumi up again"
+  if [[ -n "$reason" && "${CONFIGURE_CONTAINERD:-}" == true && -z "$unfixable" ]]; then
     # containerd 2.x merges an imported file into the CRI plugin's settings key by key (v2.x
     # cmd/containerd/server/config/config_test.go TestMergingPluginsWithTwoCriDropInConfigs); 1.7 replaces the whole
-    # plugin section (services/server/config/config.go mergeConfig), so 1.x is never configured this way. The file
-    # must have the main file's config version: a merged version decides which migrations run.
-    [[ "$main_version" == 2 || "$main_version" == 3 ]] \
-      || fail "containerd does not read /etc/containerd/certs.d ($reason), and $config_toml has config version" \
-        "'$main_version', not 2 or 3: set $fix_line under $fix_table in it yourself, restart containerd and run" \
-        "pulumi up again"
+    # plugin section (services/server/config/config.go mergeConfig), so 1.x is never configured this way.
+    # containerd reads imports only from an existing config.toml (v2.3.0 cmd/containerd/command/main.go), and
+    # refuses an import of a newer config version than it (cmd/containerd/server/config/config.go
+    # LoadConfigWithPlugins): the drop-in has the main file's version, which containerd migrates like the file.
+    if [[ ! -f "$config_toml" ]]; then
+      fix_table="version = $config_version"$'\n'"    $fix_table"
+      refuse "There is no $config_toml, and without it containerd imports no drop-in. Create it with these lines," \
+        "restart containerd and run pulumi up again:"
+    fi
+    if [[ ! "$main_version" =~ ^[0-9]+$ ]] || ((main_version < 2 || main_version > config_version)); then
+      refuse "$config_toml has config version '$main_version', not 2 to $config_version, so no drop-in of" \
+        "gpu-tenancy can go with it. $apply:"
+    fi
     if ((main_version == 2)); then
       section='[plugins."io.containerd.grpc.v1.cri".registry]'$'\n''  config_path = "/etc/containerd/certs.d"'
     else
@@ -189,37 +212,32 @@ if [[ "${NODE_KIND:-container}" == machine && -n "${REGISTRY_MIRRORS//[[:space:]
     fi
     content="$(printf '%s\nversion = %s\n\n%s\n' "$drop_in_marker" "$main_version" "$section")"
     [[ ! -e "$drop_in" || "$(head -n 1 "$drop_in")" == "$drop_in_marker" ]] \
-      || fail "$drop_in exists and was not written by gpu-tenancy; remove it or set $fix_line under $fix_table"
+      || refuse "$drop_in exists and was not written by gpu-tenancy. Remove it, or $apply:"
     mkdir -p "${drop_in%/*}"
     printf '%s\n' "$content" >"$drop_in"
     chmod 644 "$drop_in"
     # What containerd will load with the file in place: the dump reads the same files containerd does.
-    dump="$(dump_config)" || exit 1
+    dump="$(dump_config)" || { rm -f "$drop_in"; exit 1; }
     check_certs_d "$dump"
     if [[ -n "$reason" ]]; then
       rm -f "$drop_in"
-      fail "containerd still would not read /etc/containerd/certs.d with $drop_in ($reason): $config_toml does" \
-        "not import /etc/containerd/conf.d/*.toml. Add the line imports = ['/etc/containerd/conf.d/*.toml'] at its" \
-        "top, or set $fix_line under $fix_table there; restart containerd and run pulumi up again"
+      reason="not even with $drop_in ($reason)"
+      fix_table="" fix_line="imports = ['/etc/containerd/conf.d/*.toml']"
+      refuse "$config_toml does not import /etc/containerd/conf.d/*.toml. Add this line at its top, restart" \
+        "containerd and run pulumi up again:"
     fi
     systemctl restart containerd || fail "cannot restart containerd after writing $drop_in"
     wait_for_containerd
     printf 'node %s: %s makes containerd read /etc/containerd/certs.d; containerd restarted\n' "$node" "$drop_in"
+  elif [[ -n "$reason" && -z "$fix_table" ]]; then
+    refuse "Drop this setting, or use a gpu-tenancy release that knows config version $config_version:"
   elif [[ -n "$reason" ]]; then
-    printf 'gpu-tenancy: node %s: containerd does not read /etc/containerd/certs.d for image pulls, so image mirrors\n' \
-      "$node" >&2
-    printf 'would be ignored: %s.\n' "$reason" >&2
-    if [[ -n "$fix_line" ]]; then
-      printf 'Set\n    %s\nunder\n    %s\nin /etc/containerd/config.toml, restart containerd and run pulumi up again' \
-        "$fix_line" "$fix_table" >&2
-      if ((containerd_2)); then
-        printf ' (or let\ngpu-tenancy do it: management.configureContainerd: true)' >&2
-      elif [[ "${CONFIGURE_CONTAINERD:-}" == true ]]; then
-        printf ' (management.configureContainerd\ndoes not change containerd 1.x: a file it imports replaces its whole CRI section)' >&2
-      fi
-      printf '; or drop management.registryMirrors\n' >&2
+    if [[ -z "$unfixable" ]]; then
+      apply+=" (or let gpu-tenancy do it: management.configureContainerd: true)"
+    elif [[ "${CONFIGURE_CONTAINERD:-}" == true ]]; then
+      apply+=" (management.configureContainerd cannot: $unfixable)"
     fi
-    exit 1
+    refuse "$apply, or drop management.registryMirrors:"
   fi
 fi
 
