@@ -294,6 +294,49 @@ def test_containerd_2_with_certs_d_single_quoted_gets_the_files(tmp_path, dump):
     assert systemctl_calls(tmp_path) == []
 
 
+def with_registry_table(dump: str, table: str, body: str) -> str:
+    """`dump` with one entry under its CRI registry's `table`, as `config dump` prints it."""
+    v2 = '      [plugins."io.containerd.grpc.v1.cri".registry.mirrors]\n'
+    if v2 in dump:
+        return dump.replace(v2, f'{v2}        [plugins."io.containerd.grpc.v1.cri".registry.{table}."docker.io"]\n'
+                                f'          {body}\n')
+    return dump.replace(V3_REGISTRY, f"{V3_REGISTRY}\n      [plugins.'io.containerd.cri.v1.images'.registry.{table}]\n"
+                                     f"        [plugins.'io.containerd.cri.v1.images'.registry.{table}.'docker.io']\n"
+                                     f"          {body}\n")
+
+
+@pytest.mark.parametrize("dump", [DUMP_1_7, DUMP_2, DUMP_2_3], ids=["1.7", "2.x", "2.3"])
+def test_registry_mirrors_in_config_toml_are_refused_and_never_configured(tmp_path, dump):
+    # containerd refuses config_path next to registry.mirrors (v2.3.4 internal/cri/config/config.go
+    # ValidateImageConfig; 1.7 pkg/cri/config/config.go), so a drop-in would stop its CRI image service.
+    with_main(tmp_path, "version = 3\nimports = ['/etc/containerd/conf.d/*.toml']\n")
+    quote = "'" if "'io.containerd" in dump else '"'
+    done = machine(tmp_path, with_registry_table(dump, "mirrors", f"endpoint = [{quote}https://m.corp{quote}]"),
+                   configure=True)
+
+    assert done.returncode == 1
+    assert "its CRI registry has mirrors of its own (registry.mirrors), and containerd refuses config_path" \
+        in done.stderr
+    assert ("Move each into /etc/containerd/certs.d/<registry>/hosts.toml and delete the registry.mirrors tables. Then"
+            " make this change") in done.stderr
+    assert ends_with(done.stderr, "config_path = '/etc/containerd/certs.d'" if quote == "'"
+                     else 'config_path = "/etc/containerd/certs.d"')
+    assert not (tmp_path / "root" / DROP_IN).exists() and systemctl_calls(tmp_path) == []
+
+
+@pytest.mark.parametrize("table", ["configs", "auths"])
+def test_registry_configs_or_auths_make_containerd_2_pull_locally(tmp_path, table):
+    # v2.3.4 internal/cri/config/config.go CheckLocalImagePullConfigs: either falls back to the local pull, which
+    # reads a list, so 2.3's default one names certs.d and 2.x's empty one does not.
+    body = "username = 'u'"
+    (tmp_path / "2.3").mkdir(), (tmp_path / "2.x").mkdir()
+    assert machine(tmp_path / "2.3", with_registry_table(DUMP_2_3, table, body)).returncode == 0
+    done = machine(tmp_path / "2.x", with_registry_table(DUMP_2, table, body))
+
+    assert done.returncode == 1
+    assert "its config_path is '', which does not name /etc/containerd/certs.d" in done.stderr
+
+
 def test_a_config_version_newer_than_2_3s_is_refused_and_never_configured(tmp_path):
     # A future version may move the CRI settings, as 3 did (v2.3.0 cmd/containerd/server/config/config.go).
     with_main(tmp_path, "version = 5\nimports = ['/etc/containerd/conf.d/*.toml']\n")

@@ -89,11 +89,11 @@ flat_value() {  # <flat text> <table.key>
 
 # Whether containerd, configured as the dump says, reads /etc/containerd/certs.d for CRI pulls: sets reason (empty
 # when it does, else why not), fix_line and fix_table to the line that makes it and the table it goes under,
-# unfixable to why a drop-in cannot help ("" when it can), and config_version.
+# fix_first to what must come first, unfixable to why a drop-in cannot help ("" when it can), and config_version.
 check_certs_d() {  # <dump>
   local flat reg path shown default="" local_pull=0 entry
   local -a entries
-  reason="" unfixable=""
+  reason="" fix_first="" unfixable=""
   flat="$(toml_flat "$1")"
   config_version="$(flat_value "$flat" version)"
   if [[ "$config_version" == 2 ]]; then
@@ -114,6 +114,7 @@ check_certs_d() {  # <dump>
     # pull has is set (containerd v2.1+ internal/cri/config/config.go CheckLocalImagePullConfigs); 2.0 has no
     # use_local_image_pull and always pulls locally.
     if ! grep -q "^$images\.use_local_image_pull=" <<<"$flat" \
+      || grep -Eq "^$reg\.(mirrors|configs|auths)\." <<<"$flat" \
       || [[ "$(flat_value "$flat" "$images.use_local_image_pull")" == true \
         || "$(flat_value "$flat" "$images.discard_unpacked_layers")" == true \
         || "$(flat_value "$flat" "$images.image_pull_with_sync_fs")" == true \
@@ -131,6 +132,15 @@ check_certs_d() {  # <dump>
     return 0
   fi
   path="$(flat_value "$flat" "$reg.config_path")"
+  if grep -q "^$reg\.mirrors\." <<<"$flat"; then
+    # internal/cri/config/config.go ValidateImageConfig (v2.3.0; 1.7 pkg/cri/config): the CRI image service
+    # fails to start with both set.
+    reason="its CRI registry has mirrors of its own (registry.mirrors), and containerd refuses config_path next to"
+    reason+=" them"
+    fix_first="Move each into /etc/containerd/certs.d/<registry>/hosts.toml and delete the registry.mirrors tables"
+    unfixable="it does not move registry.mirrors"
+    return 0
+  fi
   shown="'$path'"
   [[ -z "$path" && -n "$default" ]] && path="$default" shown="'' (containerd 2.3 reads that as '$default')"
   if ((local_pull)); then
@@ -189,6 +199,7 @@ if [[ "${NODE_KIND:-container}" == machine && -n "${REGISTRY_MIRRORS//[[:space:]
     fix_line='config_path = "/etc/containerd/certs.d"'
   fi
   apply="Make this change to $config_toml, restart containerd and run pulumi up again"
+  [[ -z "$fix_first" ]] || apply="$fix_first. Then m${apply#M}"
   if [[ -n "$reason" && "${CONFIGURE_CONTAINERD:-}" == true && -z "$unfixable" ]]; then
     # containerd 2.x merges an imported file into the CRI plugin's settings key by key (v2.x
     # cmd/containerd/server/config/config_test.go TestMergingPluginsWithTwoCriDropInConfigs); 1.7 replaces the whole
