@@ -199,6 +199,17 @@ rec nvidia-container-runtime "$@"
     # by default); IP_ROUTE_ERROR makes it fail with that message, as iproute2 does without a route.
     "ip": r"""
 rec ip "$@"
+# The kernel's links, one name a line in $CALLS/links; its routes, "<family> <route>" lines in $CALLS/routes.
+case "$*" in
+  "link show dev "*) grep -qx -- "$4" "$CALLS/links" 2>/dev/null || { echo "Device \"$4\" does not exist." >&2; exit 1; }
+    echo "42: $4: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1450"; exit 0 ;;
+  "link delete dev "*) grep -vx -- "$4" "$CALLS/links" >"$CALLS/links.new" || true; mv "$CALLS/links.new" "$CALLS/links"
+    # The kernel drops the routes through a deleted device with it.
+    grep -v -- " dev $4 " "$CALLS/routes" >"$CALLS/routes.new" || true; mv "$CALLS/routes.new" "$CALLS/routes"; exit 0 ;;
+  "-4 route show proto 80" | "-6 route show proto 80") grep -- "^$1 .* proto 80" "$CALLS/routes" 2>/dev/null | sed 's/^-[46] //'; exit 0 ;;
+  "-4 route flush proto 80" | "-6 route flush proto 80") grep -v -- "^$1 .* proto 80" "$CALLS/routes" >"$CALLS/routes.new" || true
+    mv "$CALLS/routes.new" "$CALLS/routes"; exit 0 ;;
+esac
 [[ "$1 $2 $3" == "-o route get" && $# == 4 ]] || { echo "stub ip: unexpected $*" >&2; exit 2; }
 [[ -n "${IP_ROUTE_ERROR:-}" ]] && { echo "$IP_ROUTE_ERROR" >&2; exit 2; }
 printf '%s\n' "${IP_ROUTE:-$4 dev eth0 src 172.18.0.5 uid 0 \\    cache }"
@@ -1301,6 +1312,13 @@ CALICO_FILES = ("etc/cni/net.d/10-calico.conflist", "etc/cni/net.d/calico-kubeco
                 "opt/cni/bin/calico-ipam", "var/lib/calico/nodename", "var/run/calico/cni/lock")
 
 
+# Felix's routes on a worker (projectcalico/calico v3.32.1 felix/dataplane/linux/route_mgr.go blackholeRoutes: its own
+# IPAM block as a blackhole of protocol 80, dataplanedefs.DefaultRouteProto); the others are the server's own.
+ROUTES_BEFORE = ("-4 default via 172.18.0.1 dev eth0 proto dhcp\n-4 blackhole 10.128.12.64/26 proto 80\n"
+                 "-4 10.128.40.0/26 via 10.128.40.0 dev vxlan.calico onlink\n-6 blackhole fd00:10:128::/122 proto 80\n")
+ROUTES_AFTER = "-4 default via 172.18.0.1 dev eth0 proto dhcp\n"
+
+
 def _tenant_ran_on(node: Node) -> None:
     for path in (*CALICO_FILES, "opt/cni/bin/bridge", "opt/cni/bin/loopback", "etc/cni/net.d/99-site.conf"):
         node.file(path).parent.mkdir(parents=True, exist_ok=True)
@@ -1308,6 +1326,8 @@ def _tenant_ran_on(node: Node) -> None:
     (node.calls_dir / "iptables.rules").write_text(RULES_BEFORE)
     (node.calls_dir / "ip6tables.rules").write_text(RULES_BEFORE)
     (node.calls_dir / "ipsets").write_text("cali40masq-ipam-pools\ncali60all-hosts-net\ndocker-allowed\n")
+    (node.calls_dir / "links").write_text("lo\neth0\nvxlan.calico\nvxlan-v6.calico\n")
+    (node.calls_dir / "routes").write_text(ROUTES_BEFORE)
 
 
 def test_a_machine_that_leaves_is_as_clean_as_before_its_join(node):
@@ -1334,6 +1354,10 @@ def test_a_machine_that_leaves_is_as_clean_as_before_its_join(node):
     assert (node.calls_dir / "ip6tables.rules").read_text() == RULES_AFTER
     assert (node.calls_dir / "ipsets").read_text() == "docker-allowed\n"
     assert node.calls("ipset")[1:] == [["destroy", "cali40masq-ipam-pools"], ["destroy", "cali60all-hosts-net"]]
+    # Felix's VXLAN devices go (and the routes through them with them, in the kernel), and its protocol-80 routes.
+    assert (node.calls_dir / "links").read_text() == "lo\neth0\n"
+    assert (node.calls_dir / "routes").read_text() == ROUTES_AFTER
+    assert "device vxlan.calico;" in done.stdout and "protocol 80" in done.stdout
     assert "removed: /etc/cni/net.d/10-calico.conflist;" in done.stdout
     # Every file the join and the tenant added is gone, and only those.
     left = {str(p.relative_to(node.root)) for p in node.root.rglob("*") if p.is_file()}
@@ -1352,6 +1376,9 @@ def test_a_second_leave_of_a_clean_machine_changes_nothing(node):
     assert done.returncode == 0, done.stderr
     assert "nothing of the tenant left to remove" in done.stdout
     assert node.calls("iptables-restore") == [] and node.calls("kubeadm") == [["reset", "-f"]]
+    assert [call for call in node.calls("ip") if "delete" in call or "flush" in call] == [
+        ["link", "delete", "dev", "vxlan.calico"], ["link", "delete", "dev", "vxlan-v6.calico"],
+        ["-4", "route", "flush", "proto", "80"], ["-6", "route", "flush", "proto", "80"]]
 
 
 def test_a_leave_cut_short_after_the_reset_cleans_up_on_the_next_run(node):
@@ -1384,7 +1411,7 @@ def test_a_container_leave_only_resets(node):
     done = node.run_leave(ns.NODE_KIND_CONTAINER)
 
     assert done.returncode == 0, done.stderr
-    assert node.calls("iptables-save") == [] and node.calls("ipset") == []
+    assert node.calls("iptables-save") == [] and node.calls("ipset") == [] and node.calls("ip") == []
     assert node.file("etc/cni/net.d/10-calico.conflist").exists()
 
 

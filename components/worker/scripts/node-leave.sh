@@ -8,7 +8,8 @@
 # (kubernetes cmd/kubeadm/app/cmd/phases/reset/cleanupnode.go, runCleanupNode/resetConfigDir), and its output
 # says it does not clean the CNI configuration or iptables rules. So: Calico's CNI files and state, the `cali-`
 # (Calico) and `KUBE-` (kube-proxy, iptables mode) chains and Calico's ipsets, and the two files node-join.sh
-# persisted -- only those that carry its marker. A container is deleted with everything in it instead.
+# persisted -- only those that carry its marker --, and felix's VXLAN devices and routes. A container is deleted
+# with everything in it instead.
 #
 # Environment (names in components/shell.py):
 #   NODE_NAME              Kubernetes Node name (for messages)
@@ -115,6 +116,24 @@ if command -v ipset >/dev/null 2>&1; then
     out="$(ipset destroy "$set" 2>&1)" || fail "cannot destroy Calico's ipset $set: $out"
     removed+=("ipset $set")
   done <<<"$sets"
+fi
+
+# Felix's VXLAN devices, which take the routes through them along, and its routes of protocol 80: the blackhole of
+# this node's IPAM block (projectcalico/calico v3.32.1 felix/dataplane/linux/dataplanedefs/dataplane_defs.go
+# VXLANIfaceNameV4/V6 and DefaultRouteProto, route_mgr.go calculateRouteProtocol; the tenants leave felix's
+# deviceRouteProtocol at its default). kubeadm reset touches no link and no route.
+if command -v ip >/dev/null 2>&1; then
+  for device in vxlan.calico vxlan-v6.calico; do
+    ip link show dev "$device" >/dev/null 2>&1 || continue
+    out="$(ip link delete dev "$device" 2>&1)" || fail "cannot delete Calico's device $device: $out"
+    removed+=("device $device")
+  done
+  for family in -4 -6; do
+    [[ -n "$(ip "$family" route show proto 80 2>/dev/null)" ]] || continue
+    out="$(ip "$family" route flush proto 80 2>&1)" \
+      || fail "cannot remove Calico's routes (ip $family route flush proto 80: $out)"
+    removed+=("the ip $family routes of protocol 80 (Calico's)")
+  done
 fi
 
 # The files node-join.sh persisted, recognised by their first line; the running kernel keeps the settings until
