@@ -1128,6 +1128,30 @@ def test_in_nvidia_mode_a_containerd_without_dump_is_refused(node):
     assert "containerd's nvidia runtime cannot be checked" in done.stderr
 
 
+def test_a_joined_gpu_server_is_checked_again_and_may_run_hamis_own_plugin(node):
+    node.mark_joined()
+    plugin = node.root / "proc/4242"
+    plugin.mkdir(parents=True)
+    (plugin / "comm").write_text("nvidia-device-p\n")  # HAMi's device plugin is nvidia-device-plugin too
+
+    done = node.run_join(ns.NODE_KIND_MACHINE, **nvidia_env(containerd_dump(node)))
+
+    assert done.returncode == 0, done.stderr
+    assert f"worker {NODE} already joined" in done.stdout
+    assert node.calls("nvidia-smi") != [] and node.calls("kubeadm") == []
+
+
+def test_a_joined_gpu_server_without_a_configured_card_is_refused(node):
+    node.mark_joined()
+
+    done = node.run_join(ns.NODE_KIND_MACHINE, NVIDIA_SMI_OUTPUT="550.54.15, GPU-bbbb",
+                         **nvidia_env(containerd_dump(node)))
+
+    assert done.returncode == 1
+    assert "this server has no card GPU-aaaa" in done.stderr
+    assert node.calls("kubeadm") == [] and node.joined()
+
+
 def test_without_gpu_mode_nothing_nvidia_is_checked(node):
     node.remove_tool("nvidia-smi")
 

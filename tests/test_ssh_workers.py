@@ -12,7 +12,7 @@ from components import shell as ns
 from components.host_operations import NodeMembershipProvider
 from components.worker.access import node_stdin, ssh_command
 from config import ConfigError, load_stack_config
-from tests.support.lifecycle_support import kept_after_destroy
+from tests.support.lifecycle_support import kept_after_destroy, running_adopt_lab
 from tests.support.mockrun import reference_stack
 from tests.support.sim import hostapi
 from tests.support.sim.state import plain
@@ -217,3 +217,21 @@ def test_moving_removing_and_destroying_ssh_workers_resets_every_machine(recorde
 
     assert machines[new_host].kubelet_conf is None
     assert sim.world.leftovers() == kept_after_destroy(sim) and sim.resources() == []
+
+
+def test_a_joined_gpu_server_is_checked_again_when_its_cards_change():
+    """A changed `gpus` re-runs the join (its stdin changes; pulumi-command runs `create` again without an `update`):
+    a server already joined is checked for HAMi's device plugin too, not passed as "nothing to do"."""
+    sim = running_adopt_lab(one_tenant=True, races=False)
+    tenant = sim.config["tenants"][0]
+    worker = next(w for w in tenant["workers"] if w.get("gpus"))
+    machine = sim.world.machines[f"{tenant['name']}-{worker['name']}"]
+    assert machine.kubelet_conf is not None
+    # A card swapped in the configuration, and the server lost its container toolkit.
+    worker["gpus"][0] = {**worker["gpus"][0], "uuid": "GPU-5f3c2a10-0009"}
+    machine.nvidia_missing = {"toolkit"}
+
+    plan = sim.up(expect_error=True)
+
+    assert "this worker lists gpus, so it gets gpu=on and HAMi's device plugin" in (plan.error or ""), plan.render()
+    assert "toolkit; this server has no card GPU-5f3c2a10-0009" in plan.error

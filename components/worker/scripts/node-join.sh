@@ -128,6 +128,7 @@ for knob in "$join_pause" "$runtime_pause" "$endpoint_pause"; do
   [[ "$knob" =~ ^[0-9]+(\.[0-9]+)?$ ]] || fail "pauses must be numbers of seconds, got '$knob'"
 done
 
+joined=""
 # Already joined -- but to THIS tenant? Same API server URL (exactly, not a prefix) and same CA;
 # a machine still joined to another cluster, or to a replaced control plane, must not pass as done.
 if [[ -f "$kubelet_conf" ]]; then
@@ -145,9 +146,12 @@ if [[ -f "$kubelet_conf" ]]; then
     fail "this machine is already joined to another cluster at https://$endpoint: $node_ca is not the" \
       "tenant's CA (a replaced control plane at the same address?). $fix"
   fi
-  printf 'worker %s already joined to the tenant at %s (%s exists); nothing to do\n' "$node" "$endpoint" \
-    "$kubelet_conf"
-  exit 0
+  joined="worker $node already joined to the tenant at $endpoint ($kubelet_conf exists); nothing to do"
+  # A GPU server is checked again below, read-only: a change of its cards or of gpuMode re-runs this script.
+  if [[ "$gpu_mode" != nvidia ]]; then
+    printf '%s\n' "$joined"
+    exit 0
+  fi
 fi
 
 # What a real machine must bring (a kindest/node container has all of it). Nothing on the node talks to
@@ -268,8 +272,9 @@ if [[ "$gpu_mode" == nvidia ]]; then
     fi
   fi
   # The kernel truncates a command name to 15 characters (TASK_COMM_LEN): nvidia-device-plugin is nvidia-device-p.
-  # Nothing of this tenant runs here yet (an already joined node stopped above), so any such process is another's.
+  # Nothing of this tenant runs here yet, so any such process is another's; a joined server may run HAMi's own.
   for comm in "$root"/proc/[0-9]*/comm; do
+    [[ -z "$joined" ]] || break
     [[ -r "$comm" && "$(<"$comm")" == nvidia-device-p ]] || continue
     pid="${comm%/comm}"
     problem "another NVIDIA device plugin runs here (process ${pid##*/}); HAMi's replaces it. Stop it (NVIDIA's" \
@@ -283,6 +288,10 @@ if [[ "$gpu_mode" == nvidia ]]; then
     done
     fail "fix the above and run pulumi up again"
   fi
+fi
+if [[ -n "$joined" ]]; then
+  printf '%s\n' "$joined"
+  exit 0
 fi
 
 work="$(mktemp -d)"

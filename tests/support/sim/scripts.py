@@ -207,6 +207,8 @@ def _join(world: World, machine: Machine, env: dict[str, str]) -> str:
     node, endpoint = env["NODE_NAME"], env["TENANT_ENDPOINT"]
     if machine.kubelet_conf is not None:
         if machine.kubelet_conf == f"https://{endpoint}" and machine.kubelet_ca_hash == env["CA_CERT_HASH"]:
+            if env.get("GPU_MODE") == "nvidia":
+                _check_gpu_server(machine, env, joined=True)
             return f"worker {node} already joined"
         raise CommandFailedError(f"gpu-tenancy: worker {node}: this machine is already joined to another cluster "
                                  f"({machine.kubelet_conf})")
@@ -273,10 +275,11 @@ def _route_to_endpoint(world: World, machine: Machine, node: str, endpoint: str)
     return source
 
 
-def _check_gpu_server(machine: Machine, env: dict[str, str]) -> None:
+def _check_gpu_server(machine: Machine, env: dict[str, str], *, joined: bool = False) -> None:
     """node-join.sh's checks of a GPU server for HAMi's device plugin (tests/test_node_scripts.py runs the real
-    ones): every problem at once, before the join."""
-    missing = set(machine.nvidia_missing)
+    ones): every problem at once, before the join and on every run on a joined server, which may run HAMi's own
+    plugin (so no other plugin is looked for there)."""
+    missing = set(machine.nvidia_missing) - ({"other device plugin"} if joined else set())
     if env.get("NVIDIA_RUNTIME_CLASS"):
         missing.discard("nvidia default runtime")
     problems = sorted(missing)
