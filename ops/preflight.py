@@ -559,6 +559,28 @@ def check_inotify(probes: Probes) -> list[CheckResult]:
     return results
 
 
+CGROUP_V2 = "cgroup v2 on the Docker host"
+DOCKER_CGROUP = ["docker", "info", "--format", "{{.CgroupVersion}}"]
+
+
+def check_cgroup_v2(probes: Probes) -> CheckResult:
+    """Kubelets from v1.35 exit on cgroup v1 (KubeletConfiguration failCgroupV1 defaults to true: kubernetes
+    pkg/kubelet/apis/config/v1beta1/defaults.go), and kind's node and the worker containers use the host's cgroups."""
+    code, stdout, stderr = probes.run(DOCKER_CGROUP)
+    version = _first_line(stdout) if code == 0 else ""
+    if version == "2":
+        return CheckResult(CGROUP_V2, True, "cgroup v2")
+    said = f"cgroup v{version}" if version else f"`docker info` gave no cgroup version: {_said(stdout, stderr)}"
+    return CheckResult(
+        CGROUP_V2, False,
+        f"{said}: kubelets from v1.35 refuse to start on cgroup v1 (failCgroupV1 defaults to true), so the kind "
+        "node and every worker would never become Ready",
+        "boot the host with cgroup v2: add systemd.unified_cgroup_hierarchy=1 to the kernel command line (sudo "
+        "grubby --update-kernel=ALL --args=systemd.unified_cgroup_hierarchy=1, or GRUB_CMDLINE_LINUX in "
+        "/etc/default/grub and sudo update-grub) and reboot",
+    )
+
+
 def run_checks(
     probes: Probes = HOST,
     local_lab: bool = True,
@@ -591,7 +613,8 @@ def run_checks(
     else:
         # Each asks the daemon, or is about the daemon kind and Pulumi will use.
         results += [skipped(name, "the Docker daemon") for name in NEEDS_THE_DAEMON]
-    return [*results, check_kind(probes), pulumi_cli, *check_inotify(probes)]
+    cgroup = check_cgroup_v2(probes) if daemon.ok else skipped(CGROUP_V2, "the Docker daemon")
+    return [*results, check_kind(probes), pulumi_cli, *check_inotify(probes), cgroup]
 
 
 # --- the stack file -----------------------------------------------------------------------------------------------

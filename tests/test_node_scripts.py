@@ -362,6 +362,9 @@ def node(tmp_path: Path) -> Node:
         found = shutil.which(tool)
         assert found, f"{tool} is needed on the test host"
         (tmp_path / "sysbin" / tool).symlink_to(found)
+    # The unified hierarchy (cgroup v2) at /sys/fs/cgroup.
+    (fake.root / "sys/fs/cgroup").mkdir(parents=True)
+    (fake.root / "sys/fs/cgroup/cgroup.controllers").write_text("cpuset cpu io memory hugetlb pids rdma misc\n")
     # An empty swap table: just the header line, as on a host without swap.
     (fake.root / "proc/swaps").write_text(SWAP_HEADER)
     for name, body in STUBS.items():
@@ -903,6 +906,18 @@ def test_preflight_checks_the_kubelet_version_and_containerds_cgroup_driver(node
     assert done.returncode == 0, done.stderr
     assert node.calls("kubelet") == [["--version"]]
     assert node.calls("containerd") == [["config", "dump"]]
+
+
+@pytest.mark.parametrize("kind", [ns.NODE_KIND_MACHINE, ns.NODE_KIND_CONTAINER])
+def test_a_cgroup_v1_node_is_refused_before_anything_with_the_kernel_argument(node, kind):
+    (node.root / "sys/fs/cgroup/cgroup.controllers").unlink()
+
+    done = node.run_join(kind)
+
+    assert done.returncode == 1
+    assert "runs cgroup v1" in done.stderr and "failCgroupV1" in done.stderr
+    assert "systemd.unified_cgroup_hierarchy=1" in done.stderr
+    assert_nothing_touched(node)
 
 
 def test_kubectl_is_not_needed_on_the_node(node):

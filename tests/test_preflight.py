@@ -35,6 +35,7 @@ HEALTHY_ANSWERS = {
     tuple(KIND_NETWORK): (0, '[{"Subnet":"fc00:f853:ccd:e793::/64"},{"Subnet":"172.18.0.0/16","Gateway":"172.18.0.1"}]\n', ""),
     ("kind", "version"): (0, "kind v0.31.0 go1.25.5 linux/amd64\n", ""),
     ("pulumi", "version"): (0, "v3.272.0\n", ""),
+    tuple(preflight.DOCKER_CGROUP): (0, "2\n", ""),
 }
 NO_SUCH_NETWORK = (1, "", "Error response from daemon: network kind not found\n")
 
@@ -83,7 +84,7 @@ def test_healthy_host_passes(capsys):
         "Linux host", "Python >= 3.10", "Docker daemon answers", "Docker Engine, not Docker Desktop",
         "rootful Docker (not rootless)", "no user-namespace remapping in dockerd",
         "Docker storage the worker kubelets can use", "one Docker daemon for kind and Pulumi", "kind network subnet", "kind >= v0.31.0", "pulumi >= v3.260.0",
-        "fs.inotify.max_user_watches", "fs.inotify.max_user_instances",
+        "fs.inotify.max_user_watches", "fs.inotify.max_user_instances", "cgroup v2 on the Docker host",
     ]
 
 
@@ -142,7 +143,7 @@ def test_every_failure_has_a_fix():
     results = run_checks(probes)
     assert [r.name for r in results if r.ok] == [
         "Linux host", "Docker daemon answers", "rootful Docker (not rootless)", "no user-namespace remapping in dockerd",
-        "Docker storage the worker kubelets can use"]
+        "Docker storage the worker kubelets can use", "cgroup v2 on the Docker host"]
     assert all(r.fix for r in results if not r.ok)
 
 
@@ -241,7 +242,7 @@ def test_missing_docker_cli():
     assert "docs.docker.com/engine/install" in result.fix
     assert not any(argv[0] == "docker" for argv in calls)
     assert results["one Docker daemon for kind and Pulumi"].state == "skip"
-    assert [r.name for r in results.values() if r.state == "skip"] == list(preflight.NEEDS_THE_DAEMON)
+    assert [r.name for r in results.values() if r.state == "skip"] == [*preflight.NEEDS_THE_DAEMON, preflight.CGROUP_V2]
 
 
 # --- Docker Engine, not Docker Desktop -----------------------------------------------------------------------------
@@ -841,3 +842,18 @@ def test_an_adopted_cluster_has_no_node_image_to_check(tmp_path, capsys):
     write_stack(tmp_path, "prod", ADOPT_STACK)
     preflight.main(["--stack", "prod"], fake()[0], root=tmp_path)
     assert KIND_FOR_IMAGE not in capsys.readouterr().out
+
+
+# --- cgroup v2 -----------------------------------------------------------------------------------------------------
+
+def test_a_cgroup_v1_docker_host_is_refused_naming_the_kernel_argument():
+    result = check("cgroup v2 on the Docker host", answers={tuple(preflight.DOCKER_CGROUP): (0, "1\n", "")})
+    assert not result.ok
+    assert "cgroup v1" in result.detail and "failCgroupV1" in result.detail
+    assert "systemd.unified_cgroup_hierarchy=1" in result.fix
+
+
+def test_cgroup_v2_passes_and_an_unanswered_daemon_skips_it():
+    assert check("cgroup v2 on the Docker host").detail == "cgroup v2"
+    answers = {tuple(DOCKER_INFO): (1, "", "Cannot connect to the Docker daemon\n")}
+    assert check("cgroup v2 on the Docker host", answers=answers).state == "skip"

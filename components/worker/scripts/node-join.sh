@@ -154,6 +154,16 @@ if [[ -f "$kubelet_conf" ]]; then
   fi
 fi
 
+# Kubelets from v1.35 exit on cgroup v1 (KubeletConfiguration failCgroupV1 defaults to true: kubernetes
+# pkg/kubelet/apis/config/v1beta1/defaults.go); cgroup.controllers exists only at the root of the unified hierarchy.
+if [[ ! -f "$root/sys/fs/cgroup/cgroup.controllers" ]]; then
+  host="this server"
+  [[ "$node_kind" == machine ]] || host="the Docker host"
+  fail "this node runs cgroup v1 (no /sys/fs/cgroup/cgroup.controllers): kubelets from v1.35 refuse to start there" \
+    "(failCgroupV1 defaults to true). Boot $host with cgroup v2: add systemd.unified_cgroup_hierarchy=1 to its" \
+    "kernel command line and reboot"
+fi
+
 # What a real machine must bring (a kindest/node container has all of it). Nothing on the node talks to
 # the tenant API except kubeadm and the kubelet, so kubectl is not needed.
 install_hint="Install kubeadm, kubelet and kubectl v$tenant_major.$tenant_minor from pkgs.k8s.io"
