@@ -98,6 +98,23 @@ case "$1" in
         sed -n 's/^ *token: "\(.*\)"$/token: \1/p' "$3" >"$etc/bootstrap-kubelet.conf"
         echo 'error execution phase kubelet-start: configmaps "kubelet-config" is forbidden: User "system:bootstrap:abcdef" cannot get resource "configmaps"' >&2
         exit 1 ;;
+      # kubeadm's messages for what another attempt cannot change: cmd/kubeadm/app/preflight/checks.go (Error),
+      # cmd/kubeadm/app/util/apiclient/wait.go (WaitForKubelet), cmd/kubeadm/app/cmd/phases/join/kubelet.go.
+      preflight)
+        echo '[preflight] Running pre-flight checks'
+        printf 'error execution phase preflight: [preflight] Some fatal errors occurred:\n\t[ERROR Port-10250]: Port 10250 is in use\n' >&2
+        exit 1 ;;
+      preflight-rbac)
+        echo 'error execution phase preflight: unable to fetch the kubeadm-config ConfigMap: configmaps "kubeadm-config" is forbidden' >&2
+        exit 1 ;;
+      unhealthy)
+        echo '[kubelet-check] Waiting for a healthy kubelet at http://127.0.0.1:10248/healthz. This can take up to 2m0s'
+        echo '[kubelet-check] The kubelet is not healthy after 2m0.000512s'
+        echo "error execution phase kubelet-start: The HTTP call equal to 'curl -sSL http://127.0.0.1:10248/healthz' returned error: Get \"http://127.0.0.1:10248/healthz\": dial tcp 127.0.0.1:10248: connect: connection refused" >&2
+        exit 1 ;;
+      node-exists)
+        echo 'error execution phase kubelet-start: a Node with name "tenant-a-worker-0" and status "Ready" already exists in the cluster. You must delete the existing Node or change the name of this new joining Node' >&2
+        exit 1 ;;
       echo-token)
         secret="$(sed -n 's/^ *token: "[a-z0-9]*\.\(.*\)"$/\1/p' "$3")"
         echo "error: bootstrap token secret $secret rejected" >&2
@@ -191,6 +208,10 @@ rec nvidia-smi "$@"
 [[ "$*" == "--query-gpu=driver_version,uuid --format=csv,noheader" ]] || { echo "stub nvidia-smi: unexpected $*" >&2; exit 2; }
 [[ "${NVIDIA_SMI_FAILS:-}" == 1 ]] && { echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver." >&2; exit 9; }
 printf '%s\n' "${NVIDIA_SMI_OUTPUT:-550.54.15, GPU-aaaa}"
+""",
+    "journalctl": r"""
+rec journalctl "$@"
+echo 'kubelet[812]: E1205 run.go:72] "command failed" err="failed to validate kubelet configuration: kubelet is configured to not run on a host using cgroup v1"'
 """,
     "nvidia-container-runtime": r"""
 rec nvidia-container-runtime "$@"
@@ -411,8 +432,8 @@ def expected_config(patches_dir: str | None = None, node_ip: str | None = None) 
         "kind": "JoinConfiguration",
         "discovery": {"bootstrapToken": {"apiServerEndpoint": ENDPOINT, "token": TOKEN, "caCertHashes": [CA_HASH]}},
         "nodeRegistration": registration,
-        # kubeadm's own 5-minute waits, shortened: the script retries around them.
-        "timeouts": {"discovery": "1m0s", "tlsBootstrap": "2m0s"},
+        # kubeadm's own waits, shortened: the script retries around discovery and the TLS bootstrap.
+        "timeouts": {"discovery": "1m0s", "kubeletHealthCheck": "2m0s", "tlsBootstrap": "2m0s"},
     }
     if patches_dir is not None:
         config["skipPhases"] = ["preflight"]
@@ -815,6 +836,37 @@ def test_kubeadm_output_is_shown_with_the_token_secret_redacted(node):
     assert done.returncode == 1
     assert "bootstrap token secret <redacted> rejected" in done.stderr
     assert_token_never_exposed(node, done)
+
+
+@pytest.mark.parametrize(("plan", "cause"), [
+    ("preflight", "kubeadm's preflight checks refuse this node"),
+    ("node-exists", "a Ready Node of this name is already in the tenant"),
+    ("unhealthy", "the kubelet did not get healthy within 2m0s"),
+])
+def test_a_failure_another_attempt_cannot_change_is_not_retried(node, plan, cause):
+    done = node.run_join(ns.NODE_KIND_MACHINE, KUBEADM_JOIN_PLAN=plan)
+
+    assert done.returncode == 1
+    assert [call[0] for call in node.calls("kubeadm")] == ["join", "reset"]
+    assert f"{cause}, which another attempt cannot change" in done.stderr
+    assert "failed 1 times" not in done.stderr and "attempt 1/12" not in done.stderr
+    assert not node.joined()
+    assert_token_never_exposed(node, done)
+
+
+def test_a_kubelet_that_never_got_healthy_is_shown_with_its_log(node):
+    done = node.run_join(KUBEADM_JOIN_PLAN="unhealthy")
+
+    assert node.calls("journalctl") == [["-u", "kubelet", "-n", "20", "--no-pager"]]
+    assert "The kubelet is not healthy after 2m0" in done.stderr
+    assert "kubelet is configured to not run on a host using cgroup v1" in done.stderr
+
+
+def test_kubeadms_preflight_failing_to_read_the_cluster_configuration_is_retried(node):
+    done = node.run_join(KUBEADM_JOIN_PLAN="preflight-rbac ok")
+
+    assert done.returncode == 0, done.stderr
+    assert "(attempt 2)" in done.stdout
 
 
 def test_join_attempts_default_to_a_bounded_retry(node):

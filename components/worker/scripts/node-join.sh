@@ -445,7 +445,10 @@ for ((attempt = 1; ; attempt++)); do
 done
 
 # The JoinConfiguration holds the token: private file (umask 077) in the private directory that the
-# EXIT trap removes. kubeadm's own waits (5 min each by default) are cut short: we retry around them.
+# EXIT trap removes. kubeadm's own waits (v1beta4 Timeouts: 5 min discovery and TLS bootstrap, 4 min kubelet health
+# check) are cut short: the loop below retries around the first two, and a kubelet that is not healthy after
+# kubelet_health (it answers within seconds of its start) fails the join.
+kubelet_health=2m0s
 config="$work/join-configuration.yaml"
 patches="$work/patches"
 (
@@ -469,6 +472,7 @@ patches="$work/patches"
     fi
     printf 'timeouts:\n'
     printf '  discovery: 1m0s\n'
+    printf '  kubeletHealthCheck: %s\n' "$kubelet_health"
     printf '  tlsBootstrap: 2m0s\n'
     if [[ "$node_kind" == container ]]; then
       # As kind joins its own nodes (kind pkg/cluster/internal/kubeadm/config.go JoinSkipPhases): a
@@ -515,12 +519,37 @@ for ((attempt = 1; ; attempt++)); do
     printf 'worker %s joined the tenant at %s (attempt %s)\n' "$node" "$endpoint" "$attempt"
     exit 0
   fi
-  if ((attempt >= join_attempts)); then
+  # What another attempt cannot change, by kubeadm's own messages: its preflight checks of this node
+  # (cmd/kubeadm/app/preflight/checks.go Error), a Ready Node of this name (phases/join/kubelet.go
+  # runKubeletStartJoinPhase), a kubelet not healthy in time (util/apiclient/wait.go WaitForKubelet). A preflight
+  # phase that cannot read the cluster's configuration yet (Kamaji's RBAC after Ready) is retried.
+  cause=""
+  case "$(<"$work/join.log")" in
+    *"[preflight] Some fatal errors occurred"*) cause="kubeadm's preflight checks refuse this node" ;;
+    *"already exists in the cluster. You must delete the existing Node"*)
+      cause="a Ready Node of this name is already in the tenant" ;;
+    *"The kubelet is not healthy after"*)
+      cause="the kubelet did not get healthy within $kubelet_health"
+      if command -v journalctl >/dev/null 2>&1; then
+        journalctl -u kubelet -n 20 --no-pager >"$work/kubelet.log" 2>&1 || true
+      fi ;;
+  esac
+  if [[ -n "$cause" ]] || ((attempt >= join_attempts)); then
     # Undo the half-done join here too: it would leave bootstrap-kubelet.conf (holding the token) and a
     # kubelet that keeps trying to register.
     kubeadm reset -f >"$work/reset.log" 2>&1 || note "kubeadm reset -f failed: $(redacted "$work/reset.log")"
-    note "kubeadm join to $endpoint failed $attempt times; last kubeadm output:"
+    if [[ -n "$cause" ]]; then
+      note "kubeadm join to $endpoint failed; kubeadm output:"
+    else
+      note "kubeadm join to $endpoint failed $attempt times; last kubeadm output:"
+    fi
     redacted "$work/join.log" >&2
+    if [[ -s "$work/kubelet.log" ]]; then
+      note "the kubelet's last log lines (journalctl -u kubelet):"
+      redacted "$work/kubelet.log" >&2
+    fi
+    [[ -z "$cause" ]] || fail "$cause, which another attempt cannot change (the node was reset). Fix it, then run" \
+      "pulumi up again"
     fail "giving up (the node was reset). Check that the tenant control plane is Ready and reachable" \
       "from this node, then run pulumi up again"
   fi
