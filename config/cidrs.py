@@ -62,7 +62,7 @@ def automatic_block(name: str, key: str) -> str:
     return str(candidates[digest % len(candidates)])
 
 
-def _free_block(key: str, taken: list[IPv4Network]) -> str | None:
+def free_block(key: str, taken: list[IPv4Network]) -> str | None:
     pool, prefix = (SERVICE_POOL, SERVICE_BLOCK_PREFIX) if key == "serviceCidr" else (POD_POOL, POD_BLOCK_PREFIX)
     return next((str(b) for b in blocks(pool, prefix) if not any(b.overlaps(t) for t in taken)), None)
 
@@ -90,7 +90,7 @@ def allocate_ranges(
                 continue
             # Blame the automatic side; when both are automatic, the later-listed tenant.
             if automatic and (not other_automatic or other < index):
-                conflicts.append(RangeConflict(index, key, cidr, other, other_key, _free_block(key, taken)))
+                conflicts.append(RangeConflict(index, key, cidr, other, other_key, free_block(key, taken)))
                 break
     return ranges, conflicts
 

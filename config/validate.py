@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 from naming import PROJECT, TENANT_SYSTEM_NAMESPACES
 
 from . import upgrade
-from .cidrs import allocate_ranges, overlapping_pairs
+from .cidrs import allocate_ranges, free_block, overlapping_pairs
 from .kubeconfig import KubeconfigError, current_context, parse
 from .models import (
     KIND_NODE_IMAGES,
@@ -463,6 +463,57 @@ def _container_name_issues(config: StackConfig, tenants: Indexed) -> list[Config
     return issues
 
 
+def _known_networks(config: StackConfig) -> list[tuple[str, ipaddress.IPv4Network]]:
+    """The real networks the stack knows, by config key: the servers', the operators', the load-balancer pool's."""
+    management = config.management
+    known = [(f"management.{key}[{i}]", cidr) for key, cidrs in
+             (("workerCidrs", management.worker_cidrs), ("operatorCidrs", management.operator_cidrs))
+             for i, cidr in enumerate(cidrs)]
+    known += [(f"tenants[{t}].workerCidrs[{i}]", cidr)
+              for t, tenant in enumerate(config.tenants) for i, cidr in enumerate(tenant.worker_cidrs)]
+    # Wider than a /8 is "anyone" (allowAnySource), not a network.
+    networks = [(key, network) for key, cidr in known
+                if (network := ipaddress.IPv4Network(cidr, strict=False)).prefixlen >= MIN_SOURCE_PREFIX]
+    if management.load_balancer_pool:
+        first, _, last = management.load_balancer_pool.partition("-")
+        bounds = [ipaddress.IPv4Address(a) for a in (first, last)] if last else None
+        networks += [("management.loadBalancerPool", network) for network in
+                     (ipaddress.summarize_address_range(*bounds) if bounds
+                      else [ipaddress.IPv4Network(management.load_balancer_pool)])]
+    for t, tenant in enumerate(config.tenants):
+        for w, worker in enumerate(tenant.workers):
+            try:
+                networks.append((f"tenants[{t}].workers[{w}].ssh.host", ipaddress.IPv4Network(worker.ssh.host)))
+            except (AttributeError, ValueError):
+                continue  # a container worker, or a host name (not resolved here)
+    return networks
+
+
+def _known_network_issues(config: StackConfig, allocated: list[Tenant]) -> list[ConfigIssue]:
+    """Tenant ranges (the automatic ones too) against real networks: felix routes a pod range into its tunnel or a
+    blackhole and skips NAT towards it (felix route_mgr.go, rules/nat.go), so those addresses become unreachable."""
+    known = _known_networks(config)
+    taken = [network for _, network in known] + [ipaddress.IPv4Network(cidr) for t in allocated
+                                                  for cidr in (t.service_cidr, t.pod_cidr)]
+    issues = []
+    for index, (given, tenant) in enumerate(zip(config.tenants, allocated, strict=True)):
+        for key, cidr, explicit in (("serviceCidr", tenant.service_cidr, given.service_cidr),
+                                    ("podCidr", tenant.pod_cidr, given.pod_cidr)):
+            other = next(((k, n) for k, n in known if n.overlaps(ipaddress.IPv4Network(cidr))), None)
+            if other is None:
+                continue
+            how = "as set" if explicit else "picked by the tenant's name"
+            free = free_block(key, taken)
+            issues.append(ConfigIssue(
+                f"tenants[{index}].{key}",
+                f"{cidr} ({how}) overlaps {other[0]} ({other[1]}): the tenant's nodes would take those addresses for "
+                f"their own (Calico tunnels pod addresses, kube-proxy captures service addresses); set "
+                f"tenants[{index}].{key} to a free range"
+                + (f", e.g. {key}: {free}" if free else " outside those networks"),
+            ))
+    return issues
+
+
 def _pod_room_issues(tenants: Indexed) -> list[ConfigIssue]:
     issues = []
     for index, tenant in tenants:
@@ -839,8 +890,9 @@ def load_stack_config(
         tenant.model_copy(update={"service_cidr": r.service_cidr, "pod_cidr": r.pod_cidr})
         for tenant, r in zip(config.tenants, ranges, strict=True)
     ]
+    issues = _known_network_issues(config, allocated)
     config = config.model_copy(update={"tenants": allocated})
-    issues = _pod_room_issues(list(enumerate(config.tenants)))
+    issues += _pod_room_issues(list(enumerate(config.tenants)))
     if issues:
         raise ConfigError(issues, stack)
     return config

@@ -5,12 +5,14 @@ test_validate_security.py.
 """
 
 import copy
+import ipaddress
 
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from config import ConfigError, load_stack_config
+from config.cidrs import automatic_block
 from tests.support.fixtures import kubeconfig_yaml
 from tests.support.mockrun import load_stack_file, reference_stack
 
@@ -74,6 +76,33 @@ def test_mixed_container_and_ssh_workers_in_the_kind_lab():
     raw["tenants"][0]["workers"].append({"name": "gpu-server", "ssh": ssh(), "gpus": [card("GPU-REAL-0", 8192)]})
     config = load_stack_config(raw, {"tenants"})
     assert [w.ssh is not None for w in config.tenants[0].workers] == [False, True]
+
+
+POD = automatic_block("team-a", "podCidr")
+
+
+@pytest.mark.parametrize("change, key, other", [
+    # The automatic pod range of team-a, inside a network of the servers.
+    (lambda r: r["management"].update(workerCidrs=[str(ipaddress.ip_network(POD).supernet(2))]),
+     "podCidr", "management.workerCidrs[0]"),
+    (lambda r: r["management"].update(operatorCidrs=["192.168.0.0/24", POD]), "podCidr",
+     "management.operatorCidrs[1]"),
+    (lambda r: r["tenants"][0].update(workerCidrs=[POD]), "podCidr", "tenants[0].workerCidrs[0]"),
+    (lambda r: r["tenants"][0].update(serviceCidr="10.20.255.0/24"), "serviceCidr", "management.loadBalancerPool"),
+    (lambda r: r["tenants"][0].update(serviceCidr="10.20.1.0/24"), "serviceCidr", "tenants[0].workers[0].ssh.host"),
+])
+def test_tenant_ranges_stay_clear_of_the_networks_the_stack_knows(change, key, other):
+    raw = adopted(loadBalancerPool="10.20.255.200-10.20.255.250")
+    raw["management"]["workerCidrs"] = ["10.20.0.0/16"] if key == "podCidr" else ["172.16.0.0/16"]
+    change(raw)
+    found, message = issues(raw)
+    assert list(found) == [f"tenants[0].{key}"], message
+    text = found[f"tenants[0].{key}"].message
+    assert other in text and f"set tenants[0].{key}" in text
+    # The free range offered is clear of everything the stack knows.
+    free = ipaddress.ip_network(text.rsplit(f"{key}: ", 1)[1].split()[0])
+    raw["tenants"][0][key] = str(free)
+    load_stack_config(raw, SECRETS)
 
 
 def test_kubeconfig_must_be_a_secret():
