@@ -837,6 +837,44 @@ def needs_local_lab(stack_config: dict) -> bool:
     )
 
 
+ROUTED_SERVERS = "SSH workers reach the kind network"
+
+
+def check_routed_servers(probes: Probes, stack_config: dict) -> list[CheckResult]:
+    """SSH workers in the kind lab reach their tenant's API and Konnectivity on a MetalLB address of the `kind` bridge.
+    Docker 28+ drops what is forwarded into a bridge and no published port accepts, unless the network's gateway
+    mode is nat-unprotected (moby libnetwork/drivers/bridge/internal/iptabler/network.go setDefaultForwardRule)."""
+    config = project_config(stack_config)
+    tenants = [t for t in config.get("tenants") or [] if isinstance(t, dict)]
+    servers = [f"tenants[{t}].workers[{w}]" for t, tenant in enumerate(tenants)
+               for w, worker in enumerate(tenant.get("workers") or []) if isinstance(worker, dict) and "ssh" in worker]
+    if not servers or "kubeconfig" in (config.get("management") or {}):
+        return []
+    code, stdout, _ = probes.run(["docker", "version", "--format", "{{.Server.Version}}"])
+    version = _version(stdout) if code == 0 else None
+    if version is None:
+        return [skipped(ROUTED_SERVERS, "the Docker daemon")]
+    if version < (28, 0, 0):
+        return [CheckResult(ROUTED_SERVERS, True, f"Docker {_dotted(version)} forwards routed traffic into it")]
+    code, stdout, _ = probes.run(["docker", "network", "inspect", "kind", "--format", "{{json .Options}}"])
+    options = (_json(stdout) if code == 0 else None) or {}
+    if isinstance(options, dict) and options.get("com.docker.network.bridge.gateway_mode_ipv4") == "nat-unprotected":
+        return [CheckResult(ROUTED_SERVERS, True, f"Docker {_dotted(version)}, and the `kind` network is "
+                                                  "nat-unprotected: every port of every container on it is open to "
+                                                  "hosts that route to this one")]
+    more = f" (and {len(servers) - 1} more)" if len(servers) > 1 else ""
+    return [CheckResult(
+        ROUTED_SERVERS, False,
+        f"Docker {_dotted(version)} drops traffic routed into the `kind` network that no published port accepts, so "
+        f"{servers[0]}{more} could not reach its tenant's API or Konnectivity on the load-balancer address",
+        "join the servers to a management cluster they reach (management.kubeconfig, docs/real-clusters.md); or, "
+        "accepting that every port of every container on the `kind` network opens to any host that routes to this "
+        "one: kind get clusters | xargs -r -n1 kind delete cluster --name && docker network rm kind && docker network "
+        "create -o com.docker.network.bridge.enable_ip_masquerade=true "
+        "-o com.docker.network.bridge.gateway_mode_ipv4=nat-unprotected kind",
+    )]
+
+
 def render(results: Sequence[CheckResult]) -> str:
     lines = []
     for result in results:
@@ -867,7 +905,8 @@ def main(argv: Sequence[str] | None = None, probes: Probes = HOST, root: Path = 
             assert document is not None
             local_lab = needs_local_lab(document)
             provider_config = docker_provider_config(document)
-            stack_checks += [check_stack_secrets(args.stack, document), check_stack_config(args.stack, document)]
+            stack_checks += [check_stack_secrets(args.stack, document), check_stack_config(args.stack, document),
+                             *check_routed_servers(probes, document)]
     if not local_lab:
         print(f"stack {args.stack}: existing management cluster and SSH workers only; no local lab to check")
     results = [*stack_checks, *run_checks(probes, local_lab, provider_config, args.stack)]

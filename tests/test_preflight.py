@@ -295,6 +295,8 @@ def test_userns_remap_fails_because_the_workers_are_privileged():
     ("overlay2", '[["Backing Filesystem","btrfs"]]', "overlay2 on btrfs"),
     ("overlay2", '[["Backing Filesystem","zfs"]]', "overlay2 on zfs"),
 ])
+
+
 def test_storage_where_kind_binds_dev_mapper_fails(driver, status, shown):
     result = check("Docker storage the worker kubelets can use", answers=docker_info(driver=driver, status=status))
     assert not result.ok and result.detail.startswith(f"storage {shown}: kind binds /dev/mapper")
@@ -410,6 +412,8 @@ NETWORK = "kind network subnet"
     NO_SUCH_NETWORK,
     (1, "", "Error: No such network: kind\n"),
 ])
+
+
 def test_absent_kind_network_is_fine(answer):
     result = check(NETWORK, answers={tuple(KIND_NETWORK): answer})
     assert result.ok and "kind creates it" in result.detail
@@ -857,3 +861,52 @@ def test_cgroup_v2_passes_and_an_unanswered_daemon_skips_it():
     assert check("cgroup v2 on the Docker host").detail == "cgroup v2"
     answers = {tuple(DOCKER_INFO): (1, "", "Cannot connect to the Docker daemon\n")}
     assert check("cgroup v2 on the Docker host", answers=answers).state == "skip"
+
+
+# --- SSH workers in the kind lab -------------------------------------------------------------------------------------
+
+# The adopting stack's server, joined to the kind lab instead (its own tenant, no management.kubeconfig).
+LAB_WITH_SERVER = ADOPT_STACK.replace(
+    "  gpu-tenancy:management:\n    kubeconfig:\n      secure: v1:AAAAkubeconfig\n    workerCidrs: [10.20.0.0/16]\n", "")
+ROUTED = "SSH workers reach the kind network"
+DOCKER_VERSION = ("docker", "version", "--format", "{{.Server.Version}}")
+KIND_OPTIONS = ("docker", "network", "inspect", "kind", "--format", "{{json .Options}}")
+KIND_DEFAULT_OPTIONS = (0, '{"com.docker.network.bridge.enable_ip_masquerade":"true"}\n', "")
+
+
+def routed_check(tmp_path, capsys, version, options=KIND_DEFAULT_OPTIONS, stack=LAB_WITH_SERVER):
+    write_stack(tmp_path, "lab", stack)
+    probes, _ = fake(answers={DOCKER_VERSION: (0, f"{version}\n", ""), KIND_OPTIONS: options})
+    code = preflight.main(["--stack", "lab"], probes, root=tmp_path)
+    return code, capsys.readouterr().out
+
+
+def test_docker_28_refuses_ssh_workers_in_the_kind_lab(tmp_path, capsys):
+    # moby setDefaultForwardRule (28.0+): `-A DOCKER ! -i <bridge> -o <bridge> -j DROP` unless nat-unprotected, so a
+    # routed server never reaches the MetalLB address of its tenant's API.
+    code, out = routed_check(tmp_path, capsys, "28.2.2")
+    assert code == 1
+    line = next(line for line in out.splitlines() if ROUTED in line)
+    assert line.startswith("[FAIL]") and "Docker 28.2.2 drops" in line and "tenants[0].workers[0]" in line
+    assert "management.kubeconfig" in out and "gateway_mode_ipv4=nat-unprotected" in out
+    # Not created yet: kind creates it in the default (protected) mode.
+    code, out = routed_check(tmp_path, capsys, "29.1.0", options=NO_SUCH_NETWORK)
+    assert code == 1 and f"[FAIL] {ROUTED}" in out
+
+
+@pytest.mark.parametrize("version, options, shown", [
+    ("27.5.1", KIND_DEFAULT_OPTIONS, "Docker 27.5.1 forwards"),
+    ("28.2.2", (0, '{"com.docker.network.bridge.gateway_mode_ipv4":"nat-unprotected"}\n', ""), "nat-unprotected"),
+])
+
+
+def test_ssh_workers_in_the_kind_lab_pass_where_docker_forwards(tmp_path, capsys, version, options, shown):
+    code, out = routed_check(tmp_path, capsys, version, options)
+    assert code == 0, out
+    assert f"[ok  ] {ROUTED}" in out and shown in out
+
+
+def test_the_routed_check_concerns_only_ssh_workers_in_the_kind_lab(tmp_path, capsys):
+    for stack in (ADOPT_STACK, LAB_STACK):
+        code, out = routed_check(tmp_path, capsys, "28.2.2", stack=stack)
+        assert ROUTED not in out
