@@ -201,6 +201,16 @@ def _tenant_issues(index: int, tenant: Tenant, config: StackConfig) -> list[Conf
     prefix = f"tenants[{index}]"
     seen_workers: dict[str, int] = {}
     containers = [w for w in tenant.workers if w.ssh is None]
+    servers = [w_index for w_index, w in enumerate(tenant.workers) if w.ssh is not None]
+    if containers and servers and not config.management.adopts_existing_cluster:
+        # kind network.go creates the network with enable_ip_masquerade; felix/rules/static.go drops VXLAN from hosts
+        # that are no Calico node.
+        issues.append(ConfigIssue(
+            f"{prefix}.workers[{servers[0]}].ssh",
+            "a tenant mixes container and SSH workers: Docker masquerades what the containers send to the server's "
+            "address, and Calico on the server drops VXLAN from an address that is not a node, so pods on the two "
+            "kinds cannot reach each other (nor CoreDNS, nor the webhooks). Give the SSH workers a tenant of their own",
+        ))
     for w_index, worker in enumerate(tenant.workers):
         w_path = f"{prefix}.workers[{w_index}]"
         if worker.name in seen_workers:

@@ -52,18 +52,19 @@ def test_an_ssh_worker_needs_its_host_key_and_is_told_how_to_read_it(port, keysc
     raw = copy.deepcopy(reference_stack())
     worker = ssh_worker_config("gpu-1", host_key=None)
     worker["ssh"]["port"] = port
-    raw["tenants"][0]["workers"].append(worker)
+    raw["tenants"][0]["workers"] = [worker]
+    raw["smokeTest"]["enabled"] = False
 
     with pytest.raises(ConfigError) as error:
         load_stack_config(raw, {"tenants"})
 
     message = str(error.value)
-    assert "tenants[0].workers[1].ssh.hostKey" in message
+    assert "tenants[0].workers[0].ssh.hostKey" in message
     assert "would receive the join token" in message
     assert f"`{keyscan}`" in message
-    assert "pulumi config set --path 'gpu-tenancy:tenants[0].workers[1].ssh.hostKey' 'ssh-ed25519 AAAA...'" in message
-    raw["tenants"][0]["workers"][1]["ssh"]["hostKey"] = HOST_KEY
-    assert load_stack_config(raw, {"tenants"}).tenants[0].workers[1].ssh.host_key == HOST_KEY
+    assert "pulumi config set --path 'gpu-tenancy:tenants[0].workers[0].ssh.hostKey' 'ssh-ed25519 AAAA...'" in message
+    raw["tenants"][0]["workers"][0]["ssh"]["hostKey"] = HOST_KEY
+    assert load_stack_config(raw, {"tenants"}).tenants[0].workers[0].ssh.host_key == HOST_KEY
 
 
 # --------------------------------------------------------------------------- #
@@ -73,7 +74,7 @@ def test_an_ssh_worker_needs_its_host_key_and_is_told_how_to_read_it(port, keysc
 
 @pytest.fixture(scope="module")
 def lab():
-    """tenant-a with its container worker-0, gpu-1 (user ops, port 2222) and gpu-2 (root, an ECDSA host key)."""
+    """tenant-a with gpu-1 (user ops, port 2222) and gpu-2 (root, an ECDSA host key); worker-0 is tenant-b's."""
     sim = worker_lab(ssh_worker_config("gpu-1", user="ops"),
                      ssh_worker_config("gpu-2", user="root", host=ROOT_HOST, host_key=ROOT_HOST_KEY))
     sim.up(skip_preview=True)
@@ -186,7 +187,7 @@ def test_moving_removing_and_destroying_ssh_workers_resets_every_machine(recorde
     old_uid = api.find("Node", None, NODE)["metadata"]["uid"]
 
     # gpu-1 moves to another machine: the old one leaves first, then the Node goes, then the new one joins.
-    sim.config["tenants"][0]["workers"][1]["ssh"]["host"] = new_host
+    sim.config["tenants"][0]["workers"][0]["ssh"]["host"] = new_host
     plan = sim.up(skip_preview=True)
     assert {f"{NODE}-membership", f"{NODE}-join", f"{NODE}-registered"} <= plan.names("replace"), plan.render()
     assert recorder == [("reset", SSH_HOST), ("delete Node", NODE)]
@@ -199,7 +200,7 @@ def test_moving_removing_and_destroying_ssh_workers_resets_every_machine(recorde
 
     # gpu-2 is removed.
     recorder.clear()
-    del sim.config["tenants"][0]["workers"][2]
+    del sim.config["tenants"][0]["workers"][1]
     plan = sim.up(skip_preview=True)
     assert recorder == [("reset", ROOT_HOST), ("delete Node", "tenant-a-gpu-2")]
     assert machines[ROOT_HOST].kubelet_conf is None and api.find("Node", None, "tenant-a-gpu-2") is None

@@ -48,7 +48,8 @@ TCP = "kubernetes:kamaji.clastix.io/v1alpha1:TenantControlPlane"
 BOOTSTRAP_TOKEN = "bootstrap.kubernetes.io/token"
 # kubeadm's default bootstrap token lifetime (`kubeadm token create --ttl`, kubeadm constants DefaultTokenDuration).
 KUBEADM_TOKEN_TTL = datetime.timedelta(hours=24)
-NODE = "tenant-a-worker-0"
+# The lab keeps the kinds in separate tenants (validation refuses a mix): tenant-b runs the container.
+NODE = "tenant-b-worker-0"
 SSH_NODE = "tenant-a-gpu-1"
 CARD = {"uuid": "GPU-MOCK-S0", "model": "NVIDIA-A100", "memoryMiB": 8192}
 
@@ -63,13 +64,13 @@ class Lab:
     def state(self, name: str):
         return self.sim.resource(name)
 
-    def tenant_api(self):
-        return self.sim.world.tenant_api("tenant-a")
+    def tenant_api(self, tenant: str = "tenant-b"):
+        return self.sim.world.tenant_api(tenant)
 
 
 @pytest.fixture(scope="module")
 def lab() -> Lab:
-    """tenant-a after a first `up`: its container worker-0 and the SSH machine gpu-1."""
+    """After a first `up`: tenant-a with the SSH machine gpu-1, tenant-b with its container worker-0."""
     sim = worker_lab(ssh_worker_config("gpu-1", gpus=[CARD]))
     started = sim.world.now
     sim.up(skip_preview=True)
@@ -89,7 +90,7 @@ def test_node_container_spec_is_kinds_node_flags_as_data():
     image = KIND_NODE_IMAGES["v1.35.0"]
     spec = node_container_spec(tenant="tenant-a", worker="worker-0", image=image, stack="dev")
 
-    assert spec.name == spec.hostname == NODE
+    assert spec.name == spec.hostname == "tenant-a-worker-0"
     assert spec.image == image and spec.network == "kind"
     assert spec.privileged and spec.tty and not spec.init
     assert spec.security_opts == ("seccomp=unconfined", "apparmor=unconfined")
@@ -132,7 +133,7 @@ def test_worker_image_can_be_overridden_and_is_never_guessed():
 
 def test_container_runs_like_a_kind_node(lab):
     container = lab.run.named(f"{NODE}-container", CONTAINER)
-    spec = node_container_spec(tenant="tenant-a", worker="worker-0", image=KIND_NODE_IMAGES["v1.35.0"], stack="dev")
+    spec = node_container_spec(tenant="tenant-b", worker="worker-0", image=KIND_NODE_IMAGES["v1.35.0"], stack="dev")
     inputs = container.inputs
 
     assert inputs["name"] == inputs["hostname"] == NODE
@@ -150,7 +151,7 @@ def test_container_runs_like_a_kind_node(lab):
     # ... and on the Docker host:
     running = lab.sim.world.docker.containers[NODE]
     assert running.privileged and running.network == "kind"
-    assert running.labels == {LABEL_STACK: "dev", LABEL_TENANT: "tenant-a", LABEL_WORKER: "worker-0",
+    assert running.labels == {LABEL_STACK: "dev", LABEL_TENANT: "tenant-b", LABEL_WORKER: "worker-0",
                               LABEL_ROLE: "worker"}
 
 
@@ -199,29 +200,31 @@ def test_membership_then_join_then_registered(lab, node):
     assert registered.inputs["join"] == lab.state(f"{node}-join").id
     assert registered.inputs["token_id"] == plain(lab.state(f"{node}-membership").outputs["token_id"])
     # Host-side records go with the control plane; the node-side reset must run whatever happens to it.
-    tcp = run.named("tenant-a-tcp", TCP)
+    tcp = run.named(f"{node[:len('tenant-a')]}-tcp", TCP)
     assert membership.deleted_with == registered.deleted_with == tcp.urn
     assert join.deleted_with == ""
 
 
-def test_a_worker_waits_for_the_one_before_it_only_through_its_drain(lab):
+def test_a_worker_waits_for_the_one_before_it_only_through_its_drain():
     """Workers roll one at a time (docs/operations.md "Upgrading a tenant"): the second worker's drain waits for the first one
     back in service, the first waits for nothing of the second."""
     component = "gpu-tenancy:index:WorkerNode"
-    drain, ready = lab.run.named(f"{SSH_NODE}-drain"), lab.run.named(f"{NODE}-ready")
-    assert lab.run.depends_on(drain, ready)
-    assert not lab.run.depends_on(lab.run.named(f"{NODE}-registered"), lab.run.named(SSH_NODE, component))
-    assert not lab.run.depends_on(lab.run.named(f"{NODE}-drain"), lab.run.named(SSH_NODE, component))
+    sim = worker_lab({"name": "worker-1"})
+    sim.up(skip_preview=True)
+    run, first, second = last_run(sim), "tenant-a-worker-0", "tenant-a-worker-1"
+    assert run.depends_on(run.named(f"{second}-drain"), run.named(f"{first}-ready"))
+    assert not run.depends_on(run.named(f"{first}-registered"), run.named(second, component))
+    assert not run.depends_on(run.named(f"{first}-drain"), run.named(second, component))
 
 
 def test_membership_names_the_machine_and_the_control_plane(lab):
     membership = lab.run.named(f"{NODE}-membership", MEMBERSHIP)
     inputs = membership.inputs
-    tenant = lab.sim.output("tenants")["tenant-a"]
+    tenant = lab.sim.output("tenants")["tenant-b"]
     assert inputs["node_name"] == NODE
     assert inputs["machine"] == lab.state(f"{NODE}-container").id
     assert (inputs["endpoint"], inputs["ca_cert_hash"]) == (tenant["endpoint"], tenant["discoveryHash"])
-    assert (inputs["control_plane_namespace"], inputs["control_plane_name"]) == ("tenant-a", "tenant-a")
+    assert (inputs["control_plane_namespace"], inputs["control_plane_name"]) == ("tenant-b", "tenant-b")
     assert membership.is_secret("kubeconfig") and membership.is_secret("management_kubeconfig")
     assert {"kubeconfig", "management_kubeconfig", "token"} <= set(membership.additional_secret_outputs)
 
@@ -229,7 +232,7 @@ def test_membership_names_the_machine_and_the_control_plane(lab):
 def test_join_feeds_the_node_scripts_to_docker_exec_and_only_the_action_is_on_the_command_line(lab):
     join = lab.run.named(f"{NODE}-join", LOCAL)
     inputs = join.inputs
-    tenant = lab.sim.output("tenants")["tenant-a"]
+    tenant = lab.sim.output("tenants")["tenant-b"]
     membership = lab.state(f"{NODE}-membership")
     values = {
         ns.NODE_NAME_ENV: NODE,
@@ -263,7 +266,7 @@ def test_join_feeds_the_node_scripts_to_docker_exec_and_only_the_action_is_on_th
 
 def test_join_is_replaced_with_the_membership_the_machine_or_the_control_plane(lab):
     join = lab.run.named(f"{NODE}-join", LOCAL)
-    tenant = lab.sim.output("tenants")["tenant-a"]
+    tenant = lab.sim.output("tenants")["tenant-b"]
     assert join.inputs["triggers"] == [
         lab.state(f"{NODE}-membership").id, lab.state(f"{NODE}-container").id,
         tenant["endpoint"], tenant["discoveryHash"],
@@ -300,13 +303,14 @@ def test_an_ssh_worker_upgrades_after_its_join_and_its_ready_waits_for_the_new_k
 def test_only_the_joins_and_the_ssh_upgrade_run_on_nodes_and_no_tenant_credential_reaches_one(lab):
     world = lab.sim.world
     management = world.kind["gpu-tenancy"].api
+    tenants = ("tenant-a", "tenant-b")
     kubeconfigs = [
-        base64.b64decode(value).decode()
-        for value in management.find("Secret", "tenant-a", "tenant-a-admin-kubeconfig")["data"].values()
+        base64.b64decode(value).decode() for tenant in tenants
+        for value in management.find("Secret", tenant, f"{tenant}-admin-kubeconfig")["data"].values()
     ]
-    kubeconfigs += [lab.sim.output("managementKubeconfig"), lab.sim.output("tenantKubeconfigs")["tenant-a"]]
-    ca_key = base64.b64decode(management.find("Secret", "tenant-a", "tenant-a-ca")["data"]["ca.key"]).decode()
-    credentials = _credential_fragments(kubeconfigs) + [ca_key]
+    kubeconfigs += [lab.sim.output("managementKubeconfig"), *(lab.sim.output("tenantKubeconfigs")[t] for t in tenants)]
+    ca_keys = [base64.b64decode(management.find("Secret", t, f"{t}-ca")["data"]["ca.key"]).decode() for t in tenants]
+    credentials = _credential_fragments(kubeconfigs) + ca_keys
     assert len(credentials) > 10
 
     node_side = [r for r in lab.run.resources
@@ -348,13 +352,13 @@ def _credential_fragments(kubeconfigs: list[str]) -> list[str]:
 
 
 def test_after_up_every_worker_is_a_registered_node_and_no_join_token_is_left(lab):
-    api = lab.tenant_api()
-    for node in (NODE, SSH_NODE):
+    for tenant, node in (("tenant-b", NODE), ("tenant-a", SSH_NODE)):
+        api = lab.tenant_api(tenant)
         obj = api.find("Node", None, node)
         assert obj is not None, node
         assert lab.state(f"{node}-registered").id == f"{node}/{obj['metadata']['uid']}"
-    assert _tokens(api) == []
-    assert sorted(lab.sim.output("tenants")["tenant-a"]["nodes"]) == sorted([NODE, SSH_NODE])
+        assert _tokens(api) == []
+        assert lab.sim.output("tenants")[tenant]["nodes"] == [node]
 
 
 def test_the_join_token_is_the_memberships_one_day_token_and_is_revoked_once_the_node_registered(lab):
@@ -367,10 +371,10 @@ def test_the_join_token_is_the_memberships_one_day_token_and_is_revoked_once_the
 
     # Whoever reads the token from the state later cannot join a machine with it.
     world = lab.sim.world
-    endpoint = lab.sim.output("tenants")["tenant-a"]["endpoint"]
+    endpoint = lab.sim.output("tenants")["tenant-b"]["endpoint"]
     with pytest.raises(ApiError, match=f'token id "{token_id}" is invalid'):
         systems.join(world, Machine(name="intruder"), endpoint=endpoint, token=token,
-                     ca_hash=lab.sim.output("tenants")["tenant-a"]["discoveryHash"], node_name="intruder")
+                     ca_hash=lab.sim.output("tenants")["tenant-b"]["discoveryHash"], node_name="intruder")
 
 
 def test_the_join_token_is_secret_in_the_state(lab):
@@ -385,19 +389,20 @@ def test_the_join_token_is_secret_in_the_state(lab):
 
 def test_a_replaced_container_leaves_and_joins_again_and_a_removed_worker_is_reset_before_its_node_goes(recorder):
     sim = worker_lab({"name": "worker-1"}, {"name": "worker-2"})
+    node = "tenant-a-worker-0"
     sim.up(skip_preview=True)
     api = sim.world.tenant_api("tenant-a")
-    old_uid = api.find("Node", None, NODE)["metadata"]["uid"]
-    old_membership = sim.resource(f"{NODE}-membership").id
+    old_uid = api.find("Node", None, node)["metadata"]["uid"]
+    old_membership = sim.resource(f"{node}-membership").id
 
     # A new container is a new machine: a new membership, and the node leaves before its Node object goes
     # (a kubelet still running would register the Node again).
-    plan = sim.up(replace=[f"{NODE}-container"], skip_preview=True)
-    assert {f"{NODE}-membership", f"{NODE}-join", f"{NODE}-registered"} <= plan.names("replace"), plan.render()
-    assert recorder.index(("reset", NODE)) < recorder.index(("delete Node", NODE))
-    assert sim.resource(f"{NODE}-membership").id != old_membership
-    node = api.find("Node", None, NODE)
-    assert node is not None and node["metadata"]["uid"] != old_uid
+    plan = sim.up(replace=[f"{node}-container"], skip_preview=True)
+    assert {f"{node}-membership", f"{node}-join", f"{node}-registered"} <= plan.names("replace"), plan.render()
+    assert recorder.index(("reset", node)) < recorder.index(("delete Node", node))
+    assert sim.resource(f"{node}-membership").id != old_membership
+    found = api.find("Node", None, node)
+    assert found is not None and found["metadata"]["uid"] != old_uid
     assert _tokens(api) == []
 
     # Two workers removed; one's container was removed by hand (`docker rm -f`: its kubelet is gone too).
@@ -417,7 +422,7 @@ def test_a_replaced_container_leaves_and_joins_again_and_a_removed_worker_is_res
     for worker in ("worker-1", "worker-2"):
         assert api.find("Node", None, f"tenant-a-{worker}") is None
         assert f"tenant-a-{worker}" not in sim.world.docker.containers
-    assert api.find("Node", None, NODE) is not None
+    assert api.find("Node", None, node) is not None
     assert sim.up(skip_preview=True).changed() == {}
 
 
@@ -429,7 +434,7 @@ def test_a_membership_is_not_dropped_while_the_tenant_is_down_but_still_exists(l
     provider = hostapi.attach(NodeMembershipProvider(), world)
     try:
         tenant_api.reachable = False
-        with pytest.raises(RuntimeError, match=r"TenantControlPlane tenant-a/tenant-a still exists: nothing was "
+        with pytest.raises(RuntimeError, match=r"TenantControlPlane tenant-b/tenant-b still exists: nothing was "
                                                r"removed, retry"):
             provider.delete(membership.id, plain(membership.outputs))
         management.reachable = False

@@ -53,14 +53,20 @@ TENANT = "tenant-a"
 
 
 def worker_lab(*extra_workers: dict, world: World | None = None) -> Lifecycle:
-    """The dev lab cut down to tenant-a (its container worker-0 with one mock card) plus `extra_workers`.
+    """The dev lab cut down to tenant-a (its container worker-0 with one mock card) plus `extra_workers`. SSH
+    workers take tenant-a alone, and the container worker-0 is tenant-b's (validation keeps the kinds apart).
 
     Every SSH machine the workers name exists on the simulated network and presents the host key they pin.
     The image mirror is off: how nodes pull is components/management/image_cache.py's subject, not membership's.
     """
     config = copy.deepcopy(reference_stack())
     config.setdefault("management", {})["imageMirror"] = False
-    config["tenants"] = [t for t in config["tenants"] if t["name"] == TENANT]
+    if any("ssh" in worker for worker in extra_workers):
+        config["tenants"][0]["workers"] = []
+        if not any(worker.get("gpus") for worker in extra_workers):
+            config["smokeTest"]["enabled"] = False
+    else:
+        config["tenants"] = [t for t in config["tenants"] if t["name"] == TENANT]
     config["tenants"][0]["workers"].extend(copy.deepcopy(list(extra_workers)))
     world = world or lab_world()
     for worker in extra_workers:
