@@ -32,6 +32,8 @@ management = ManagementCluster(
         # Set: adopt that existing cluster instead of creating a kind cluster (wrapped secret there).
         kubeconfig=config.management.kubeconfig,
         worker_cidrs=config.management.worker_cidrs,
+        tenant_ranges={f"tenants[{index}].{key}": cidr for index, tenant in enumerate(config.tenants)
+                       for key, cidr in (("serviceCidr", tenant.service_cidr), ("podCidr", tenant.pod_cidr)) if cidr},
     ),
 )
 # The lab's pull-through image caches (kind mode): the kind node and every container worker pull through them.

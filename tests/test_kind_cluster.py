@@ -293,12 +293,13 @@ def test_worker_networks_need_an_ipv4_network():
 # --------------------------------------------------------------------------- #
 
 
-def _program(created: dict | None = None, worker_cidrs: list[str] | None = None, image: dict | None = None):
+def _program(created: dict | None = None, worker_cidrs: list[str] | None = None, image: dict | None = None,
+             tenant_ranges: dict[str, str] | None = None):
     def program():
         cluster = ManagementCluster(
             "management",
             ManagementClusterArgs(cluster_name=NAME, node_image=(image or {}).get("image", IMAGE),
-                                      worker_cidrs=worker_cidrs or []),
+                                  worker_cidrs=worker_cidrs or [], tenant_ranges=tenant_ranges or {}),
         )
         if created is not None:
             created["cluster"] = cluster
@@ -395,6 +396,17 @@ def test_an_ipv6_only_kind_network_fails_the_up_with_the_fix():
     world.docker.networks["kind"] = [KIND_SUBNET_V6]
     with pytest.raises(AssertionError, match=r"docker network 'kind' has no IPv4 subnet.*docker network rm kind"):
         run_program({}, program=_program(), world=world)
+
+
+def test_a_kind_network_a_tenant_range_overlaps_fails_the_up_naming_the_key():
+    # Docker picks the subnet when kind creates the network (its default-address-pools may hand out 10.x).
+    world = lab_world()
+    world.docker.networks["kind"] = [KIND_SUBNET_V6, "10.97.0.0/16"]
+    ranges = {"tenants[0].podCidr": "10.244.0.0/16", "tenants[1].serviceCidr": "10.97.0.0/16"}
+    with pytest.raises(AssertionError, match=r"tenants\[1\].serviceCidr = '10.97.0.0/16' overlaps the `kind` network "
+                                             r"10.97.0.0/16.*set tenants\[1\].serviceCidr to a range outside it"):
+        run_program({}, program=_program(tenant_ranges=ranges), world=world)
+    assert run_program({}, program=_program(tenant_ranges=ranges)).outputs["kind_subnet"].value == MOCKED_KIND_SUBNET
 
 
 @pytest.fixture

@@ -113,6 +113,16 @@ def ipv4_subnet(subnets: Sequence[str | None], network: str = KIND_NETWORK) -> s
     )
 
 
+def clear_of_tenants(subnet: str, tenant_ranges: dict[str, str]) -> str:
+    """The kind subnet, once no tenant range overlaps it: Docker picks it only when kind creates the network."""
+    for key, cidr in tenant_ranges.items():
+        if ipaddress.ip_network(subnet).overlaps(ipaddress.ip_network(cidr)):
+            raise ValueError(f"{key} = {cidr!r} overlaps the `kind` network {subnet}: the tenant's nodes would take "
+                             f"its addresses (the management node's, MetalLB's) for their own; set {key} to a range "
+                             "outside it")
+    return subnet
+
+
 @dataclass(frozen=True)
 class KubeconfigCluster:
     """The cluster a kubeconfig's current context points at."""
@@ -156,6 +166,8 @@ class ManagementClusterArgs:
     kubeconfig: pulumi.Input[str] | None = None
     # Extra IPv4 networks workers reach tenant API servers from (beside the kind network in kind mode).
     worker_cidrs: list[str] = field(default_factory=list)
+    # Every tenant's serviceCidr and podCidr by config key: the kind network must stay clear of them.
+    tenant_ranges: dict[str, str] = field(default_factory=dict)
 
 
 # The type token before the adopt mode made "Kind" wrong. Type tokens are part of every URN below this component, so
@@ -285,7 +297,9 @@ class ManagementCluster(pulumi.ComponentResource):
         created = self.cluster.stdout.apply(parse_create_output)
         self.kubeconfig = pulumi.Output.secret(created.apply(lambda c: c.kubeconfig))
         # Not a secret: the network's address ranges.
-        self.kind_subnet = pulumi.Output.unsecret(created.apply(lambda c: ipv4_subnet(c.subnets)))
+        ranges = dict(args.tenant_ranges)
+        self.kind_subnet = pulumi.Output.unsecret(
+            created.apply(lambda c: clear_of_tenants(ipv4_subnet(c.subnets), ranges)))
         self.provider = k8s.Provider(f"{name}-provider", kubeconfig=self.kubeconfig,
                                      opts=pulumi.ResourceOptions(parent=self))
         worker_cidrs = list(args.worker_cidrs)
