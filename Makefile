@@ -6,8 +6,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STACK ?= dev
-# Extra flags for `pulumi up` / `pulumi destroy`, e.g. PULUMI_FLAGS=--yes
+# Extra flags for `pulumi up` / `pulumi destroy` / `pulumi refresh`, e.g. PULUMI_FLAGS=--yes
 PULUMI_FLAGS ?=
+# `make up REPLACE=<urn>` replaces that resource in the update (pulumi up --replace)
+REPLACE ?=
 STATE_DIR := .pulumi-state
 # Generated, never committed (git-ignored): `make graph` output.
 BUILD := build
@@ -33,11 +35,13 @@ TENANT ?=
 DISRUPTIVE ?=
 ADMIN ?=
 
-.PHONY: help venv lint test test-product preflight upstream charts backend pulumi-cli secret preview up down status verify plan graph bench docs snapshots e2e kubeconfig
+.PHONY: help venv lint test test-product preflight upstream charts backend pulumi-cli secret preview up down refresh status verify plan graph bench docs snapshots e2e kubeconfig
 
 help:
 	@echo "make up          preflight, the pinned Helm charts, local backend, stack '$(STACK)', pulumi up"
+	@echo "make up REPLACE=<urn>  the same, replacing that one resource (its URN: pulumi stack --show-urns)"
 	@echo "make down        pulumi destroy the stack '$(STACK)'"
+	@echo "make refresh     pulumi refresh the stack '$(STACK)' (its state from what exists now)"
 	@echo "make secret      KEY=<key path> FILE=<file>: the file's content as an encrypted config value, via stdin"
 	@echo "make preview     preflight, the pinned Helm charts, local backend, pulumi preview of stack '$(STACK)'"
 	@echo "make status      one table per tenant: endpoint, nodes, cards and slots, what the smoke test proved"
@@ -114,7 +118,7 @@ secret: $(if $(KEY),$(if $(FILE),backend))
 
 # pulumi-kubernetes writes each provider's kubeconfig to a temporary file and never removes it (provider/pkg/
 # provider/provider.go writeKubeconfigToFile): Pulumi runs with a private TMPDIR (mktemp -d: mode 700) that is
-# removed when it ends.
+# removed when it ends. Every pulumi command the docs give goes through one of these targets.
 PRIVATE_TMP := tmp="$$(mktemp -d)" && trap 'rm -rf "$$tmp"' EXIT && TMPDIR="$$tmp"
 
 # What `make up` and `make preview` do first, in this order, one step after the other: the host and stack checks (no
@@ -129,7 +133,7 @@ endef
 
 up: venv
 	$(BEFORE_PULUMI)
-	$(PRIVATE_TMP) pulumi up --stack $(STACK) $(PULUMI_FLAGS)
+	$(PRIVATE_TMP) pulumi up --stack $(STACK) $(if $(value REPLACE),--replace '$(value REPLACE)') $(PULUMI_FLAGS)
 	@$(PY) -m ops.status --stack $(STACK) || true
 
 # What `make up` would do, with the same steps before it (and the same private TMPDIR: the kubeconfig file).
@@ -141,6 +145,9 @@ preview: venv
 # (pulumi-kubernetes reads PULUMI_K8S_DELETE_UNREACHABLE; an adopted cluster's provider refuses it explicitly).
 down: pulumi-cli venv backend
 	$(PRIVATE_TMP) PULUMI_K8S_DELETE_UNREACHABLE=true pulumi destroy --stack $(STACK) $(PULUMI_FLAGS)
+
+refresh: pulumi-cli venv backend
+	$(PRIVATE_TMP) pulumi refresh --stack $(STACK) $(PULUMI_FLAGS)
 
 status: pulumi-cli venv
 	$(PY) -m ops.status --stack $(STACK)

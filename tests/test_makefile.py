@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import readme
 from tests.support.make import run_make
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,11 +23,28 @@ def dry_run(target: str, *variables: str) -> list[str]:
     return run_make("-n", target, "STACK=dev", *variables, cwd=ROOT, check=True).stdout.splitlines()
 
 
-@pytest.mark.parametrize(("target", "command"), [("up", "pulumi up"), ("down", "pulumi destroy")])
+@pytest.mark.parametrize(("target", "command"), [("up", "pulumi up"), ("down", "pulumi destroy"),
+                                               ("preview", "pulumi preview"), ("refresh", "pulumi refresh")])
 def test_pulumi_runs_with_a_private_tmpdir_removed_afterwards(target, command):
     # pulumi-kubernetes leaves each provider's kubeconfig in $TMPDIR (provider.go writeKubeconfigToFile).
     (line,) = [line for line in dry_run(target) if command in line]
     assert line.startswith('tmp="$(mktemp -d)" && trap \'rm -rf "$tmp"\' EXIT && TMPDIR="$tmp" ')
+
+
+def test_a_replacement_goes_through_make_up():
+    urn = "urn:pulumi:dev::gpu-tenancy::gpu-tenancy:index:Tenant$kubernetes:core/v1:Pod::tenant-a-gpu-smoke-test"
+    (line,) = [line for line in dry_run("up", f"REPLACE={urn}") if "pulumi up" in line]
+    assert line.startswith('tmp="$(mktemp -d)"') and line.rstrip().endswith(f"pulumi up --stack dev --replace '{urn}'")
+
+
+def test_the_docs_run_pulumi_only_through_make():
+    """Run by hand, a pulumi command that loads the providers leaves super-admin kubeconfigs in /tmp."""
+    text = readme.all_text()
+    direct = re.findall(r"`(pulumi (?:up|preview|refresh|destroy|import|watch)\b[^`]*)`", text)
+    assert [command for command in direct if " -" in command] == []
+    blocks = [line for block in re.findall(r"^```\w*\n(.*?)^```", text, re.M | re.S) for line in block.splitlines()
+              if re.match(r"\s*pulumi (?:up|preview|refresh|destroy|import|watch)\b", line)]
+    assert blocks == []
 
 
 def test_make_up_checks_the_host_then_fetches_the_chart_then_checks_it():
