@@ -414,6 +414,7 @@ def assert_nothing_touched(node: Node) -> None:
 
 CONTAINER_PATCH = {
     "failSwapOn": False,
+    "seccompDefault": True,
     "imageGCHighThresholdPercent": 100,
     "evictionHard": {"nodefs.available": "0%", "nodefs.inodesFree": "0%", "imagefs.available": "0%"},
 }

@@ -486,10 +486,13 @@ patches="$work/patches"
   if [[ "$node_kind" == container ]]; then
     # kind's kubelet settings for container nodes (kind config.go KubeletConfiguration): the kubelet sees
     # the host's disk and swap, so disk-pressure eviction, image GC and the swap check are turned off.
-    # kubeadm v1beta4 patches: target kubeletconfiguration, patch type merge, extension yaml.
+    # kubeadm v1beta4 patches: target kubeletconfiguration, patch type merge, extension yaml. Pods run under
+    # the runtime's default seccomp profile unless they ask otherwise (KubeletConfiguration seccompDefault):
+    # the node container itself is privileged and unconfined.
     mkdir "$patches"
     {
       printf 'failSwapOn: false\n'
+      printf 'seccompDefault: true\n'
       printf 'imageGCHighThresholdPercent: 100\n'
       printf 'evictionHard:\n'
       printf '  nodefs.available: "0%%"\n'
