@@ -676,10 +676,11 @@ def test_in_nvidia_mode_the_next_drain_waits_for_the_device_plugins_gpus(gpu_ser
 
 
 def test_in_nvidia_mode_a_server_whose_plugin_stops_advertising_stops_the_roll_there(gpu_servers, monkeypatch):
-    """The first server's NVIDIA driver is gone while it is drained: HAMi's device plugin cannot register there,
-    the kubelet reports `nvidia.com/gpu` 0 (the simulator, after kubernetes setters.go MachineInfo), and
-    `<node>-ready` stops the update naming the Node and the plugin; the second server is not drained. With the
-    driver back, the next `up` finishes."""
+    """Another device plugin starts on the first server while it is drained (its join, finding the server joined,
+    does not look for one): HAMi's device plugin cannot register there, the kubelet reports `nvidia.com/gpu` 0 (the
+    simulator, after kubernetes setters.go MachineInfo), and `<node>-ready` stops the update naming the Node and
+    the plugin; the second server is not drained. With that plugin gone, the next `up` finishes. (A lost driver
+    stops the roll earlier, at the join's own checks.)"""
     sim = gpu_servers.fork()
     tenant = sim.config["tenants"][0]
     first, second = (f"{tenant['name']}-{w['name']}" for w in tenant["workers"])
@@ -692,7 +693,7 @@ def test_in_nvidia_mode_a_server_whose_plugin_stops_advertising_stops_the_roll_t
     def driver_lost(provider, props):
         drain(provider, props)
         if props["node_name"] == first:
-            machine.nvidia_missing = {"driver"}
+            machine.nvidia_missing = {"other device plugin"}
             systems.refresh_nodes(sim.world, sim.world.tenant_api(tenant["name"]))  # the kubelet's next status
 
     monkeypatch.setattr(worker_operations.NodeDrainProvider, "_drain", driver_lost)
