@@ -194,9 +194,10 @@ def test_hamis_tokens_are_narrowed_by_an_admission_policy_for_the_charts_service
     assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
     spec = policy["spec"]
     assert spec["failurePolicy"] == "Fail"
-    (rule,) = spec["matchConstraints"]["resourceRules"]
+    rule, configmaps = spec["matchConstraints"]["resourceRules"]
     # The main resources only: pods/binding (the scheduler's bind) stays allowed.
     assert rule["resources"] == ["pods", "nodes"] and rule["operations"] == ["CREATE", "UPDATE"]
+    assert configmaps["resources"] == ["configmaps"] and configmaps["operations"] == ["CREATE", "UPDATE", "DELETE"]
     # The chart's service accounts (templates/_helpers.tpl: <release>-scheduler, -device-plugin,
     # -mock-device-plugin in the release namespace).
     (condition,) = spec["matchConditions"]
@@ -237,6 +238,9 @@ def _with(obj, **parts):
     return changed
 
 
+CONFIGMAP = {"metadata": {"name": "kube-proxy", "namespace": "kube-system"}, "data": {"config.conf": "x"}}
+
+
 @pytest.mark.parametrize("user, operation, resource, new, old, allowed", [
     # What HAMi itself writes: annotations on pods and nodes, its scheduler's leader label on its own pod.
     (SA + "device-plugin", "UPDATE", "pods", _with(POD, metadata__annotations={"hami.io/vgpu-node": "n"}), POD, True),
@@ -244,6 +248,8 @@ def _with(obj, **parts):
     (SA + "scheduler", "UPDATE", "nodes", _with(NODE, metadata__annotations={"hami.io/mutex.lock": "t"}), NODE, True),
     (SA + "scheduler", "UPDATE", "nodes", {"metadata": {"name": "n", "annotations": {"a": "b"}}},
      {"metadata": {"name": "n"}}, True),
+    (SA + "device-plugin", "UPDATE", "pods", _with(POD, metadata__annotations={"a": "b"}),
+     _with(POD, metadata__ownerReferences=[{"kind": "ReplicaSet", "name": "r", "uid": "u"}]), False),
     # What would make root on a GPU worker tenant admin, or draw the controllers to it.
     (SA + "device-plugin", "CREATE", "pods", POD, None, False),
     (SA + "scheduler", "UPDATE", "pods", _with(POD, spec__containers=[{"name": "c", "image": "evil"}]), POD, False),
@@ -251,8 +257,21 @@ def _with(obj, **parts):
      _with(NODE, metadata__labels={"node-restriction.kubernetes.io/gpu-tenancy-system": "true"}), NODE, False),
     (SA + "device-plugin", "UPDATE", "nodes", _with(NODE, spec__taints=[{"key": "x", "effect": "NoExecute"}]), NODE,
      False),
+    # An owner that does not exist has the garbage collector delete the pod or Node; a finalizer blocks deletion.
+    (SA + "device-plugin", "UPDATE", "pods",
+     _with(POD, metadata__ownerReferences=[{"apiVersion": "v1", "kind": "Node", "name": "gone", "uid": "x"}]), POD,
+     False),
+    (SA + "mock-device-plugin", "UPDATE", "nodes",
+     _with(NODE, metadata__ownerReferences=[{"apiVersion": "v1", "kind": "Node", "name": "gone", "uid": "x"}]), NODE,
+     False),
+    (SA + "scheduler", "UPDATE", "nodes", _with(NODE, metadata__finalizers=["x/y"]), NODE, False),
+    # HAMi's code writes no ConfigMap; its scheduler's role may patch every one (templates/scheduler/clusterrole.yaml).
+    (SA + "scheduler", "UPDATE", "configmaps", _with(CONFIGMAP, data={"config.conf": "evil"}), CONFIGMAP, False),
+    (SA + "scheduler", "CREATE", "configmaps", CONFIGMAP, None, False),
+    (SA + "scheduler", "DELETE", "configmaps", None, CONFIGMAP, False),
     # Anyone else is not this policy's business.
     ("kubernetes-admin", "CREATE", "pods", POD, None, True),
+    ("kubernetes-admin", "UPDATE", "configmaps", _with(CONFIGMAP, data={}), CONFIGMAP, True),
 ])
 def test_the_token_policy_admits_what_hami_writes_and_refuses_the_rest(user, operation, resource, new, old, allowed):
     assert admits(hami_token_policy()[0]["spec"], user, operation, resource, new, old) is allowed

@@ -103,8 +103,10 @@ def hami_token_policy() -> list[dict[str, Any]]:
     What HAMi itself writes is metadata only: pod annotations (allocations) and labels (the scheduler's leader
     label), node annotations (node locks, device registration) (pkg/util/nodelock, pkg/device-plugin/.../server.go,
     cmd/scheduler). So for these users: no pod is created, and an update may not change a pod's or node's `spec`
-    or a node's labels (the platform's controllers are placed by a node label). Subresources (pods/binding, which
-    the scheduler needs) are not matched.
+    or a node's labels (the platform's controllers are placed by a node label), owner references or finalizers (an
+    owner that does not exist has the garbage collector delete the object), and no ConfigMap is written (HAMi's
+    code writes none; the scheduler's role may patch every one). Subresources (pods/binding, which the scheduler
+    needs) are not matched.
     """
     users = ", ".join(f"'{user}'" for user in HAMI_SERVICE_ACCOUNTS)
     return [
@@ -114,13 +116,17 @@ def hami_token_policy() -> list[dict[str, Any]]:
             "metadata": {"name": HAMI_TOKEN_POLICY},
             "spec": {
                 "failurePolicy": "Fail",
-                "matchConstraints": {"resourceRules": [{
-                    "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
-                    "resources": ["pods", "nodes"],
-                }]},
+                "matchConstraints": {"resourceRules": [
+                    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                     "resources": ["pods", "nodes"]},
+                    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE", "DELETE"],
+                     "resources": ["configmaps"]},
+                ]},
                 "matchConditions": [{"name": "hami-service-accounts",
                                      "expression": f"request.userInfo.username in [{users}]"}],
                 "validations": [
+                    {"expression": "request.resource.resource != 'configmaps'",
+                     "message": "HAMi's service accounts may not write ConfigMaps"},
                     {"expression": "request.operation != 'CREATE' || request.resource.resource != 'pods'",
                      "message": "HAMi's service accounts may not create pods"},
                     {"expression": f"request.operation != 'UPDATE' || {_unchanged('spec')}",
@@ -128,6 +134,9 @@ def hami_token_policy() -> list[dict[str, Any]]:
                     {"expression": f"request.operation != 'UPDATE' || request.resource.resource != 'nodes' || "
                                    f"{_unchanged('metadata.labels')}",
                      "message": "HAMi's service accounts may not change node labels"},
+                    {"expression": f"request.operation != 'UPDATE' || ({_unchanged('metadata.ownerReferences')} && "
+                                   f"{_unchanged('metadata.finalizers')})",
+                     "message": "HAMi's service accounts may not change owner references or finalizers"},
                 ],
             },
         },
