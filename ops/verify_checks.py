@@ -18,7 +18,7 @@ from kubernetes.utils import parse_quantity
 
 from components import kube
 from components.gpu.smoke import DEVICES_ALLOCATED_ANNOTATION, VGPU_NODE_ANNOTATION, hami_evidence
-from components.gpu.values import HAMI_NAMESPACE, HAMI_RELEASE
+from components.gpu.values import HAMI_NAMESPACE, HAMI_POD_POLICY, HAMI_RELEASE, HAMI_WEBHOOK_IGNORE, HAMI_WEBHOOK_LABEL
 from components.images import PAUSE_IMAGE
 from components.kube import ApiError, Connect, Json, KubeClient
 from components.management import image_cache
@@ -758,6 +758,35 @@ def probe_gpu_pod(api: KubeClient, request: ProbeRequest, waiting: Waiting) -> l
     return results
 
 
+def check_gpu_pods_through_hami(tenant: TenantTarget, connect: Connect, request: ProbeRequest) -> CheckResult:
+    """As the tenant user, a dry run of a GPU pod labelled to skip HAMi's webhook: OK only when the admission
+    policy refuses it (a dry run is admitted exactly as a create, and stores nothing)."""
+    name = "GPU pod past HAMi refused"
+    if tenant.user_kubeconfig is None:
+        return CheckResult(name, False, f"not tested: the stack outputs have no tenantKubeconfigs.{tenant.name}",
+                           "run `make up` to refresh the stack outputs")
+    pod = probe_pod(request)
+    try:
+        pod["metadata"]["namespace"] = kube.current_context(tenant.user_kubeconfig).namespace or PROBE_NAMESPACE
+        api = connect(tenant.user_kubeconfig)
+    except ValueError as error:
+        return CheckResult(name, False, f"not tested: the tenant user kubeconfig is unusable ({error})",
+                           "run `make up` to refresh the stack outputs")
+    pod["metadata"]["labels"][HAMI_WEBHOOK_LABEL] = HAMI_WEBHOOK_IGNORE
+    fix = f"run `make up` to install the ValidatingAdmissionPolicy {HAMI_POD_POLICY} and its binding"
+    try:
+        api.create(pod, dry_run=True)
+    except ApiError as error:
+        if HAMI_POD_POLICY in error.message:
+            return CheckResult(name, True, f"{HAMI_WEBHOOK_LABEL}={HAMI_WEBHOOK_IGNORE} refused in "
+                                           f"{pod['metadata']['namespace']} by {HAMI_POD_POLICY}")
+        return CheckResult(name, False, f"refused, but not by {HAMI_POD_POLICY} ({error}): not proved", fix)
+    finally:
+        api.close()
+    return CheckResult(name, False, f"a GPU pod labelled {HAMI_WEBHOOK_LABEL}={HAMI_WEBHOOK_IGNORE} is admitted in "
+                                    f"{pod['metadata']['namespace']} → it skips HAMi's quota and card accounting", fix)
+
+
 # --- isolation: credentials -------------------------------------------------------------------
 
 
@@ -1466,6 +1495,7 @@ def verify_tenant(
                     check_system_workers(api, nodes, tenant.workers)]
         results += probe_gpu_pod(api, platform.probe, waiting)
         api.close()
+        results.append(check_gpu_pods_through_hami(tenant, connect, platform.probe))
     others = [other for other_name, other in platform.tenants.items() if other_name != tenant.name]
     results += [check_isolation(tenant, other, connect) for other in others]
     if others and api is None:

@@ -14,7 +14,7 @@ import yaml
 
 from components.gpu.cards import REGISTER_ANNOTATION, device_type, gpu_capacity, register_annotation
 from components.gpu.smoke import planned_evidence
-from components.gpu.values import HAMI_TOKEN_POLICY, hami_token_policy
+from components.gpu.values import HAMI_TOKEN_POLICY, hami_pod_policy, hami_token_policy
 from components.tenant.spec import NODE_LABEL_POLICY, SYSTEM_NODE_LABEL, node_label_policy
 from config import GpuCard, SmokeTest, Tenant
 from config.models import SMOKE_TEST_NAMESPACE
@@ -448,3 +448,5 @@ def test_hamis_token_policy_is_in_place_before_hami_runs(lab):
     release = run.named(f"{TENANT}-hami")
     assert run.depends_on(release, binding) and run.depends_on(binding, policy)
     assert lab.api.find("ValidatingAdmissionPolicy", None, HAMI_TOKEN_POLICY) is not None
+    pod_binding = run.named(f"{TENANT}-hami-pod-policy-binding")
+    assert pod_binding.inputs["spec"] == hami_pod_policy()[1]["spec"] and run.depends_on(release, pod_binding)

@@ -9,6 +9,7 @@ import yaml
 
 from components.gpu.values import (
     device_config_yaml,
+    hami_pod_policy,
     hami_token_policy,
     hami_values,
     nvidia_device_config,
@@ -275,3 +276,59 @@ CONFIGMAP = {"metadata": {"name": "kube-proxy", "namespace": "kube-system"}, "da
 ])
 def test_the_token_policy_admits_what_hami_writes_and_refuses_the_rest(user, operation, resource, new, old, allowed):
     assert admits(hami_token_policy()[0]["spec"], user, operation, resource, new, old) is allowed
+
+
+def _gpu_pod(labels=None, scheduler="hami-scheduler", node=None, where="containers", kind="limits",
+             resource="nvidia.com/gpu"):
+    """A pod as the validating admission sees it: after defaulting and HAMi's webhook (if it was called)."""
+    pod = {"metadata": {"name": "p", "namespace": "team-a", **({"labels": labels} if labels else {})},
+           "spec": {"schedulerName": scheduler, "containers": [{"name": "c", "image": "x"}]}}
+    pod["spec"].setdefault(where, []).append({"name": "g", "image": "x", "resources": {kind: {resource: "1"}}})
+    if node:
+        pod["spec"]["nodeName"] = node
+    return pod
+
+
+@pytest.mark.parametrize("pod, allowed", [
+    # As HAMi's webhook leaves a GPU pod.
+    (_gpu_pod(), True),
+    (_gpu_pod(labels={"hami.io/webhook": "keep"}), True),
+    # Not a GPU pod: none of this policy's business, label or not.
+    (_gpu_pod(labels={"hami.io/webhook": "ignore"}, scheduler="default-scheduler", resource="cpu"), True),
+    # The webhook's objectSelector skipped it: unmutated, on default-scheduler by node allocatable.
+    (_gpu_pod(labels={"hami.io/webhook": "ignore"}, scheduler="default-scheduler"), False),
+    # Skipped, with HAMi's scheduler set by hand (the webhook's quota check never ran).
+    (_gpu_pod(labels={"hami.io/webhook": "ignore"}), False),
+    # webhook.go Handle allows "a different scheduler" unmutated; with nodeName no scheduler is involved at all.
+    (_gpu_pod(scheduler="other", node="gpu-0"), False),
+    (_gpu_pod(scheduler="default-scheduler", where="initContainers", resource="nvidia.com/gpumem"), False),
+    (_gpu_pod(scheduler="default-scheduler", kind="requests"), False),
+])
+def test_a_gpu_pod_is_admitted_only_as_hamis_webhook_left_it(pod, allowed):
+    assert admits(hami_pod_policy()[0]["spec"], "system:serviceaccount:kube-system:tenant-user", "CREATE", "pods",
+                  pod, None) is allowed
+
+
+def _selects(selector, labels):
+    """A label selector's matchExpressions (In / NotIn) against a namespace's labels."""
+    def holds(expression):
+        inside = labels.get(expression["key"]) in expression["values"]
+        return inside if expression["operator"] == "In" else not inside
+    return all(holds(expression) for expression in selector["matchExpressions"])
+
+
+def test_the_gpu_pod_policy_covers_the_namespaces_hamis_webhook_covers(webhook_template):
+    policy, binding = hami_pod_policy()
+    for manifest in (policy, binding):
+        kubernetes_validate.validate(manifest, "1.35.0", strict=True)
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"] and policy["spec"]["failurePolicy"] == "Fail"
+    # templates/scheduler/webhook.yaml: both selectors exclude hami.io/webhook NotIn [ignore].
+    assert webhook_template.count("- key: hami.io/webhook\n        operator: NotIn\n        values:\n"
+                                  "        - ignore") == 2
+    selector = binding["spec"]["matchResources"]["namespaceSelector"]
+    workload = {"kubernetes.io/metadata.name": "team-a", "app.kubernetes.io/part-of": "gpu-tenancy"}
+    assert _selects(selector, workload)
+    assert not _selects(selector, {**workload, "hami.io/webhook": "ignore"})
+    for namespace in TENANT_SYSTEM_NAMESPACES:
+        assert not _selects(selector, {"kubernetes.io/metadata.name": namespace})

@@ -153,7 +153,7 @@ def test_all_green_platform_passes(platform, clock, tmp_path, capsys):
     assert err == ""
     assert "FAIL" not in out
     assert out.rstrip().endswith(
-        f"verify passed: 41 checks OK, 1 skipped (tenant-a: 1), {LAB_LOOSE} in 2 tenant(s) and the image mirror")
+        f"verify passed: 43 checks OK, 1 skipped (tenant-a: 1), {LAB_LOOSE} in 2 tenant(s) and the image mirror")
     (skip_line,) = [line for line in out.splitlines() if "  SKIP  " in line]
     assert skip_line.startswith("pod → tenant-b data store") and "not tested: " in skip_line
     for name, cluster in platform.tenants.items():
@@ -186,6 +186,7 @@ def test_every_check_of_a_tenant_is_reported(platform, clock):
         "system-worker label only from gpu-tenancy",
         "probe admitted by HAMi webhook",
         "probe got a GPU slice",
+        "GPU pod past HAMi refused",
         "isolated from tenant-b",
         *NETWORK_ROWS,
         "pod → image caches",
@@ -256,7 +257,7 @@ def test_control_plane_not_ready(platform, clock, tmp_path, capsys):
     assert "kubectl --context kind-gpu-tenancy -n tenant-a describe tcp tenant-a" in result.fix
     code, out, _ = run_main(platform, tmp_path, FakeClock(), capsys)
     assert code == 1
-    assert "verify failed: 1 of 44 checks failed (tenant-a: 1)" in out
+    assert "verify failed: 1 of 46 checks failed (tenant-a: 1)" in out
 
 
 def test_control_plane_without_status_or_missing(platform, clock):
@@ -536,8 +537,9 @@ def test_probe_rejected_by_the_webhook_names_the_tunnel(platform, clock):
     assert "through the Konnectivity tunnel" in result.detail
     assert "probe got a GPU slice" not in results
     assert cluster.created == [] and cluster.deleted == []
-    # The dead webhook refuses the network probes too: one attempt, then the same refusal for the rest.
-    assert cluster.requests.count("create pods") == 2
+    # The dead webhook refuses the network probes too: one attempt, then the same refusal for the rest; the dry
+    # run labelled past it never reaches it.
+    assert cluster.requests.count("create pods") == 3
     for row in [*NETWORK_ROWS, "pod → image caches"]:
         if row == "pod → tenant-b node ports":  # none exists, so there is nothing to probe
             assert results[row].ok
@@ -872,7 +874,7 @@ def test_data_store_nothing_could_reach_is_not_tested_rather_than_ok(platform, c
     # A skip is printed as such and does not fail the run; the summary counts it apart from the OKs.
     code, out, _ = run_main(healthy_platform(), tmp_path, FakeClock(), capsys)
     assert code == 0
-    assert f"41 checks OK, 1 skipped (tenant-a: 1), {LAB_LOOSE}" in out
+    assert f"43 checks OK, 1 skipped (tenant-a: 1), {LAB_LOOSE}" in out
 
 
 def test_a_row_whose_names_do_not_resolve_is_not_tested(platform, clock):
@@ -1072,7 +1074,7 @@ def test_outputs_missing_a_tenant(platform, clock, tmp_path, capsys):
     assert code == 1
     assert "tenant-b is planned but missing from the output tenants → this tenant cannot be checked" in out
     assert "isolated from tenant-b" not in out and "pod → tenant-b" not in out
-    assert out.rstrip().endswith("verify failed: 1 of 20 checks failed (tenant-b: 1), 1 not enforced (tenant-a: 1)")
+    assert out.rstrip().endswith("verify failed: 1 of 21 checks failed (tenant-b: 1), 1 not enforced (tenant-a: 1)")
 
 
 def test_outputs_missing_a_tenant_kubeconfig_or_plan_entry(platform):
@@ -1097,8 +1099,9 @@ def test_admin_checks_use_the_admin_kubeconfig_and_probes_the_users(platform, cl
     # its nodes and HAMi's Service for the extender probe.
     assert {s.token for s in platform.tenants["tenant-b"].sessions} == {"tenant-a-admin-token", "tenant-a-user-token",
                                                                        "tenant-b-admin-token"}
+    # The network probes and the GPU pod past HAMi run as the user.
     users = [session for session in cluster.sessions if session.token == "tenant-a-user-token"]
-    assert len(users) == 1
+    assert len(users) == 2
     with pytest.raises(ApiError, match='User "system:serviceaccount:kube-system:tenant-user" cannot list'):
         users[0].list("Node")
     assert {pod["metadata"]["namespace"] for pod in cluster.created} == {"default"}
@@ -1412,7 +1415,7 @@ def test_stopped_or_missing_cache_fails_with_the_fix(platform, clock, tmp_path, 
     code, out, _ = run_main(platform, tmp_path, clock, capsys)
     assert code == 1
     assert out.rstrip().endswith(
-        f"verify failed: 2 of 44 checks failed (image mirror: 2), 1 skipped (tenant-a: 1), {LAB_LOOSE}")
+        f"verify failed: 2 of 46 checks failed (image mirror: 2), 1 skipped (tenant-a: 1), {LAB_LOOSE}")
     report = verify_mirror(platform.outputs["imageMirror"], platform.docker)
     stopped = {r.name: r for r in report.results}["cache quay.io"]
     assert not stopped.ok
@@ -1446,7 +1449,7 @@ def test_no_mirror_no_table(platform, clock, tmp_path, capsys, mirror):
         platform.outputs["imageMirror"] = mirror
     code, out, _ = run_main(platform, tmp_path, clock, capsys)
     assert code == 0 and "image mirror" not in out and platform.docker.calls == []
-    assert out.rstrip().endswith(f"verify passed: 33 checks OK, 1 skipped (tenant-a: 1), {LAB_LOOSE} in 2 tenant(s)")
+    assert out.rstrip().endswith(f"verify passed: 35 checks OK, 1 skipped (tenant-a: 1), {LAB_LOOSE} in 2 tenant(s)")
 
 
 # --- rendering --------------------------------------------------------------------------------
@@ -1505,9 +1508,9 @@ def test_verify_closes_every_client_it_opened(platform, clock, tmp_path, capsys)
     code, _, _ = run_main(platform, tmp_path, clock, capsys)
     assert code == 0
     sessions = platform.connect.sessions()
-    # management, per tenant: admin, user, its two credentials against the other tenant, and the other tenant's
-    # admin for its nodes and HAMi Service (the extender probe).
-    assert len(sessions) == 1 + 2 * 5
+    # management, per tenant: admin, user (network probes, the GPU pod past HAMi), its two credentials against the
+    # other tenant, and the other tenant's admin for its nodes and HAMi Service (the extender probe).
+    assert len(sessions) == 1 + 2 * 6
     assert all(session.closed for session in sessions)
 
 
@@ -1594,3 +1597,19 @@ def test_the_system_worker_label_is_observed_on_exactly_the_workers_without_gpus
     cluster.nodes[0]["metadata"]["labels"][SYSTEM_NODE_LABEL] = "true"
     result = check(platform, clock)[SYSTEM_ROW]
     assert result.failed and "'tenant-a-gpu-0'" in result.detail
+
+
+def test_a_gpu_pod_past_hami_is_ok_only_when_the_policy_refuses_it(platform, clock):
+    cluster = platform.tenants["tenant-a"]
+    result = check(platform, clock)["GPU pod past HAMi refused"]
+    assert result.ok and "by gpu-tenancy-gpu-pods-through-hami" in result.detail
+    # A dry run, as the tenant user, in its namespace: nothing is stored.
+    assert cluster.requests.count("create pods") >= 1 and not [
+        pod for pod in cluster.created if pod["metadata"].get("labels", {}).get("hami.io/webhook")]
+    cluster.gpu_pod_policy = False
+    result = check(platform, clock)["GPU pod past HAMi refused"]
+    assert not result.ok and "hami.io/webhook=ignore is admitted in default" in result.detail
+    assert "gpu-tenancy-gpu-pods-through-hami" in result.fix
+    (admitted,) = cluster.dry_runs
+    assert admitted["metadata"]["labels"]["hami.io/webhook"] == "ignore"
+    assert admitted["spec"]["schedulerName"] == "default-scheduler"

@@ -38,7 +38,7 @@ from components.gpu.smoke import (
     smoke_namespace_metadata,
     smoke_pod_manifest,
 )
-from components.gpu.values import HAMI_CHART, hami_token_policy, hami_values
+from components.gpu.values import HAMI_CHART, hami_pod_policy, hami_token_policy, hami_values
 from components.helm import helm_release
 from components.images import PAUSE_IMAGE
 from components.tenant.operations import KonnectivityReadyProvider
@@ -195,13 +195,15 @@ class TenantGpus(pulumi.ComponentResource):
                 depends_on=[*registrations, *args.cni])),
         )
 
-        # Before HAMi's pods get their tokens: what those tokens may do (components/gpu/values.py).
-        policy, binding = hami_token_policy()
-        token_policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
-            f"{tenant}-hami-token-policy", metadata=policy["metadata"], spec=policy["spec"], opts=inside)
-        token_binding = k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
-            f"{tenant}-hami-token-policy-binding", metadata=binding["metadata"], spec=binding["spec"],
-            opts=pulumi.ResourceOptions.merge(inside, pulumi.ResourceOptions(depends_on=[token_policy])))
+        # Before HAMi's pods get their tokens, and before GPU capacity can be used: what those tokens may do, and
+        # that a GPU pod goes through HAMi (components/gpu/values.py).
+        bindings = []
+        for name, (policy, binding) in (("token", hami_token_policy()), ("pod", hami_pod_policy())):
+            created = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+                f"{tenant}-hami-{name}-policy", metadata=policy["metadata"], spec=policy["spec"], opts=inside)
+            bindings.append(k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+                f"{tenant}-hami-{name}-policy-binding", metadata=binding["metadata"], spec=binding["spec"],
+                opts=pulumi.ResourceOptions.merge(inside, pulumi.ResourceOptions(depends_on=[created]))))
         self.release = helm_release(
             f"{tenant}-hami",
             HAMI_CHART,
@@ -209,7 +211,7 @@ class TenantGpus(pulumi.ComponentResource):
                                args.runtime_class_name, args.tenant.scheduling.node_policy,
                                args.tenant.scheduling.gpu_policy, system_node_selector(args.tenant)),
             timeout=HELM_TIMEOUT_SECONDS,
-            opts=pulumi.ResourceOptions.merge(inside, pulumi.ResourceOptions(depends_on=[tunnel, token_binding])),
+            opts=pulumi.ResourceOptions.merge(inside, pulumi.ResourceOptions(depends_on=[tunnel, *bindings])),
         )
 
         self.node_names = pulumi.Output.all(*(node.registered.id for node in nodes)).apply(

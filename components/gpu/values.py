@@ -20,7 +20,14 @@ from components.images import (
     kubernetes_image_tag,
 )
 from config import Versions
-from naming import GPU_CORES_RESOURCE, GPU_MEMORY_RESOURCE, GPU_RESOURCE, TENANT_SYSTEM_NAMESPACES
+from naming import (
+    GPU_CORES_RESOURCE,
+    GPU_MEMORY_RESOURCE,
+    GPU_RESOURCE,
+    HAMI_SCHEDULER_NAME,
+    NAMESPACE_NAME_LABEL,
+    TENANT_SYSTEM_NAMESPACES,
+)
 
 # The chart derives its object names from the release name (`hami-scheduler`, `hami-webhook`, and the mock
 # plugin's ConfigMap `<fullname>-scheduler-device`, templates/device-plugin/daemonsetmock.yaml); the docs and
@@ -145,6 +152,66 @@ def hami_token_policy() -> list[dict[str, Any]]:
             "kind": "ValidatingAdmissionPolicyBinding",
             "metadata": {"name": HAMI_TOKEN_POLICY},
             "spec": {"policyName": HAMI_TOKEN_POLICY, "validationActions": ["Deny"]},
+        },
+    ]
+
+
+HAMI_POD_POLICY = "gpu-tenancy-gpu-pods-through-hami"
+# charts/hami/templates/scheduler/webhook.yaml: the webhook skips pods and namespaces carrying this label and value.
+HAMI_WEBHOOK_LABEL, HAMI_WEBHOOK_IGNORE = "hami.io/webhook", "ignore"
+
+
+def _requests_gpu(containers: str) -> str:
+    """CEL: a container of the list `containers` limits or requests an `nvidia.com/` resource."""
+    return "(" + " || ".join(f"{containers}.exists(c, has(c.resources) && has(c.resources.{kind}) && "
+                             f"c.resources.{kind}.exists(r, r.startsWith('nvidia.com/')))"
+                             for kind in ("limits", "requests")) + ")"
+
+
+def hami_pod_policy() -> list[dict[str, Any]]:
+    """A ValidatingAdmissionPolicy and binding: a pod asking for `nvidia.com/` resources is admitted only as HAMi's
+    webhook left it, so HAMi's quota (pkg/scheduler/webhook.go fitResourceQuota) and card accounting see it.
+
+    HAMi v2.10.0 lets a pod past its webhook three ways: the `hami.io/webhook: ignore` label (the webhook's
+    objectSelector), a `schedulerName` other than its own (webhook.go Handle: "Pod already has different scheduler
+    assigned", allowed unmutated, which with `nodeName` set runs on a GPU node without any scheduler), and a
+    namespace HAMi's webhook does not cover (which the tenant user cannot label or enter). Validating admission runs
+    after every mutating webhook, so in the namespaces HAMi's webhook covers this refuses the first two.
+    """
+    gpu = (f"{_requests_gpu('object.spec.containers')} || "
+           f"(has(object.spec.initContainers) && {_requests_gpu('object.spec.initContainers')})")
+    ignored = (f"has(object.metadata.labels) && '{HAMI_WEBHOOK_LABEL}' in object.metadata.labels && "
+               f"object.metadata.labels['{HAMI_WEBHOOK_LABEL}'] == '{HAMI_WEBHOOK_IGNORE}'")
+    return [
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": HAMI_POD_POLICY},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{
+                    "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]},
+                "matchConditions": [{"name": "requests-gpu", "expression": gpu}],
+                "validations": [
+                    {"expression": f"!({ignored})",
+                     "message": f"a GPU pod may not carry the label {HAMI_WEBHOOK_LABEL}={HAMI_WEBHOOK_IGNORE}: "
+                                "HAMi's quota and card accounting must see it"},
+                    {"expression": f"has(object.spec.schedulerName) && "
+                                   f"object.spec.schedulerName == '{HAMI_SCHEDULER_NAME}'",
+                     "message": f"a GPU pod must be scheduled by {HAMI_SCHEDULER_NAME}: leave schedulerName unset"},
+                ],
+            },
+        },
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": HAMI_POD_POLICY},
+            # The namespaces HAMi's webhook covers (the same selector as templates/scheduler/webhook.yaml).
+            "spec": {"policyName": HAMI_POD_POLICY, "validationActions": ["Deny"],
+                     "matchResources": {"namespaceSelector": {"matchExpressions": [
+                         {"key": HAMI_WEBHOOK_LABEL, "operator": "NotIn", "values": [HAMI_WEBHOOK_IGNORE]},
+                         {"key": NAMESPACE_NAME_LABEL, "operator": "NotIn",
+                          "values": list(TENANT_SYSTEM_NAMESPACES)}]}}},
         },
     ]
 

@@ -213,6 +213,8 @@ class FakeCluster:
     dry_runs: list[Json] = field(default_factory=list)
     # The node-label admission policy refuses a node-restriction label change by anyone but the program.
     node_label_policy: bool = True
+    # The admission policy that refuses GPU pods skipping HAMi's webhook (components/gpu/values.py hami_pod_policy).
+    gpu_pod_policy: bool = True
     # HAMi allocates the pod on this read of it; None: never (stays Pending).
     allocate_on_read: int | None = 2
     allocated_devices: str = "GPU-MOCK-A0,NVIDIA,3000,30:;"
@@ -361,7 +363,13 @@ class FakeSession:
             raise ApiError(403, f'pods "{pod["metadata"].get("generateName", "")}" is forbidden: violates '
                                 f'PodSecurity "baseline:latest": {", ".join(violations)}')
         limits = pod["spec"]["containers"][0].get("resources", {}).get("limits", {})
-        admission = cluster.admission_for(namespace)
+        skipped = pod["metadata"].get("labels", {}).get("hami.io/webhook") == "ignore"
+        if cluster.gpu_pod_policy and skipped and GPU in limits and namespace not in WEBHOOK_EXEMPT:
+            raise ApiError(403, f'pods "{pod["metadata"].get("generateName", "")}" is forbidden: '
+                                "ValidatingAdmissionPolicy 'gpu-tenancy-gpu-pods-through-hami' with binding "
+                                "'gpu-tenancy-gpu-pods-through-hami' denied request: a GPU pod may not carry the "
+                                "label hami.io/webhook=ignore")
+        admission = "skipped" if skipped else cluster.admission_for(namespace)
         if admission == "reject":  # the API server calls the webhook for every pod, and it is unreachable
             raise ApiError(500, WEBHOOK_REJECTION)
         if admission == "over-quota" and GPU in limits:
