@@ -36,6 +36,7 @@ import grpc
 import pytest
 
 from components import host_operations, providers
+from components.gpu.values import HAMI_POD_POLICY
 from components.tenant.spec import NODE_LABEL_POLICY
 from tests.support import sdk
 from tests.support.sdk import provider_pb2, serialize_provider
@@ -290,13 +291,18 @@ def summary(state: dict[str, Resource]) -> list[dict[str, Any]]:
 
 
 CARDS = ("-gpu-register", "-gpu-capacity", "-gpu-label")
-NODE_LABEL_POLICY_NAMES = ("-node-label-policy", "-node-label-policy-binding")
+# Issue 33: each tenant's admission policies that GPU pods go through HAMi and that only the program sets
+# node-restriction labels, which the first `up` creates.
+ADDED_SINCE_E08431F = ("-hami-pod-policy", "-hami-pod-policy-binding", "-node-label-policy",
+                       "-node-label-policy-binding")
 
 
 def state_at_e08431f(state: dict[str, Resource]) -> dict[str, Resource]:
     """`state` as the program of commit e08431f left it: each worker's cards under its tenant's TenantGpus (not its
     WorkerNode, components/gpu/hami.py GpuCards), parents first, and each provider pickled under its layer's
     module."""
+    dropped = {urn for urn, r in state.items() if r.name.endswith(ADDED_SINCE_E08431F)}
+    state = {urn: r for urn, r in state.items() if urn not in dropped}
     gpus = {r.parent: r.urn for r in state.values() if r.type == "gpu-tenancy:index:TenantGpus"}  # by Tenant
     moved: dict[str, str] = {}  # card URN -> its parent then
     for r in state.values():
@@ -315,17 +321,10 @@ def state_at_e08431f(state: dict[str, Resource]) -> dict[str, Resource]:
         entry = copy.deepcopy(resource)
         entry.urn, entry.parent, entry.deleted_with = fix(entry.urn), moved.get(entry.urn, entry.parent), \
             fix(entry.deleted_with)
-        entry.dependencies = [fix(u) for u in entry.dependencies]
-        entry.property_dependencies = {k: [fix(u) for u in v] for k, v in entry.property_dependencies.items()}
-        old[entry.urn] = entry
-    # Not made then: the node-label policy.
-    dropped = {urn for urn in old if urn.endswith(NODE_LABEL_POLICY_NAMES)}
-    for urn in dropped:
-        del old[urn]
-    for entry in old.values():
-        entry.dependencies = [u for u in entry.dependencies if u not in dropped]
-        entry.property_dependencies = {k: [u for u in v if u not in dropped]
+        entry.dependencies = [fix(u) for u in entry.dependencies if u not in dropped]
+        entry.property_dependencies = {k: [fix(u) for u in v if u not in dropped]
                                        for k, v in entry.property_dependencies.items()}
+        old[entry.urn] = entry
     by_class = {path.rpartition(".")[2]: encoded for path, encoded in LAYERED.items()}
     for props in (props for resource in old.values() for props in (resource.inputs, resource.outputs)
                   if "__provider" in props):
@@ -357,18 +356,18 @@ def stack(request):
     sim.up(skip_preview=True)
     old = sim.fork()
     old.engine.state = OLD_STATES[commit](sim.engine.state)
-    for tenant in old.config["tenants"]:  # what the old program never made is not in its tenants either
-        api = old.world.tenant_api(tenant["name"])
-        for kind in ("ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy"):
-            api.remove(kind, None, NODE_LABEL_POLICY)
+    for api in old.world.apis.values():  # what the old program never created is not in its clusters either
+        for key in [key for key in api.objects if key[2] in (HAMI_POD_POLICY, NODE_LABEL_POLICY)]:
+            del api.objects[key]
     return commit, name, sim, old
 
 
 def expected_changes(commit: str, sim: Lifecycle) -> dict[str, set[str]]:
-    """What the first `up` changes on that commit's stack (a7c63e6: first_up_changes; both: the node-label policy)."""
-    changes = first_up_changes(sim) if commit == "a7c63e6" else {"create": set()}
-    changes["create"] |= {r.name for r in sim.engine.state.values() if r.name.endswith(NODE_LABEL_POLICY_NAMES)}
-    return changes
+    """What the first `up` changes on that commit's stack (a7c63e6: first_up_changes), and on both the resources
+    added since e08431f."""
+    changes = first_up_changes(sim) if commit == "a7c63e6" else {}
+    added = {r.name for r in sim.engine.state.values() if r.name.endswith(ADDED_SINCE_E08431F)}
+    return {**changes, "create": changes.get("create", set()) | added}
 
 
 # What later fixes changed in what the program makes, apart from the restructure (by URN name): the lab's ghcr.io
