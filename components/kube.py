@@ -62,6 +62,8 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     "DataStore": ("/apis/kamaji.clastix.io/v1alpha1", "datastores", False),
     "IPAddressPool": ("/apis/metallb.io/v1beta1", "ipaddresspools", True),
     "PodDisruptionBudget": ("/apis/policy/v1", "poddisruptionbudgets", True),
+    "ResourceQuota": ("/api/v1", "resourcequotas", True),
+    "ClusterRole": ("/apis/rbac.authorization.k8s.io/v1", "clusterroles", False),
 }
 
 

@@ -284,7 +284,9 @@ class Worker(StrictModel):
 # namespace: an object-count ResourceQuota (`count/<resource>.<group>`), so that one user cannot fill the etcd the
 # tenant's control plane writes to (by default Kamaji's shared one, with a 1 GiB space quota). The kinds are every
 # namespaced resource `edit` may create (kubernetes plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go
-# system:aggregate-to-edit). `pods` counts terminated pods too: they stay in etcd until garbage-collected.
+# system:aggregate-to-edit; components.tenant.spec.counted_kinds). `pods` counts terminated pods too: they stay in
+# etcd until garbage-collected; `events` counts the cluster's own events in the namespace too (beyond it they are
+# dropped, the workloads keep running).
 DEFAULT_OBJECT_COUNTS: dict[str, int] = {
     "pods": 50,
     "services": 10,
@@ -304,6 +306,8 @@ DEFAULT_OBJECT_COUNTS: dict[str, int] = {
     "ingresses.networking.k8s.io": 5,
     "networkpolicies.networking.k8s.io": 10,
     "poddisruptionbudgets.policy": 5,
+    "events": 80,
+    "leases.coordination.k8s.io": 10,
 }
 
 

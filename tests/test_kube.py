@@ -333,6 +333,8 @@ def test_paths_follow_the_kubernetes_url_layout(api):
          "metadata": {"name": "kind-ip-pool", "namespace": "metallb-system"}},
         {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "alpha", "namespace": "team-a"}},
         {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "db", "namespace": "team"}},
+        {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "object-quota", "namespace": "team"}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "edit"}},
     ]
     assert {obj["kind"] for obj in objects} == set(kube.RESOURCES), "a kind of the client is not tried here"
     for obj in objects:
@@ -357,6 +359,8 @@ def test_paths_follow_the_kubernetes_url_layout(api):
         "/apis/metallb.io/v1beta1/namespaces/metallb-system/ipaddresspools/kind-ip-pool",
         "/api/v1/namespaces/team-a/services/alpha",
         "/apis/policy/v1/namespaces/team/poddisruptionbudgets/db",
+        "/api/v1/namespaces/team/resourcequotas/object-quota",
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles/edit",
         "/api/v1/namespaces/default/secrets/s",
         "/api/v1/nodes",
         "/apis/networking.k8s.io/v1/namespaces/tenant-a/networkpolicies",

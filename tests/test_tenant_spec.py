@@ -699,6 +699,20 @@ def test_object_quota_counts_every_kind_the_tenant_user_may_create_in_each_names
     assert tenant_spec.object_resource_quota(Quota.model_validate({"gpus": 1}), "ml") == quota
 
 
+def test_the_object_quota_counts_every_kind_the_tenant_users_role_may_create():
+    # The rules of the role the user is bound to (kubernetes bootstrappolicy, vendored in tests/data): a kind it may
+    # create that the quota does not count would be unbounded in the shared etcd.
+    rules = yaml.safe_load((Path(__file__).parent / "data" / "aggregate-to-edit.yaml").read_text())["rules"]
+    kinds = tenant_spec.counted_kinds(rules)
+    assert {"events", "leases.coordination.k8s.io", "pods", "deployments.apps"} <= kinds
+    assert set(DEFAULT_OBJECT_COUNTS) == kinds
+    # Subresources (pods/exec, serviceaccounts/token) store nothing; a rule without create counts nothing.
+    assert not {kind for kind in kinds if "/" in kind}
+    assert tenant_spec.counted_kinds([{"apiGroups": ["x.io"], "resources": ["widgets"], "verbs": ["get"]}]) == set()
+    assert tenant_spec.counted_kinds([{"apiGroups": ["x.io"], "resources": ["widgets"], "verbs": ["*"]}]) == {
+        "widgets.x.io"}
+
+
 # The largest object the API server can store: etcd's default --max-request-bytes (1.5 MiB); Secrets and ConfigMaps
 # are held to 1 MiB of data, other kinds only by that.
 MAX_OBJECT_MIB = 1.5

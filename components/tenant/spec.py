@@ -633,6 +633,19 @@ def gpu_resource_quota(quota: Quota | None, namespace: str) -> dict[str, Any] | 
 
 
 OBJECT_QUOTA_NAME = "object-quota"
+# The role the tenant user is bound to in its namespaces, and the API group Kubernetes stopped serving in 1.22 (its
+# kinds are served by apps and networking.k8s.io, which the role names too).
+TENANT_USER_ROLE = "edit"
+UNSERVED_GROUPS = ("extensions",)
+
+
+def counted_kinds(rules: Sequence[Mapping[str, Any]]) -> set[str]:
+    """The `count/` names (`<resource>`, `<resource>.<group>`) of every kind RBAC `rules` let a user create: what an
+    object-count quota must list so that no kind the user can write is unbounded. Subresources store nothing."""
+    return {resource if not group else f"{resource}.{group}"
+            for rule in rules if {"create", "*"} & set(rule.get("verbs") or ())
+            for group in rule.get("apiGroups") or () if group not in UNSERVED_GROUPS
+            for resource in rule.get("resources") or () if "/" not in resource}
 
 
 def object_resource_quota(quota: Quota | None, namespace: str) -> dict[str, Any]:
@@ -673,7 +686,7 @@ def tenant_user_objects(namespaces: Sequence[str]) -> list[dict[str, Any]]:
         objects.append({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
             "metadata": {"name": f"{TENANT_USER}-edit", "namespace": namespace, "labels": labels},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": TENANT_USER_ROLE},
             "subjects": [subject],
         })
     return objects

@@ -45,6 +45,8 @@ RESOURCES = {
     "DataStore": ("kamaji.clastix.io/v1alpha1", "datastores", False),
     "IPAddressPool": ("metallb.io/v1beta1", "ipaddresspools", True),
     "PodDisruptionBudget": ("policy/v1", "poddisruptionbudgets", True),
+    "ResourceQuota": ("v1", "resourcequotas", True),
+    "ClusterRole": ("rbac.authorization.k8s.io/v1", "clusterroles", False),
 }
 _PLURALS = {(api_version, plural): kind for kind, (api_version, plural, _) in RESOURCES.items()}
 _CORE = re.compile(r"^/api/(?P<version>v1)(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?"

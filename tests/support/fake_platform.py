@@ -27,6 +27,7 @@ import json
 import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -35,7 +36,7 @@ from components import kube
 from components.kube import ApiError, UnreachableError
 from components.management.image_cache import CERTS_D, MIRRORED_REGISTRIES, hosts_toml
 from components.management.kamaji import etcd_network_policy
-from components.tenant.spec import NODE_LABEL_POLICY, SYSTEM_NODE_LABEL, isolation_network_policy
+from components.tenant.spec import NODE_LABEL_POLICY, SYSTEM_NODE_LABEL, isolation_network_policy, object_resource_quota
 from tests.support.fake_network import FakeNetwork, node_address
 
 Json = dict[str, Any]
@@ -56,6 +57,9 @@ BASELINE_SYSCTLS = {"kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "n
                     "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl",
                     "net.ipv4.tcp_keepalive_probes"}
 
+# kubernetes bootstrappolicy system:aggregate-to-edit (tests/data), which `edit` aggregates.
+EDIT_RULES = yaml.safe_load((Path(__file__).resolve().parent.parent / "data" / "aggregate-to-edit.yaml").read_text(
+))["rules"]
 GPU, GPU_MEMORY, GPU_CORES = "nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores"
 # What a Konnectivity server without a connected agent answers (apiserver-network-proxy).
 WEBHOOK_REJECTION = (
@@ -182,6 +186,8 @@ class FakeCluster:
     daemon_sets: dict[tuple[str, str], Json] = field(default_factory=dict)
     deployments: dict[tuple[str, str], Json] = field(default_factory=dict)
     webhooks: dict[str, Json] = field(default_factory=dict)
+    cluster_roles: dict[str, Json] = field(default_factory=dict)
+    resource_quotas: dict[tuple[str, str], Json] = field(default_factory=dict)
     pods: dict[tuple[str, str], Json] = field(default_factory=dict)
     datastores: dict[str, Json] = field(default_factory=dict)
     services: dict[tuple[str, str], Json] = field(default_factory=dict)
@@ -279,7 +285,8 @@ def _is_network_probe(pod: Json) -> bool:
 
 # Where a FakeCluster keeps the objects of a kind verify reads one by one (by (namespace, name), or name).
 _STORES = {"TenantControlPlane": "tenant_control_planes", "DataStore": "datastores", "DaemonSet": "daemon_sets",
-           "Deployment": "deployments", "MutatingWebhookConfiguration": "webhooks", "Service": "services"}
+           "Deployment": "deployments", "MutatingWebhookConfiguration": "webhooks", "Service": "services",
+           "ClusterRole": "cluster_roles", "ResourceQuota": "resource_quotas"}
 
 
 class FakeSession:
@@ -727,6 +734,10 @@ def healthy_platform(tenants: Iterable[str] = ("tenant-a", "tenant-b"), gpu_mode
             "webhooks": [{"name": "vgpu.hami.io", "failurePolicy": "Fail", "sideEffects": "None"}],
         }
         cluster.allocated_devices = f"GPU-MOCK-{letter}0,NVIDIA,3000,30:;"
+        # The built-in `edit` as the cluster aggregates it, and the quota the program creates, as enforced.
+        cluster.cluster_roles["edit"] = {"metadata": {"name": "edit"}, "rules": copy.deepcopy(EDIT_RULES)}
+        quota = object_resource_quota(None, "default")
+        cluster.resource_quotas[("default", "object-quota")] = {**quota, "status": {"hard": quota["spec"]["hard"]}}
         management.tenant_control_planes[(name, name)] = {
             "apiVersion": "kamaji.clastix.io/v1alpha1",
             "kind": "TenantControlPlane",
