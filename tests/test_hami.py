@@ -14,7 +14,8 @@ import yaml
 
 from components.gpu.cards import REGISTER_ANNOTATION, device_type, gpu_capacity, register_annotation
 from components.gpu.smoke import planned_evidence
-from components.gpu.values import HAMI_TOKEN_POLICY, hami_pod_policy, hami_token_policy
+from components.gpu.values import HAMI_POD_POLICY, HAMI_TOKEN_POLICY, hami_pod_policy, hami_token_policy
+from components.kube import ApiError
 from components.tenant.spec import NODE_LABEL_POLICY, SYSTEM_NODE_LABEL, node_label_policy
 from config import GpuCard, SmokeTest, Tenant
 from config.models import SMOKE_TEST_NAMESPACE
@@ -252,6 +253,34 @@ def test_the_proof_leaves_a_quota_as_big_as_its_request_to_the_users():
                                                          "resources": {"limits": limits}}]}})
     systems.schedule(sim.world, api, api.find("Pod", "default", created["metadata"]["name"]))
     assert api.find("Pod", "default", "training")["status"]["phase"] == "Running"
+
+
+def test_a_gpu_pod_kept_from_hamis_webhook_is_refused_and_without_the_policy_runs_unaccounted():
+    sim = running_kind_lab(one_tenant=True)
+    api = sim.world.tenant_api(sim.config["tenants"][0]["name"])
+    gpu_node = next(n["metadata"]["name"] for n in api.list("Node")
+                    if int(n["status"].get("allocatable", {}).get("nvidia.com/gpu", 0)) > 0)
+
+    def pod(name, labels=None, **spec):
+        limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"}
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default",
+                                                                **({"labels": labels} if labels else {})},
+                "spec": {"containers": [{"name": "c", "image": "pause", "resources": {"limits": limits}}], **spec}}
+
+    # Skipped by the webhook's objectSelector; allowed unmutated for naming another scheduler, bound by hand.
+    ignored, foreign = pod("ignored", {"hami.io/webhook": "ignore"}), pod("foreign", schedulerName="mine",
+                                                                         nodeName=gpu_node)
+    for bypass in (ignored, foreign):
+        with pytest.raises(ApiError, match=f"ValidatingAdmissionPolicy '{HAMI_POD_POLICY}'"):
+            api.create(None, copy.deepcopy(bypass))
+    assert api.create(None, pod("through"))["spec"]["schedulerName"] == "hami-scheduler"
+    # Without it, default-scheduler runs the labelled pod on a card HAMi never accounts for.
+    api.remove("ValidatingAdmissionPolicyBinding", None, HAMI_POD_POLICY)
+    assert api.create(None, ignored)["spec"]["schedulerName"] == "default-scheduler"
+    systems.schedule(sim.world, api, api.find("Pod", "default", "ignored"))
+    ran = api.find("Pod", "default", "ignored")
+    assert ran["status"]["phase"] == "Running" and ran["spec"]["nodeName"] == gpu_node
+    assert "hami.io/vgpu-devices-allocated" not in ran["metadata"].get("annotations", {})
 
 
 def test_smoke_pod_is_pinned_to_the_first_worker_the_request_fits_on(lab):

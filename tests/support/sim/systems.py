@@ -1106,7 +1106,13 @@ def _tenant_admission(world: World, api: KubeApi, identity, operation: str, obj:
     features = _features(api)
     namespace = obj["metadata"].get("namespace") or "default"
     requests = _requests(obj)
-    if features.hami is not None and namespace not in features.hami["exempt"]:
+    # kubernetes pkg/apis/core/v1/defaults.go SetDefaults_PodSpec: defaulting, before any admission.
+    scheduler = obj.setdefault("spec", {}).setdefault("schedulerName", "default-scheduler")
+    # HAMi v2.10.0 templates/scheduler/webhook.yaml objectSelector `hami.io/webhook NotIn [ignore]`: never called.
+    skipped = (obj["metadata"].get("labels") or {}).get("hami.io/webhook") == "ignore"
+    # pkg/scheduler/webhook.go Handle: another scheduler than default-scheduler or HAMi's is allowed unmutated.
+    foreign = scheduler not in ("default-scheduler", "hami-scheduler")
+    if features.hami is not None and namespace not in features.hami["exempt"] and not skipped:
         # charts/hami templates/scheduler/webhook.yaml: every pod CREATE outside the exempt namespaces.
         tunnel = features.konnectivity and api.find("DaemonSet", "kube-system", "konnectivity-agent") is not None \
             and bool(_ready_nodes(api))
@@ -1124,7 +1130,7 @@ def _tenant_admission(world: World, api: KubeApi, identity, operation: str, obj:
                 raise ApiError(500, 'Internal error occurred: failed calling webhook "vgpu.hami.io": failed to call '
                                     'webhook: Post "https://hami-scheduler.kube-system.svc:443/webhook?timeout=10s": '
                                     'no endpoints available for service "hami-scheduler"')
-        elif GPU in requests:
+        elif GPU in requests and not foreign:
             spec = obj.setdefault("spec", {})
             if spec.get("nodeName"):
                 raise ApiError(400, 'admission webhook "vgpu.hami.io" denied the request: nodeName is set')
@@ -1133,6 +1139,7 @@ def _tenant_admission(world: World, api: KubeApi, identity, operation: str, obj:
             if denial:
                 # controller-runtime admission.Denied answers 403 Forbidden.
                 raise ApiError(403, f'admission webhook "vgpu.hami.io" denied the request: {denial}')
+    _validating_policies(api, identity, operation, obj, old)
     # kube-apiserver's ResourceQuota admission (plugin/pkg/admission/resourcequota), after the mutating webhooks.
     charged = _quota_usage(obj)
     for quota in api.list("ResourceQuota", namespace):
@@ -1148,6 +1155,70 @@ def _tenant_admission(world: World, api: KubeApi, identity, operation: str, obj:
                                     f'{quota["metadata"]["name"]}, requested: {key}={charged[key]}, '
                                     f'used: {key}={used.get(key, 0)}, limited: {key}={limit}')
     return obj
+
+
+def _namespace_selected(api: KubeApi, selector: dict[str, Any], namespace: str) -> bool:
+    """A binding's namespaceSelector (matchExpressions In / NotIn only) against the namespace's labels, which carry
+    kubernetes.io/metadata.name (kubernetes pkg/registry/core/namespace/strategy.go)."""
+    if set(selector) - {"matchExpressions"} or any(e["operator"] not in ("In", "NotIn")
+                                                   for e in selector.get("matchExpressions", [])):
+        raise AssertionError(f"the simulator does not evaluate the namespaceSelector {selector}")
+    labels = {**((api.find("Namespace", None, namespace) or {}).get("metadata", {}).get("labels") or {}),
+              "kubernetes.io/metadata.name": namespace}
+    return all((labels.get(e["key"]) in e["values"]) == (e["operator"] == "In")
+               for e in selector.get("matchExpressions", []))
+
+
+def _validating_policies(api: KubeApi, identity, operation: str, obj: dict, old: dict | None) -> None:
+    """kube-apiserver's ValidatingAdmissionPolicy admission (k8s.io/apiserver pkg/admission/plugin/policy/validating,
+    admissionregistration.k8s.io/v1), after the mutating webhooks: each binding's policy whose rules, namespace
+    selector and matchConditions match; a false validation, or a CEL error under failurePolicy Fail, denies. The CEL
+    is evaluated by cel-python (core CEL: has, in, exists, startsWith); what else a policy may use is refused."""
+    resource, namespace = f"{obj['kind'].lower()}s", obj["metadata"].get("namespace") or ""
+    for binding in api.list("ValidatingAdmissionPolicyBinding"):
+        bound = binding["spec"]
+        policy = api.find("ValidatingAdmissionPolicy", None, bound["policyName"])
+        if policy is None:
+            continue
+        spec = policy["spec"]
+        unknown = (set(spec) - {"failurePolicy", "matchConstraints", "matchConditions", "validations"}) | \
+            (set(bound) - {"policyName", "validationActions", "matchResources"}) | \
+            (set(bound.get("matchResources") or {}) - {"namespaceSelector"})
+        if unknown or bound["validationActions"] != ["Deny"] or spec.get("failurePolicy") != "Fail":
+            raise AssertionError(f"the simulator does not evaluate {sorted(unknown) or 'this policy'}")
+        if not any(resource in rule["resources"] and operation in rule["operations"]
+                   for rule in spec["matchConstraints"]["resourceRules"]):
+            continue
+        selector = (bound.get("matchResources") or {}).get("namespaceSelector")
+        if selector and (not namespace or not _namespace_selected(api, selector, namespace)):
+            continue
+        import celpy  # requirements-dev.txt
+
+        env = celpy.Environment()
+        activation = celpy.json_to_cel({"request": {"operation": operation, "resource": {"resource": resource},
+                                                    "userInfo": {"username": getattr(identity, "user", "")}},
+                                        "object": obj, "oldObject": old})
+        denied = f"{resource} \"{obj['metadata'].get('name', '')}\" is forbidden: ValidatingAdmissionPolicy " \
+                 f"'{policy['metadata']['name']}' with binding '{binding['metadata']['name']}' denied request: "
+
+        if not all(_holds(env, activation, c["expression"], denied) for c in spec.get("matchConditions", [])):
+            continue
+        for validation in spec["validations"]:
+            if not _holds(env, activation, validation["expression"], denied):
+                raise ApiError(403, denied + validation["message"])
+
+
+def _holds(env: Any, activation: Any, expression: str, denied: str) -> bool:
+    """One CEL expression; an evaluation error denies (failurePolicy Fail)."""
+    import celpy
+
+    try:
+        result = env.program(env.compile(expression)).evaluate(activation)
+    except celpy.CELEvalError as error:
+        result = error
+    if isinstance(result, celpy.CELEvalError):
+        raise ApiError(403, f"{denied}expression '{expression}' resulted in error: {result}")
+    return bool(result)
 
 
 def _selected(pod: dict[str, Any], node: dict[str, Any]) -> bool:
