@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from components.gpu.cards import REGISTER_ANNOTATION, device_type, gpu_capacity, register_annotation
+from components.gpu.hami import PROOF_ANNOTATION
 from components.gpu.smoke import planned_evidence
 from components.gpu.values import HAMI_POD_POLICY, HAMI_TOKEN_POLICY, hami_pod_policy, hami_token_policy
 from components.kube import ApiError
@@ -23,7 +24,8 @@ from naming import JOIN_ANNOTATION, TENANT_SYSTEM_NAMESPACES, node_name
 from tests.support import mockrun
 from tests.support.lifecycle_support import kind_lab, running_adopt_lab, running_kind_lab
 from tests.support.mockrun import ProgramRun, reference_stack, registration, run_program
-from tests.support.sim import paths, plain, systems
+from tests.support.sim import Lifecycle, paths, plain, systems
+from tests.support.sim.lab import adopt, lab_world
 from tests.test_config_infrastructure import prod_example_with_secrets
 
 A100 = {"uuid": "GPU-MOCK-A0", "model": "NVIDIA-A100", "memoryMiB": 8192, "cores": 100, "slots": 10}
@@ -294,9 +296,13 @@ def test_smoke_pod_is_pinned_to_the_first_worker_the_request_fits_on(lab):
     assert container["resources"]["limits"] == {"nvidia.com/gpu": str(lab.smoke.gpus),
                                                 "nvidia.com/gpumem": str(lab.smoke.memory_mib),
                                                 "nvidia.com/gpucores": str(lab.smoke.cores)}
-    # It proves that worker's current registration, after HAMi and every card is in place.
-    assert pod.inputs["metadata"]["annotations"] == {JOIN_ANNOTATION: registered(lab, worker.name).resource_id}
+    # It proves that worker's current registration, in this mode, at this version, with this HAMi release, after
+    # HAMi and every card is in place and its worker is back in service.
+    assert pod.inputs["metadata"]["annotations"] == {
+        JOIN_ANNOTATION: registered(lab, worker.name).resource_id,
+        PROOF_ANNOTATION: f"gpuMode=mock kubernetesVersion={lab.tenant.kubernetes_version} hamiRevision=1"}
     assert lab.run.depends_on(pod, lab.run.named(f"{TENANT}-hami"))
+    assert lab.run.depends_on(pod, lab.run.named(f"{node_name(TENANT, worker.name)}-ready"))
     for name in GPU_WORKERS:
         for suffix in ("gpu-register", "gpu-capacity"):
             assert lab.run.depends_on(pod, lab.run.named(f"{node_name(TENANT, name)}-{suffix}"))
@@ -304,11 +310,11 @@ def test_smoke_pod_is_pinned_to_the_first_worker_the_request_fits_on(lab):
 
 def test_smoke_pod_is_replaced_on_a_rejoin_and_deleted_before_its_replacement(lab):
     pod = lab.run.named(f"{TENANT}-gpu-smoke-test", "kubernetes:core/v1:Pod")
-    (path,) = pod.replace_on_changes
     # The engine's path grammar (properties_path.go) splits a bare dotted key: it must be bracketed, and name
     # an input the pod really has, or the replacement never triggers.
-    assert paths.parse(path) == ("metadata", "annotations", JOIN_ANNOTATION)
-    assert paths.matches_any_input(paths.parse(path), pod.inputs)
+    assert [paths.parse(path) for path in pod.replace_on_changes] == [
+        ("metadata", "annotations", JOIN_ANNOTATION), ("metadata", "annotations", PROOF_ANNOTATION)]
+    assert all(paths.matches_any_input(paths.parse(path), pod.inputs) for path in pod.replace_on_changes)
     # Fixed name: the old pod must go before the new one is created.
     assert pod.delete_before_replace
 
@@ -479,3 +485,54 @@ def test_hamis_token_policy_is_in_place_before_hami_runs(lab):
     assert lab.api.find("ValidatingAdmissionPolicy", None, HAMI_TOKEN_POLICY) is not None
     pod_binding = run.named(f"{TENANT}-hami-pod-policy-binding")
     assert pod_binding.inputs["spec"] == hami_pod_policy()[1]["spec"] and run.depends_on(release, pod_binding)
+
+
+# --------------------------------------------------------------------------- #
+# The proof follows the pod: what evicts or outdates it proves again in the same `up`
+# --------------------------------------------------------------------------- #
+
+
+def proof_of_the_live_pod(sim, tenant: str) -> dict:
+    """The tenant's `smokeTest` output, checked against the smoke pod the tenant's API has now."""
+    pod = sim.world.tenant_api(tenant).find("Pod", SMOKE_TEST_NAMESPACE, "gpu-smoke-test")
+    evidence = sim.output("tenants")[tenant]["smokeTest"]
+    assert pod is not None, f"smokeTest reports {evidence} of a pod that no longer exists"
+    assert pod["status"]["phase"] == "Running"
+    assert evidence["node"] == pod["spec"]["nodeName"]
+    assert evidence["devicesAllocated"] == pod["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"]
+    return pod
+
+
+def test_an_ssh_worker_upgraded_in_place_proves_again_on_the_pod_its_drain_did_not_evict():
+    sim = running_adopt_lab(one_tenant=True, races=False)
+    tenant = sim.config["tenants"][0]["name"]
+    before = proof_of_the_live_pod(sim, tenant)
+    for host in sim.world.ssh.values():
+        host.machine.kubeadm_version = host.machine.kubelet_version = "v1.36.1"
+    sim.config["tenants"][0]["kubernetesVersion"] = "v1.36.1"
+    sim.up()
+    after = proof_of_the_live_pod(sim, tenant)
+    assert after["metadata"]["uid"] != before["metadata"]["uid"]
+    assert sim.up().changed() == {}
+
+
+def test_a_gpu_mode_switch_proves_the_new_mode_again():
+    raw = prod_example_with_secrets()
+    raw["tenants"] = raw["tenants"][:1]
+    raw["gpuMode"] = "mock"
+    raw["tenants"][0].pop("workloads", None)
+    for worker in raw["tenants"][0]["workers"]:  # what the mock device plugin can register (config/validate.py)
+        worker["gpus"] = [{**card, "memoryMiB": 49152} for card in worker["gpus"]]
+    world = lab_world()
+    sim = Lifecycle(adopt(world, raw), world=world, stack="prod", secret_keys=["management", "tenants"])
+    sim.up()
+    tenant = sim.config["tenants"][0]["name"]
+    before = proof_of_the_live_pod(sim, tenant)
+    sim.config["gpuMode"] = "nvidia"
+    preview = sim.preview()
+    assert f"{tenant}-gpu-smoke-test" in preview.names("replace"), preview.render()
+    sim.up(skip_preview=True)
+    after = proof_of_the_live_pod(sim, tenant)
+    assert after["metadata"]["uid"] != before["metadata"]["uid"]
+    assert sim.up().changed() == {}
+

@@ -36,6 +36,7 @@ import grpc
 import pytest
 
 from components import host_operations, providers
+from components.gpu.hami import PROOF_ANNOTATION
 from components.gpu.values import HAMI_POD_POLICY
 from components.tenant.spec import NODE_LABEL_POLICY
 from tests.support import sdk
@@ -213,10 +214,10 @@ def old_release_inputs(props: dict[str, Any]) -> None:
 def first_up_changes(sim: Lifecycle) -> dict[str, set[str]]:
     """What this program changes on the old state: the gates and CRD patches it adds, Kamaji's probe with its new
     input, and every Helm release in place (its local chart and description; name and namespace stay, so never a
-    replace: pulumi-kubernetes helm_release.go Diff forceNewFields)."""
+    replace: pulumi-kubernetes helm_release.go Diff forceNewFields); the smoke pods prove again (SMOKE_PODS)."""
     created = {r.name for r in sim.engine.state.values() if r.type in NEW_RESOURCES}
     updated = {r.name for r in sim.engine.state.values() if r.type in NEW_INPUTS or r.type == RELEASE}
-    return {"create": created, "update": updated}
+    return {"create": created, "update": updated, **smoke_pods(sim)}
 
 
 def old_state(state: dict[str, Resource]) -> dict[str, Resource]:
@@ -297,6 +298,12 @@ ADDED_SINCE_E08431F = ("-hami-pod-policy", "-hami-pod-policy-binding", "-node-la
                        "-node-label-policy-binding")
 
 
+def smoke_pods(sim: Lifecycle) -> dict[str, set[str]]:
+    """Issue 32: each smoke pod carries what it proves (components/gpu/hami.py PROOF_ANNOTATION); a pod without it
+    is replaced once, proving again."""
+    return {"replace": {r.name for r in sim.engine.state.values() if r.name.endswith("-gpu-smoke-test")}}
+
+
 def state_at_e08431f(state: dict[str, Resource]) -> dict[str, Resource]:
     """`state` as the program of commit e08431f left it: each worker's cards under its tenant's TenantGpus (not its
     WorkerNode, components/gpu/hami.py GpuCards), parents first, and each provider pickled under its layer's
@@ -324,6 +331,8 @@ def state_at_e08431f(state: dict[str, Resource]) -> dict[str, Resource]:
         entry.dependencies = [fix(u) for u in entry.dependencies if u not in dropped]
         entry.property_dependencies = {k: [fix(u) for u in v if u not in dropped]
                                        for k, v in entry.property_dependencies.items()}
+        for props in (entry.inputs, entry.outputs):
+            ((props.get("metadata") or {}).get("annotations") or {}).pop(PROOF_ANNOTATION, None)
         old[entry.urn] = entry
     by_class = {path.rpartition(".")[2]: encoded for path, encoded in LAYERED.items()}
     for props in (props for resource in old.values() for props in (resource.inputs, resource.outputs)
@@ -359,13 +368,16 @@ def stack(request):
     for api in old.world.apis.values():  # what the old program never created is not in its clusters either
         for key in [key for key in api.objects if key[2] in (HAMI_POD_POLICY, NODE_LABEL_POLICY)]:
             del api.objects[key]
+    for tenant in old.config["tenants"]:  # the live smoke pod, as the old program left it
+        pod = old.world.tenant_api(tenant["name"]).find("Pod", "gpu-tenancy-smoke", "gpu-smoke-test")
+        pod["metadata"]["annotations"].pop(PROOF_ANNOTATION)
     return commit, name, sim, old
 
 
 def expected_changes(commit: str, sim: Lifecycle) -> dict[str, set[str]]:
-    """What the first `up` changes on that commit's stack (a7c63e6: first_up_changes), and on both the resources
-    added since e08431f."""
-    changes = first_up_changes(sim) if commit == "a7c63e6" else {}
+    """What the first `up` changes on that commit's stack (a7c63e6: first_up_changes; e08431f: the smoke pods),
+    and on both the resources added since e08431f."""
+    changes = first_up_changes(sim) if commit == "a7c63e6" else smoke_pods(sim)
     added = {r.name for r in sim.engine.state.values() if r.name.endswith(ADDED_SINCE_E08431F)}
     return {**changes, "create": changes.get("create", set()) | added}
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -53,8 +53,11 @@ if TYPE_CHECKING:  # the worker builds its cards (components/worker/node.py impo
 HELM_TIMEOUT_SECONDS = 600
 # The pause image starts at once; what takes time is HAMi noticing the node (15 s) and the plugin (30 s).
 SMOKE_POD_TIMEOUT = "5m"
-# The annotation the smoke pod carries: which registrations of its tenant's nodes it proves.
-SMOKE_REPLACE_ON_CHANGES = [f'metadata.annotations["{JOIN_ANNOTATION}"]']
+# What the smoke pod proves: its worker's join, and the mode, the version its worker was last drained for (a drain
+# evicts the bare pod, components/worker/operations.py _drained_pods) and HAMi's release revision. A change of
+# either replaces the pod in the same `up`.
+PROOF_ANNOTATION = "gpu-tenancy.io/proof"
+SMOKE_REPLACE_ON_CHANGES = [f'metadata.annotations["{key}"]' for key in (JOIN_ANNOTATION, PROOF_ANNOTATION)]
 
 
 def _unknown_in_preview() -> pulumi.Output[str] | None:
@@ -137,6 +140,7 @@ class GpuNode:
     worker: config.Worker  # configured cards
     access: NodeAccess  # the worker (for its Node name)
     registered: pulumi.Resource  # WorkerNode.registered: the Node exists (its id changes on every rejoin)
+    ready: pulumi.Resource  # WorkerNode.ready: back in service after an upgrade
     cards: GpuCards | None  # WorkerNode.cards (None for a worker without `gpus`)
 
 
@@ -249,7 +253,8 @@ class TenantGpus(pulumi.ComponentResource):
 
         self.smoke_test = None
         if args.smoke_test.enabled:
-            self.smoke_test = self._smoke_test(tenant, args, nodes, inside, [self.release, *node_resources, *waits])
+            self.smoke_test = self._smoke_test(tenant, args, nodes, inside,
+                                               [self.release, *node_resources, *waits], revision)
 
         self.register_outputs({
             "release": self.release.name,
@@ -259,12 +264,15 @@ class TenantGpus(pulumi.ComponentResource):
         })
 
     def _smoke_test(self, tenant: str, args: TenantGpusArgs, nodes: list[GpuNode], inside: pulumi.ResourceOptions,
-                    depends_on: list[pulumi.Resource]) -> pulumi.Output[dict]:
+                    depends_on: list[pulumi.Resource], revision: pulumi.Output[Any]) -> pulumi.Output[dict]:
         worker = args.smoke_test.worker_in(args.tenant)
         # Validation refuses a smoke test that fits on no worker.
         node = next(node for node in nodes if node.worker is worker)
         manifest = smoke_pod_manifest(args.smoke_test, PAUSE_IMAGE, node.access.node_name)
-        metadata = {**manifest["metadata"], "annotations": {JOIN_ANNOTATION: node.registered.id}}
+        proof = revision.apply(lambda number: f"gpuMode={args.gpu_mode} "
+                               f"kubernetesVersion={args.tenant.kubernetes_version} hamiRevision={number}")
+        metadata = {**manifest["metadata"], "annotations": {JOIN_ANNOTATION: node.registered.id,
+                                                            PROOF_ANNOTATION: proof}}
         # The proof's own namespace, outside every user quota (components/gpu/smoke.py).
         namespace = k8s.core.v1.Namespace(f"{tenant}-gpu-smoke-namespace", metadata=smoke_namespace_metadata(),
                                           opts=inside)
@@ -273,11 +281,12 @@ class TenantGpus(pulumi.ComponentResource):
             metadata=metadata,
             spec=manifest["spec"],
             opts=pulumi.ResourceOptions.merge(inside, pulumi.ResourceOptions(
-                depends_on=[*depends_on, namespace],
+                # Its worker uncordoned after an upgrade: the pod is pinned there.
+                depends_on=[*depends_on, namespace, node.ready],
                 # The pod has a fixed name and an immutable spec: a changed request means delete, then create.
                 delete_before_replace=True,
-                # A rejoined worker dropped the pod with its old Node: prove again on the new one. Bracketed: the
-                # engine's property-path grammar splits a bare dotted key (properties_path.go).
+                # A rejoin or a drain dropped the pod: prove again. Bracketed: the engine's property-path grammar
+                # splits a bare dotted key (properties_path.go).
                 replace_on_changes=SMOKE_REPLACE_ON_CHANGES,
                 custom_timeouts=pulumi.CustomTimeouts(create=SMOKE_POD_TIMEOUT),
             )),

@@ -179,7 +179,8 @@ class Tenant(pulumi.ComponentResource):
                 tenant_provider=control_plane.provider,
                 operator_kubeconfig=control_plane.operator_kubeconfig,
                 control_plane=control_plane.tcp,
-                nodes=[GpuNode(worker=worker, access=node.access, registered=node.registered, cards=node.cards)
+                nodes=[GpuNode(worker=worker, access=node.access, registered=node.registered, ready=node.ready,
+                               cards=node.cards)
                        for worker, node in zip(tenant.workers, self.workers, strict=True)],
                 cni=cni.releases,
                 runtime_class_name=stack.nvidia.runtime_class_name if stack.nvidia else None,
