@@ -536,3 +536,31 @@ def test_a_gpu_mode_switch_proves_the_new_mode_again():
     assert after["metadata"]["uid"] != before["metadata"]["uid"]
     assert sim.up().changed() == {}
 
+
+def test_without_the_smoke_test_the_webhook_gate_still_waits_for_hamis_answer(monkeypatch):
+    from tests.support.sim import world as sim_world
+
+    answers: list[str] = []
+    create = sim_world.KubeApi.create
+
+    def recorded(self, identity, obj, dry_run=False):
+        probe = dry_run and obj["kind"] == "Pod"
+        try:
+            created = create(self, identity, obj, dry_run=dry_run)
+        except Exception as error:
+            if probe:
+                answers.append(str(error))
+            raise
+        if probe:
+            answers.append(f"schedulerName {created['spec'].get('schedulerName')}")
+        return created
+
+    monkeypatch.setattr(sim_world.KubeApi, "create", recorded)
+    config = lab_config()
+    config["smokeTest"] = {"enabled": False}
+    sim = kind_lab(config)
+    sim.up(skip_preview=True)
+    gate = sim.resource(f"{TENANT}-hami-webhook-ready")
+    assert sim.urn(f"{TENANT}-gpu-smoke-namespace") in gate.dependencies
+    # NamespaceLifecycle answers before any webhook: only a mutated probe shows HAMi's webhook at work.
+    assert answers and answers[-1] == "schedulerName hami-scheduler", answers

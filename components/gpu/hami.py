@@ -227,7 +227,12 @@ class TenantGpus(pulumi.ComponentResource):
             self.gpu_capacity = self.node_names.apply(lambda _: dict(capacities))
 
         # Nothing a webhook must admit is created before it answers; it runs again after an upgrade (a new
-        # revision) or a rejoin (a new registration).
+        # revision) or a rejoin (a new registration). Its probe goes to the proof's namespace, there with or without
+        # the smoke test: NamespaceLifecycle refuses a pod in a missing namespace before any webhook sees it
+        # (k8s.io/apiserver pkg/admission/plugin/namespace/lifecycle/admission.go Admit, kubernetes
+        # pkg/kubeapiserver/options/plugins.go AllOrderedPlugins).
+        namespace = k8s.core.v1.Namespace(f"{tenant}-gpu-smoke-namespace", metadata=smoke_namespace_metadata(),
+                                          opts=inside)
         revision = self.release.status.apply(lambda status: dict.get(status or {}, "revision"))
         registration_ids = [node.registered.id for node in nodes]
         webhook = host_operations.resource(
@@ -235,7 +240,7 @@ class TenantGpus(pulumi.ComponentResource):
             f"{tenant}-hami-webhook-ready",
             {"kubeconfig": args.operator_kubeconfig, "namespace": SMOKE_POD_NAMESPACE, "image": PAUSE_IMAGE,
              "revision": revision, "registrations": registration_ids},
-            pulumi.ResourceOptions.merge(host_side, pulumi.ResourceOptions(depends_on=[self.release])),
+            pulumi.ResourceOptions.merge(host_side, pulumi.ResourceOptions(depends_on=[self.release, namespace])),
         )
         waits: list[pulumi.Resource] = [webhook]
         if mock:
@@ -254,7 +259,7 @@ class TenantGpus(pulumi.ComponentResource):
         self.smoke_test = None
         if args.smoke_test.enabled:
             self.smoke_test = self._smoke_test(tenant, args, nodes, inside,
-                                               [self.release, *node_resources, *waits], revision)
+                                               [self.release, namespace, *node_resources, *waits], revision)
 
         self.register_outputs({
             "release": self.release.name,
@@ -273,16 +278,13 @@ class TenantGpus(pulumi.ComponentResource):
                                f"kubernetesVersion={args.tenant.kubernetes_version} hamiRevision={number}")
         metadata = {**manifest["metadata"], "annotations": {JOIN_ANNOTATION: node.registered.id,
                                                             PROOF_ANNOTATION: proof}}
-        # The proof's own namespace, outside every user quota (components/gpu/smoke.py).
-        namespace = k8s.core.v1.Namespace(f"{tenant}-gpu-smoke-namespace", metadata=smoke_namespace_metadata(),
-                                          opts=inside)
         pod = k8s.core.v1.Pod(
             f"{tenant}-gpu-smoke-test",
             metadata=metadata,
             spec=manifest["spec"],
             opts=pulumi.ResourceOptions.merge(inside, pulumi.ResourceOptions(
                 # Its worker uncordoned after an upgrade: the pod is pinned there.
-                depends_on=[*depends_on, namespace, node.ready],
+                depends_on=[*depends_on, node.ready],
                 # The pod has a fixed name and an immutable spec: a changed request means delete, then create.
                 delete_before_replace=True,
                 # A rejoin or a drain dropped the pod: prove again. Bracketed: the engine's property-path grammar

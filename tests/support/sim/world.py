@@ -157,6 +157,7 @@ class KubeApi:
         if identity is not None:
             self.authorize(identity, "create", kind, namespace, name)
         self._require_kind(kind)
+        # NamespaceLifecycle, before every webhook: k8s.io/apiserver pkg/admission/plugin/namespace/lifecycle Admit.
         if namespace and _key("Namespace", None, namespace) not in self.objects:
             raise ApiError(404, f'namespaces "{namespace}" not found')
         if _key(kind, namespace, name) in self.objects:
