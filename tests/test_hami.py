@@ -516,6 +516,13 @@ def test_an_ssh_worker_upgraded_in_place_proves_again_on_the_pod_its_drain_did_n
     assert sim.up().changed() == {}
 
 
+def test_in_nvidia_mode_the_smoke_pod_starts_under_nvidias_container_hooks():
+    sim = running_adopt_lab(one_tenant=True, races=False)
+    pod = proof_of_the_live_pod(sim, sim.config["tenants"][0]["name"])
+    assert sim.world.tenant_api(sim.config["tenants"][0]["name"]).find(
+        "Node", None, pod["spec"]["nodeName"])["metadata"]["labels"]["gpu"] == "on"
+
+
 def test_a_gpu_mode_switch_proves_the_new_mode_again():
     raw = prod_example_with_secrets()
     raw["tenants"] = raw["tenants"][:1]

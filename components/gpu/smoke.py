@@ -88,11 +88,11 @@ def smoke_pod_manifest(smoke: SmokeTest, image: str, node_name: str) -> dict[str
                             GPU_CORES_RESOURCE: str(smoke.cores),
                         }
                     },
-                    # HAMi's webhook denies privileged GPU pods.
+                    # HAMi's webhook denies privileged GPU pods. A writable root: NVIDIA's createContainer hooks
+                    # write into it (nvidia-container-toolkit cmd/nvidia-cdi-hook/update-application-profile).
                     "securityContext": {
                         "privileged": False,
                         "allowPrivilegeEscalation": False,
-                        "readOnlyRootFilesystem": True,
                         "capabilities": {"drop": ["ALL"]},
                     },
                 }

@@ -339,8 +339,9 @@ class KubernetesModel:
         if kind == "Pod":
             systems.schedule(ctx.world, api, live)
             if (live.get("status") or {}).get("phase") != "Running":
+                why = (live.get("status") or {}).get("message") or "no node fits its requests"
                 raise PartialFailureError(copy.deepcopy(live), f"timed out waiting for Pod {_object_id(live)} to be "
-                                                          "Ready (it is Pending: no node fits its requests)")
+                                                          f"Ready (it is Pending: {why})")
         expression = _wait_for(live)
         if expression and not _jsonpath_satisfied(live, expression):
             raise PartialFailureError(copy.deepcopy(live), f"timed out waiting for {kind} {_object_id(live)}: "

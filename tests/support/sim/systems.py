@@ -1276,6 +1276,14 @@ def schedule(world: World, api: KubeApi, pod: dict[str, Any]) -> None:
 def _run(pod: dict[str, Any], node: dict[str, Any]) -> None:
     # The kubelet drops extended requests the node does not advertise (pkg/kubelet/lifecycle/predicate.go
     # removeMissingExtendedResources), so a pod runs even if the mock plugin registered nothing.
+    # On a node of HAMi's NVIDIA plugin (gpu=on) a GPU container runs NVIDIA's createContainer hooks, which write into
+    # its root (nvidia-container-toolkit v1.20.0 cmd/nvidia-cdi-hook/update-application-profile run, kserve#5711): a
+    # read-only root is never created. Which toolkit a server runs is unknown here: refused, not guessed.
+    if (node["metadata"].get("labels") or {}).get("gpu") == "on" and GPU in _requests(pod) and any(
+            (c.get("securityContext") or {}).get("readOnlyRootFilesystem") for c in pod["spec"].get("containers", [])):
+        pod["status"] = {"phase": "Pending", "reason": "CreateContainerError",
+                         "message": "createContainer hook: read-only file system"}
+        return
     pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
 
 
