@@ -10,6 +10,7 @@ from typing import Any
 from pulumi.dynamic import CreateResult, DiffResult, UpdateResult
 
 from components import kube
+from components.gpu.cards import NVIDIA_NODE_LABEL
 from components.host_operations import (
     HostOperationProvider,
     WaitProvider,
@@ -27,6 +28,11 @@ class GpuCapacityProvider(HostOperationProvider):
 
     def _patch(self, props: dict[str, Any], quantity: str | None, kubeconfig: str | None = None) -> None:
         with self._api(kubeconfig or props["kubeconfig"]) as tenant:
+            labels = ((tenant.find("Node", props["node_name"]) or {}).get("metadata") or {}).get("labels") or {}
+            if quantity is None and NVIDIA_NODE_LABEL.items() <= labels.items():
+                # HAMi's device plugin serves this Node now (gpuMode nvidia): the count is the kubelet's, and a
+                # 0 makes HAMi's scheduler drop the node (HAMi v2.10.0 pkg/device/nvidia/device.go CheckHealth).
+                return
             tenant.patch_status("Node", props["node_name"],
                                 {"status": {"capacity": {GPU_RESOURCE: quantity},
                                             "allocatable": {GPU_RESOURCE: quantity}}})
