@@ -58,7 +58,7 @@ def version_change_problem(key: str, current: str, wanted: str, candidates: Iter
     if new[0] != now[0] or new[1] - now[1] > 1:
         step = next_versions(current, candidates)
         first = next((v for v in step if parse_version(v)[1] == now[1] + 1), None)
-        how = f"upgrade to {first} first, run `pulumi up`, then to {wanted}" if first else f"allowed: {allowed}"
+        how = f"upgrade to {first} first, run `make up`, then to {wanted}" if first else f"allowed: {allowed}"
         return (f"{key}: {wanted} skips a minor version from {current}; Kamaji upgrades one minor version at a time "
                 f"(its webhook refuses a non-sequential upgrade): {how}")
     if not MIN_KUBERNETES_VERSION <= new < MAX_KUBERNETES_VERSION_EXCLUSIVE:

@@ -375,7 +375,7 @@ def check_node_mirrors(node: str, caches: dict[str, str], run: Run) -> CheckResu
     """The hosts.toml node-mirrors.sh wrote on `node` for each cache (registry -> cache URL), read in the node."""
     name = f"node {node} mirrors"
     files = {registry: f"{image_cache.CERTS_D}/{registry}/hosts.toml" for registry in sorted(caches)}
-    fix = ("rewrite them: `pulumi up --replace <urn>` of the node's mirrors command (`pulumi stack --show-urns | "
+    fix = ("rewrite them: `make up REPLACE=<urn>` of the node's mirrors command (`pulumi stack --show-urns | "
            "grep mirror`); a file someone else wrote stays until removed by hand")
     done = _docker(run, ["docker", "exec", node, "head", "-v", "-n", "64", *files.values()])
     if isinstance(done, str):

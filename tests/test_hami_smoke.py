@@ -117,7 +117,7 @@ def failure(pod: dict, node_status: dict | None = NODE_STATUS, mock: bool = True
     message = str(raised.value)
     # Every message names the tenant and the pod, and how to prove again once fixed.
     assert message.startswith("tenant tenant-a: GPU smoke test pod gpu-tenancy-smoke/gpu-smoke-test ")
-    assert message.endswith(f"Once fixed, re-create the pod: pulumi up --replace '{URN}'.")
+    assert message.endswith(f"Once fixed, re-create the pod: make up REPLACE='{URN}'.")
     return message
 
 

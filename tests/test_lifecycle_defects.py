@@ -105,7 +105,7 @@ def test_turning_the_smoke_test_on_later_previews_cleanly():
 
 
 def test_the_smoke_tests_own_replace_hint_works():
-    """issue 12 #1: `pulumi up --replace <pod>` is what the evidence error tells users to run."""
+    """issue 12 #1: a replacement of the pod is what the evidence error tells users to run."""
     sim = running_calm_tenant_a()
     plan = sim.up(replace=["tenant-a-gpu-smoke-test"])
     assert plan.names("replace") == {"tenant-a-gpu-smoke-test"}

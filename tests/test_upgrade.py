@@ -58,7 +58,7 @@ def test_a_downgrade_is_refused_with_the_key_and_what_is_allowed(current, wanted
 def test_a_skipped_minor_version_names_the_step_to_take_first():
     problem = upgrade.version_change_problem(KEY, "v1.34.2", "v1.36.1")
     assert problem is not None and "skips a minor version" in problem
-    assert "upgrade to v1.35.5 first, run `pulumi up`, then to v1.36.1" in problem
+    assert "upgrade to v1.35.5 first, run `make up`, then to v1.36.1" in problem
 
 
 def test_a_version_the_pinned_kamaji_does_not_accept_is_refused():

@@ -1369,7 +1369,7 @@ def test_a_node_without_its_hosts_toml_or_with_another_fails_with_the_fix(platfo
         "docker.io: /etc/containerd/certs.d/docker.io/hosts.toml does not send pulls to "
         "http://gpu-tenancy-mirror-docker-io:5000 first; quay.io: no /etc/containerd/certs.d/quay.io/hosts.toml "
         "→ this node pulls those registries from the internet")
-    assert broken.fix.startswith("rewrite them: `pulumi up --replace <urn>`")
+    assert broken.fix.startswith("rewrite them: `make up REPLACE=<urn>`")
     gone = rows["node tenant-a-worker-0 mirrors"]
     assert not gone.ok and "No such container: tenant-a-worker-0" in gone.detail
     assert rows["node gpu-tenancy-control-plane mirrors"].ok

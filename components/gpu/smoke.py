@@ -215,9 +215,9 @@ def check_smoke_evidence(
     name = f"{metadata.get('namespace') or SMOKE_POD_NAMESPACE}/{metadata.get('name') or SMOKE_POD_NAME}"
     where = f"tenant {tenant}: GPU smoke test pod {name}"
     retry = (
-        f" Once fixed, re-create the pod: pulumi up --replace '{resource}'."
+        f" Once fixed, re-create the pod: make up REPLACE='{resource}'."
         if resource
-        else " Once fixed, re-create the pod with `pulumi up --replace <its URN>`."
+        else " Once fixed, re-create the pod with `make up REPLACE=<its URN>`."
     )
     evidence = hami_evidence(pod, {"status": node_status} if node_status else None, plugin=mock)
 

@@ -296,7 +296,7 @@ if [[ "$gpu_mode" == nvidia ]]; then
     for item in "${problems[@]}"; do
       printf '  - %s\n' "$item" >&2
     done
-    fail "fix the above and run pulumi up again"
+    fail "fix the above and run make up again"
   fi
 fi
 if [[ -n "$joined" ]]; then
@@ -554,7 +554,7 @@ for ((attempt = 1; ; attempt++)); do
     [[ -z "$cause" ]] || fail "$cause, which another attempt cannot change (the node was reset). Fix it, then run" \
       "pulumi up again"
     fail "giving up (the node was reset). Check that the tenant control plane is Ready and reachable" \
-      "from this node, then run pulumi up again"
+      "from this node, then run make up again"
   fi
   note "kubeadm join attempt $attempt/$join_attempts failed; resetting and retrying in ${join_pause}s"
   # A half-done join leaves files behind that make the next attempt fail.

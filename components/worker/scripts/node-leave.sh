@@ -59,7 +59,7 @@ else
   if ! out="$(kubeadm reset -f 2>&1)"; then
     printf 'gpu-tenancy: worker %s: kubeadm reset -f failed, the kubelet may still be running and would register\n' \
       "$node" >&2
-    printf 'the Node again. Fix the cause and run pulumi destroy (or pulumi up) again. kubeadm said:\n%s\n' \
+    printf 'the Node again. Fix the cause and run make down (or make up) again. kubeadm said:\n%s\n' \
       "$out" >&2
     exit 1
   fi

@@ -198,7 +198,7 @@ if [[ "${NODE_KIND:-container}" == machine && -n "${REGISTRY_MIRRORS//[[:space:]
     fix_table='[plugins."io.containerd.grpc.v1.cri".registry]'
     fix_line='config_path = "/etc/containerd/certs.d"'
   fi
-  apply="Make this change to $config_toml, restart containerd and run pulumi up again"
+  apply="Make this change to $config_toml, restart containerd and run make up again"
   [[ -z "$fix_first" ]] || apply="$fix_first. Then m${apply#M}"
   if [[ -n "$reason" && "${CONFIGURE_CONTAINERD:-}" == true && -z "$unfixable" ]]; then
     # containerd 2.x merges an imported file into the CRI plugin's settings key by key (v2.x
@@ -210,7 +210,7 @@ if [[ "${NODE_KIND:-container}" == machine && -n "${REGISTRY_MIRRORS//[[:space:]
     if [[ ! -f "$config_toml" ]]; then
       fix_table="version = $config_version"$'\n'"    $fix_table"
       refuse "There is no $config_toml, and without it containerd imports no drop-in. Create it with these lines," \
-        "restart containerd and run pulumi up again:"
+        "restart containerd and run make up again:"
     fi
     if [[ ! "$main_version" =~ ^[0-9]+$ ]] || ((main_version < 2 || main_version > config_version)); then
       refuse "$config_toml has config version '$main_version', not 2 to $config_version, so no drop-in of" \
@@ -235,7 +235,7 @@ if [[ "${NODE_KIND:-container}" == machine && -n "${REGISTRY_MIRRORS//[[:space:]
       reason="not even with $drop_in ($reason)"
       fix_table="" fix_line="imports = ['/etc/containerd/conf.d/*.toml']"
       refuse "$config_toml does not import /etc/containerd/conf.d/*.toml. Add this line at its top, restart" \
-        "containerd and run pulumi up again:"
+        "containerd and run make up again:"
     fi
     systemctl restart containerd || fail "cannot restart containerd after writing $drop_in"
     wait_for_containerd
