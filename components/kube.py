@@ -309,13 +309,16 @@ class Client:
 
 
 def _status_message(text: str) -> str:
-    """The `message` of a Kubernetes Status body, else the body itself (a proxy's error page)."""
+    """The `message` of a Kubernetes Status body and its causes' (an eviction names the refusing budget only there,
+    kubernetes pkg/registry/core/pod/storage/eviction.go checkAndDecrement), else the body (a proxy's error page)."""
     try:
         body = json.loads(text)
     except ValueError:
         return text.strip()
     if isinstance(body, dict) and body.get("message"):
-        return str(body["message"])
+        message = str(body["message"])
+        causes = (body.get("details") or {}).get("causes") or []
+        return " ".join([message, *(c["message"] for c in causes if c.get("message") and c["message"] not in message)])
     return text.strip()
 
 

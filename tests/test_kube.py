@@ -451,13 +451,18 @@ def test_patch_sends_a_merge_patch_to_the_object(api):
 
 def test_evict_posts_an_eviction_to_the_pods_subresource(api):
     api.put({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team"}})
-    api.fail("POST", "/api/v1/namespaces/team/pods/p/eviction", 429,
-             "Cannot evict pod as it would violate the pod's disruption budget.")
+    # kubernetes pkg/registry/core/pod/storage/eviction.go checkAndDecrement: the budget is named in a cause only.
+    refusal = apiserver.status(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.")
+    refusal["details"] = {"causes": [{"reason": "DisruptionBudget",
+                                      "message": "The disruption budget db needs 1 healthy pods and has 1 currently"}]}
+    api.fail("POST", "/api/v1/namespaces/team/pods/p/eviction", 429, refusal)
     with kube.connect(api.kubeconfig()) as client:
         with pytest.raises(ApiError) as refused:
             client.evict("p", "team")
         client.evict("p", "team")
-    assert refused.value.status == 429 and "disruption budget" in refused.value.message
+    assert refused.value.status == 429
+    assert refused.value.message == ("Cannot evict pod as it would violate the pod's disruption budget. The "
+                                     "disruption budget db needs 1 healthy pods and has 1 currently")
     seen = api.called("POST")[-1]
     assert seen.path == "/api/v1/namespaces/team/pods/p/eviction"
     assert seen.body == {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "p", "namespace": "team"}}

@@ -289,7 +289,8 @@ def test_a_drain_blocked_by_a_disruption_budget_names_the_pod_and_the_next_up_fi
     sim.config["tenants"][0]["kubernetesVersion"] = "v1.36.1"
     plan = sim.up(expect_error=True)
     assert plan.error is not None and "tenant-a-worker-1-drain" in plan.error, plan.render()
-    assert "pod default/db-0 (Cannot evict pod as it would violate the pod's disruption budget.)" in plan.error
+    assert ("pod default/db-0 (Cannot evict pod as it would violate the pod's disruption budget. The disruption "
+            "budget db needs 1 healthy pods and has 1 currently)") in plan.error
     assert "run `pulumi up` again" in plan.error
     # Worker 0 is done, worker 1 is cordoned with the pod still on it; the preview shows what is left.
     assert out_of_service(sim) == {"tenant-a-worker-1"}

@@ -426,6 +426,70 @@ def test_a_replaced_container_leaves_and_joins_again_and_a_removed_worker_is_res
     assert sim.up(skip_preview=True).changed() == {}
 
 
+def _pods_on(api, node: str) -> None:
+    """A Deployment's pod, a DaemonSet's pod and pod default/db-0 under a budget that allows no disruption."""
+    for name, owner, labels in (("web-0", "ReplicaSet", {"app": "web"}), ("agent-0", "DaemonSet", {"app": "agent"}),
+                                ("db-0", "StatefulSet", {"app": "db"})):
+        api.put({"apiVersion": "v1", "kind": "Pod",
+                 "metadata": {"name": name, "namespace": "default", "labels": labels,
+                              "ownerReferences": [{"kind": owner, "name": name[:-2], "controller": True}]},
+                 "spec": {"nodeName": node, "containers": [{"name": "c", "image": "c"}]},
+                 "status": {"phase": "Running"}})
+    api.put({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+             "metadata": {"name": "db", "namespace": "default", "generation": 1},
+             "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}},
+             "status": {"observedGeneration": 1, "disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1}})
+
+
+@pytest.mark.parametrize(("node", "worker"), [(NODE, "worker-0"), (SSH_NODE, "gpu-1")])
+def test_a_removed_worker_is_cordoned_and_drained_before_it_leaves(lab, recorder, monkeypatch, node, worker):
+    sim = lab.sim.fork()
+    api = sim.world.tenant_api("tenant-a")
+    _pods_on(api, node)
+    evict = hostapi.SimClient.evict
+
+    def recording_evict(self, name, namespace):
+        recorder.append(("evict", name))
+        return evict(self, name, namespace)
+
+    monkeypatch.setattr(hostapi.SimClient, "evict", recording_evict)
+    tenant = sim.config["tenants"][0]
+    tenant["workers"] = [w for w in tenant["workers"] if w["name"] != worker]
+    machine = sim.world.machines[node].name
+    plan = sim.up(skip_preview=True, expect_error=True)
+    # The budget holds the worker: cordoned, still a member, the pod and the budget named on one line.
+    assert plan.error is not None and f"{node}-ready" in plan.error, plan.render()
+    assert "pod default/db-0" in plan.error and "disruption budget db needs 1 healthy pods" in plan.error
+    assert "\n" not in plan.error and "run `pulumi up` again" in plan.error
+    assert ("reset", machine) not in recorder and ("delete Node", node) not in recorder
+    assert api.find("Node", None, node)["spec"]["unschedulable"] is True
+    assert api.find("Pod", "default", "web-0") is None and api.find("Pod", "default", "agent-0") is not None
+    api.find("PodDisruptionBudget", "default", "db")["status"]["disruptionsAllowed"] = 1
+    sim.up(skip_preview=True)
+    assert recorder.index(("evict", "db-0")) < recorder.index(("reset", machine)) \
+        < recorder.index(("delete Node", node)), recorder
+    assert ("evict", "agent-0") not in recorder
+    assert api.find("Node", None, node) is None
+
+
+def test_a_removed_worker_of_a_tenant_that_is_gone_leaves_undrained_and_says_so_once(lab, capsys):
+    from components.worker.operations import NodeReadyProvider
+    from tests.support import sdk
+
+    ready = lab.state(f"{NODE}-ready")
+    provider = hostapi.attach(NodeReadyProvider(), lab.sim.world)
+    tenant_api = lab.tenant_api()
+    try:
+        tenant_api.reachable = False
+        with sdk.engine_detached():  # as the provider host runs it: pulumi.log.warn prints to stderr
+            provider.delete(ready.id, plain(ready.outputs))
+    finally:
+        tenant_api.reachable = True
+    warnings = [line for line in capsys.readouterr().err.splitlines() if NODE in line]
+    assert len(warnings) == 1 and "not drained" in warnings[0], warnings
+    assert not (tenant_api.find("Node", None, NODE).get("spec") or {}).get("unschedulable")
+
+
 def test_a_membership_is_not_dropped_while_the_tenant_is_down_but_still_exists(lab):
     """Removing a worker whose tenant API does not answer: the Node must not be forgotten silently."""
     world = lab.sim.world

@@ -17,8 +17,8 @@ An SSH worker also gets `<node>-upgrade` (components/worker/scripts/node-upgrade
 change it checks the server's kubeadm and kubelet packages, runs `kubeadm upgrade node` and restarts the kubelet,
 between the worker's drain and its `<node>-ready`. (A container worker is replaced by one of the new version.)
 
-Destroy runs them backwards: the node stops being a member (reset) before its Node object is removed, so a
-running kubelet cannot register it again.
+Destroy runs them backwards: `<node>-ready` drains the Node, the node stops being a member (reset), then its Node
+object is removed, so a running kubelet cannot register it again.
 """
 
 from __future__ import annotations
@@ -187,7 +187,7 @@ class WorkerNode(pulumi.ComponentResource):
     upgrade: command.remote.Command | None  # an SSH worker's upgrade to a new version (None: a container)
     registered: pulumi.Resource
     cards: GpuCards | None  # its `gpus` on its Node (None: no cards)
-    ready: pulumi.Resource  # back in service after an upgrade
+    ready: pulumi.Resource  # back in service after an upgrade; drains the Node when the worker leaves
     kubelet_version: pulumi.Input[str | None]  # the kubelet version its Node must report after an upgrade
 
     def __init__(self, name: str, args: WorkerNodeArgs, opts: pulumi.ResourceOptions | None = None) -> None:

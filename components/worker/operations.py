@@ -1,7 +1,7 @@
 """The worker layer's operations on its tenant's API, from the Pulumi host (dynamic resources, see
 components/host_operations.py): a worker's one-time join token and its Node removed when it leaves
 (NodeMembership), waiting for the Node to register (NodeRegistration), draining it before its node is upgraded
-(NodeDrain) and waiting for it to be back and schedulable with its cards (NodeReady)."""
+(NodeDrain) and waiting for it to be back and schedulable with its cards (NodeReady), which drains it when it leaves."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pulumi.dynamic import CreateResult, DiffResult, UpdateResult
 from components import kube
 from components.gpu.cards import REGISTER_ANNOTATION
 from components.host_operations import HostOperationProvider, declare, inputs_changed, on_tenant, poll
-from components.kube import ApiError
+from components.kube import ApiError, UnreachableError
 from components.tenant.kube_proxy import NODE_BOOTSTRAP_TOKEN_GROUP
 from naming import GPU_RESOURCE, JOIN_ANNOTATION, PART_OF, PART_OF_LABEL
 
@@ -249,43 +249,59 @@ class NodeDrainProvider(HostOperationProvider):
         return UpdateResult(outs=dict(news))
 
     def _drain(self, props: dict[str, Any]) -> None:
-        node = props["node_name"]
         with self._api(props["kubeconfig"]) as tenant:
-            if tenant.find("Node", node) is None:
-                return
-            tenant.patch("Node", node, {"spec": {"unschedulable": True}})
-            refused: dict[str, str] = {}
+            drain(tenant, self.clock, props["node_name"], f"before its upgrade to {props['version']}",
+                  "The Node stays cordoned and the worker keeps its version", "drains this worker again and goes "
+                  "on from here")
 
-            def drained() -> str | None:
-                left = _drained_pods(tenant.list("Pod"), node)
-                for pod in left:
-                    name, namespace = pod["metadata"]["name"], pod["metadata"].get("namespace") or "default"
-                    if (pod.get("metadata") or {}).get("deletionTimestamp"):
-                        continue  # evicted, still terminating
-                    try:
-                        tenant.evict(name, namespace)
-                        refused.pop(f"{namespace}/{name}", None)
-                    except ApiError as error:
-                        if error.status == 404:
-                            continue
-                        if error.status != 429:
-                            raise RuntimeError(f"cannot evict pod {namespace}/{name} from Node {node}: {error}") \
-                                from None
-                        refused[f"{namespace}/{name}"] = error.message
-                if not left:
-                    return None
-                return f"{len(left)} pod(s) left on Node {node}: {', '.join(sorted(refused) or ['terminating'])}"
 
+def drain(tenant: kube.KubeClient, clock: Any, node: str, why: str, meanwhile: str, again: str) -> None:
+    """`kubectl drain --ignore-daemonsets --delete-emptydir-data --force` of `node`, bounded by DRAIN_TIMEOUT: cordon,
+    then evict (`_drained_pods`) until none is left; else one line naming each refused pod with its budget."""
+    found = tenant.find("Node", node)
+    if found is None:
+        return
+    tenant.patch("Node", node, {"spec": {"unschedulable": True}})
+    # A pod terminating on a Node whose kubelet does not post Ready never finishes there: not waited for (what
+    # kubectl drain --skip-wait-for-delete-timeout is for).
+    posting = _condition(found, "Ready") == "True"
+    refused: dict[str, str] = {}
+
+    def drained() -> str | None:
+        left = []
+        for pod in _drained_pods(tenant.list("Pod"), node):
+            name, namespace = pod["metadata"]["name"], pod["metadata"].get("namespace") or "default"
+            if (pod.get("metadata") or {}).get("deletionTimestamp"):
+                left += [pod] if posting else []
+                continue  # evicted, still terminating
+            left.append(pod)
             try:
-                poll(drained, self.clock, timeout=DRAIN_TIMEOUT, interval=DRAIN_INTERVAL)
-            except TimeoutError as error:
-                blocking = ", ".join(f"pod {pod} ({message})" for pod, message in sorted(refused.items()))
-                namespaces = sorted({pod.split("/")[0] for pod in refused}) or ["<namespace>"]
-                raise RuntimeError(
-                    f"the drain of Node {node} before its upgrade to {props['version']} is blocked: "
-                    f"{blocking or error}. The Node stays cordoned and the worker keeps its version. Let the "
-                    f"PodDisruptionBudget allow one disruption (kubectl -n {namespaces[0]} get pdb) or move the pod, "
-                    f"then run `pulumi up` again: it drains this worker again and goes on from here") from None
+                tenant.evict(name, namespace)
+                refused.pop(f"{namespace}/{name}", None)
+            except ApiError as error:
+                if error.status == 404:
+                    continue
+                if error.status != 429:
+                    raise RuntimeError(f"cannot evict pod {namespace}/{name} from Node {node}: {error}") from None
+                refused[f"{namespace}/{name}"] = error.message
+        if not left:
+            return None
+        return f"{len(left)} pod(s) left on Node {node}: {', '.join(sorted(refused) or ['terminating'])}"
+
+    try:
+        poll(drained, clock, timeout=DRAIN_TIMEOUT, interval=DRAIN_INTERVAL)
+    except TimeoutError as error:
+        blocking = ", ".join(f"pod {pod} ({message})" for pod, message in sorted(refused.items()))
+        namespaces = sorted({pod.split("/")[0] for pod in refused}) or ["<namespace>"]
+        raise RuntimeError(
+            f"the drain of Node {node} {why} is blocked: {blocking or error}. {meanwhile}. Let the "
+            f"PodDisruptionBudget allow one disruption (kubectl -n {namespaces[0]} get pdb) or move the pod, then "
+            f"run `pulumi up` again: it {again}") from None
+
+
+def _condition(node: dict[str, Any], kind: str) -> str | None:
+    conditions = ((node.get("status") or {}).get("conditions")) or []
+    return next((c.get("status") for c in conditions if c.get("type") == kind), None)
 
 
 NODE_READY_TIMEOUT = 300.0
@@ -375,8 +391,7 @@ class NodeReadyProvider(HostOperationProvider):
                 running = ((status.get("nodeInfo") or {}).get("kubeletVersion"))
                 if kubelet and running != kubelet:
                     return f"Node {node} runs kubelet {running}, not {kubelet}"
-                conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
-                if conditions.get("Ready") != "True":
+                if _condition(found, "Ready") != "True":
                     return f"Node {node} is not Ready"
                 return cards_missing(found, props.get("cards"))
 
@@ -388,6 +403,17 @@ class NodeReadyProvider(HostOperationProvider):
                     "(journalctl -u kubelet) and run `pulumi up` again") from None
             if (tenant.find("Node", node) or {}).get("spec", {}).get("unschedulable"):
                 tenant.patch("Node", node, {"spec": {"unschedulable": False}})
+
+    def delete(self, _id: str, props: dict[str, Any]) -> None:
+        """The worker leaves (this is deleted before its `-join`, whose delete resets the node): drained first, as
+        kubeadm's docs remove a node (kubectl drain, then kubeadm reset, then kubectl delete node)."""
+        node = props["node_name"]
+        try:
+            with self._api(props["kubeconfig"]) as tenant:
+                drain(tenant, self.clock, node, "before it leaves", "The Node stays cordoned and the worker stays",
+                      "drains it again and removes it")
+        except UnreachableError as error:
+            pulumi_log.warn(f"Node {node} leaves not drained: its tenant's API does not answer ({error.message})")
 
 
 # --------------------------------------------------------------------------- #

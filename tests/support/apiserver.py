@@ -160,8 +160,9 @@ class ApiServer:
     def kubeconfig(self, user: str = "kubernetes-admin", groups: tuple[str, ...] = ("kubeadm:cluster-admins",)) -> str:
         return pki.kubeconfig(self.url, self.ca, user, groups, "tenant-a")
 
-    def fail(self, method: str, path_prefix: str, code: int, message: str) -> None:
-        """Answer the next `method` request under `path_prefix` with `code` (once)."""
+    def fail(self, method: str, path_prefix: str, code: int, message: str | dict[str, Any]) -> None:
+        """Answer the next `method` request under `path_prefix` with `code` (once): a Status of `message`, or
+        `message` itself when it is a page (starts with "<") or a whole Status."""
         self.faults.append((method, path_prefix, code, message))
 
     def put(self, obj: dict[str, Any]) -> dict[str, Any]:
@@ -185,7 +186,9 @@ class ApiServer:
             method, prefix, code, message = fault
             if method == seen.method and seen.path.startswith(prefix):
                 self.faults.remove(fault)
-                return code, message if message.startswith("<") else status(code, "Fault", message)
+                if isinstance(message, dict) or message.startswith("<"):
+                    return code, message
+                return code, status(code, "Fault", message)
         match = _CORE.match(seen.path) or _GROUP.match(seen.path)
         if not match:
             return 404, status(404, "NotFound", "the server could not find the requested resource")

@@ -230,9 +230,15 @@ class KubeApi:
                 if "disruptionsAllowed" not in status:
                     raise ApiError(500, f"simulator: PodDisruptionBudget {namespace}/{budget['metadata']['name']} has "
                                         "no status.disruptionsAllowed; the simulator runs no disruption controller")
-                generation = budget["metadata"].get("generation", 1)
-                if status.get("observedGeneration", generation) < generation or int(status["disruptionsAllowed"]) <= 0:
-                    raise ApiError(429, "Cannot evict pod as it would violate the pod's disruption budget.")
+                generation, pdb = budget["metadata"].get("generation", 1), budget["metadata"]["name"]
+                # The Status's cause names the budget; components/kube.py _status_message appends it to the message.
+                refused = "Cannot evict pod as it would violate the pod's disruption budget."
+                if status.get("observedGeneration", generation) < generation:
+                    raise ApiError(429, f"{refused} The disruption budget {pdb} is still being processed by the "
+                                        "server.")
+                if int(status["disruptionsAllowed"]) <= 0:
+                    raise ApiError(429, f"{refused} The disruption budget {pdb} needs {status.get('desiredHealthy', 0)}"
+                                        f" healthy pods and has {status.get('currentHealthy', 0)} currently")
                 status["disruptionsAllowed"] = int(status["disruptionsAllowed"]) - 1
         self.remove("Pod", namespace, name)
 
