@@ -270,6 +270,13 @@ def test_an_upgrade_moves_the_control_plane_then_kube_proxy_then_one_worker_at_a
     assert tenant_a_upgraded.again.changed() == {}
 
 
+def test_a_containers_new_image_is_pulled_before_its_drain(tenant_a_upgraded):
+    plan = tenant_a_upgraded.plan
+    steps = [(s.name, s.op) for s in plan.steps]
+    for worker in ("tenant-a-worker-0", "tenant-a-worker-1"):
+        assert steps.index((f"{worker}-image", "replace")) < steps.index((f"{worker}-drain", "update")), plan.render()
+
+
 def block_drain(api, node: str) -> None:
     """Pod default/db-0 on `node`, under a PodDisruptionBudget that allows no disruption (minAvailable 1 of 1)."""
     api.put({"apiVersion": "v1", "kind": "Pod",

@@ -378,7 +378,8 @@ class WorkerNode(pulumi.ComponentResource):
             name=spec.image,
             # The management cluster and other workers use the same image: never delete it.
             keep_locally=True,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
+            # Pulled while the worker still serves: only the container waits for its drain.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[d for d in args.depends_on if d is not self.drain]),
         )
         return docker.Container(
             f"{name}-container",
