@@ -16,7 +16,7 @@ import pytest
 from components import shell
 from tests.support.lifecycle_support import adopt_lab, kept_after_destroy, running_kind_lab
 from tests.support.mockrun import reference_stack
-from tests.support.sim import Lifecycle, World
+from tests.support.sim import Lifecycle, World, systems
 from tests.support.sim.world import Container
 
 SECOND = "lab2"
@@ -73,6 +73,7 @@ def test_a_container_without_a_restart_policy_would_stay_down_after_a_restart():
     running.world.docker.containers["tenant-a-worker-0"].restart = "no"
     running.world.restart_docker()
     assert not running.world.docker.containers["tenant-a-worker-0"].running
+    systems.time_passed(running.world, settled=True)  # past the node lifecycle controller's grace period
     assert _nodes_ready(running.world) == {"tenant-a-worker-0": False, "tenant-b-worker-0": True}
 
 

@@ -552,11 +552,18 @@ def test_the_simulated_nvidia_plugin_registers_only_where_it_can_run(gpu_servers
 # --------------------------------------------------------------------------- #
 
 
-def advertised(sim, tenant: str, node: str) -> str | None:
-    """What of the worker's cards its Node does not show (None: all there), judged as `<node>-ready` judges."""
+def not_back(sim, tenant: str, node: str) -> str | None:
+    """What keeps the worker out of service (None: back): its Node missing, not Ready, on another kubelet than its
+    tenant's version, or without its cards (judged as `<node>-ready` judges)."""
     found = sim.world.tenant_api(tenant).find("Node", None, node)
     if found is None:
         return "no Node"
+    status = found.get("status") or {}
+    ready = next((c["status"] for c in status.get("conditions") or [] if c["type"] == "Ready"), None)
+    kubelet = (status.get("nodeInfo") or {}).get("kubeletVersion")
+    wanted = next(t["kubernetesVersion"] for t in sim.config["tenants"] if t["name"] == tenant)
+    if ready != "True" or kubelet != wanted:
+        return f"Ready {ready}, kubelet {kubelet}"
     cards = plain(sim.resource(f"{node}-ready").inputs.get("cards"))
     if cards and cards.get("mode") == "mock":
         # The join of the Node as it is now (a registration id is `<node>/<uid>`, NodeRegistrationProvider).
@@ -565,8 +572,8 @@ def advertised(sim, tenant: str, node: str) -> str | None:
 
 
 def watch_drains(sim, monkeypatch) -> list[tuple[str, dict[str, str | None]]]:
-    """Each drain as it starts: the Node drained, and what every other worker of its tenant misses of its cards
-    right then (the world as the drain finds it)."""
+    """Each drain as it starts: the Node drained, and what keeps every other worker of its tenant out of service
+    right then (`not_back`: the world as the drain finds it)."""
     seen: list[tuple[str, dict[str, str | None]]] = []
     drain = worker_operations.NodeDrainProvider._drain
 
@@ -575,7 +582,7 @@ def watch_drains(sim, monkeypatch) -> list[tuple[str, dict[str, str | None]]]:
         tenant = next(t["name"] for t in sim.config["tenants"] if node.startswith(f"{t['name']}-"))
         others = [f"{tenant}-{w['name']}" for t in sim.config["tenants"] if t["name"] == tenant
                   for w in t["workers"] if f"{tenant}-{w['name']}" != node]
-        seen.append((node, {other: advertised(sim, tenant, other) for other in others}))
+        seen.append((node, {other: not_back(sim, tenant, other) for other in others}))
         return drain(provider, props)
 
     monkeypatch.setattr(worker_operations.NodeDrainProvider, "_drain", observed)
@@ -658,6 +665,47 @@ def test_a_rejoined_node_whose_capacity_never_lands_stops_the_up_and_the_next_up
     assert sim.output("tenants")["tenant-a"]["nodeVersions"] == {
         "tenant-a-worker-0": "v1.36.1", "tenant-a-worker-1": "v1.36.1"}
     assert sim.up().changed() == {}
+
+
+def test_a_rejoined_node_whose_kubelet_stops_posting_stops_the_roll_there(two_workers, monkeypatch):
+    """worker-0's new container stops right after its Node registered: its kubelet posts nothing more, the node
+    lifecycle controller turns the Node's Ready to Unknown, and `<node>-ready` holds worker-1 back."""
+    sim = two_workers.fork()
+    sim.config["tenants"][0]["kubernetesVersion"] = "v1.36.1"
+    create = worker_operations.NodeRegistrationProvider.create
+
+    def registered_then_stopped(provider, props):
+        result = create(provider, props)
+        if props["node_name"] == "tenant-a-worker-0":
+            sim.world.docker.containers["tenant-a-worker-0"].running = False
+        return result
+
+    monkeypatch.setattr(worker_operations.NodeRegistrationProvider, "create", registered_then_stopped)
+    drains = watch_drains(sim, monkeypatch)
+    plan = sim.up(expect_error=True)
+    assert plan.error is not None and "tenant-a-worker-0-ready: gave up after 300s: Node tenant-a-worker-0 is not " \
+        "Ready" in plan.error, plan.render()
+    assert [node for node, _ in drains] == ["tenant-a-worker-0"]
+    assert not_back(sim, "tenant-a", "tenant-a-worker-0") == "Ready Unknown, kubelet v1.36.1"
+
+
+def test_the_wait_refuses_a_node_registered_before_the_upgrade(two_workers):
+    """The Node `<node>-ready` finds must be the one `<node>-registered` saw register after the rejoin: another
+    object of the same name (Ready, even at the new version) is not the upgraded worker. The engine's order (the old
+    membership deletes the old Node before the new join) keeps one from the program; this is the wait's own guard."""
+    from tests.support.sim import hostapi
+
+    sim = two_workers.fork()
+    node = tenant_api(sim).find("Node", None, "tenant-a-worker-1")
+    node["spec"] = {"unschedulable": True}
+    node["status"]["nodeInfo"]["kubeletVersion"] = "v1.36.1"
+    ready = sim.resource("tenant-a-worker-1-ready")
+    props = {**plain(ready.outputs), "version": "v1.36.1", "kubelet_version": "v1.36.1", "cards": None,
+             "registration": "tenant-a-worker-1/the-uid-registered-after-the-upgrade"}
+    provider = hostapi.attach(worker_operations.NodeReadyProvider(), sim.world)
+    with pytest.raises(RuntimeError, match="Node tenant-a-worker-1 is not the one that registered after the upgrade"):
+        provider.update(ready.id, plain(ready.outputs), props)
+    assert tenant_api(sim).find("Node", None, "tenant-a-worker-1")["spec"]["unschedulable"] is True
 
 
 def install_everywhere(sim, version: str) -> None:

@@ -72,6 +72,11 @@ class TenantFeatures:
     # Node uid -> when the mock device plugin could first register there (capacity, annotation and plugin all in
     # place): its resources reach the Node PLUGIN_DELAY later.
     plugin_since: dict[str, datetime.datetime] = field(default_factory=dict)
+    # Node uid -> when its network is ready (NODE_NETWORK_DELAY); node name -> (the restarted kubelet's version, when
+    # it first posts: KUBELET_STATUS_PERIOD); node name -> since when its kubelet posts nothing (NODE_MONITOR_GRACE).
+    network_at: dict[str, datetime.datetime] = field(default_factory=dict)
+    restarted: dict[str, tuple[str, datetime.datetime]] = field(default_factory=dict)
+    silent_since: dict[str, datetime.datetime] = field(default_factory=dict)
 
 
 # Project-HAMi/HAMi v2.10.0 pkg/scheduler/scheduler.go L420-453: the leader label `hami.io/scheduler-role: leader`,
@@ -83,6 +88,17 @@ HAMI_LEADER_TICK = datetime.timedelta(seconds=15)
 # sleeps 30 s; the kubelet publishes the plugin's resources at its next status update (nodeStatusUpdateFrequency,
 # 10 s by default).
 PLUGIN_DELAY = datetime.timedelta(seconds=40)
+# kubernetes pkg/kubelet/apis/config/v1beta1/defaults.go nodeStatusUpdateFrequency: a restarted kubelet's version
+# reaches its Node at its status update; until then the Node keeps the old kubelet's last status (Ready, old version).
+KUBELET_STATUS_PERIOD = datetime.timedelta(seconds=10)
+# A Node registered while the tenant's CNI runs stays NotReady until calico-node has started there and written the CNI
+# config (the kubelet's Ready condition carries the runtime's NetworkReady=false, kubernetes
+# pkg/kubelet/nodestatus/setters.go ReadyCondition). No upstream bound: a time the program must wait out.
+NODE_NETWORK_DELAY = datetime.timedelta(seconds=20)
+# kubernetes pkg/controller/nodelifecycle/config/v1alpha1/defaults.go NodeMonitorGracePeriod (40 s at 0d173114):
+# a Node whose kubelet posts nothing that long gets Ready Unknown (node_lifecycle_controller.go tryUpdateNodeHealth);
+# until then it keeps the status last posted.
+NODE_MONITOR_GRACE = datetime.timedelta(seconds=40)
 # metallb/metallb v0.15.3: the controller's readiness covers its webhook server, not the propagation of the
 # metallb-webhook-service EndpointSlice (kube-controller-manager's endpointslice controller, batched ~1 s).
 METALLB_ENDPOINTS = datetime.timedelta(seconds=1)
@@ -746,11 +762,24 @@ def refresh_nodes(world: World, api: KubeApi, *, settled: bool = False) -> None:
     features = _features(api)
     for node in api.list("Node"):
         status = node.setdefault("status", {})
-        # A node whose container is stopped has no kubelet posting its status (the node lifecycle controller then
-        # sets Ready to Unknown; not ready either way).
-        container = world.docker.containers.get(node["metadata"]["name"])
-        ready = features.cni and (container is None or container.running)
-        status["conditions"] = [{"type": "Ready", "status": "True" if ready else "False"}]
+        name, uid = node["metadata"]["name"], node["metadata"].get("uid")
+        # A node whose container is stopped has no kubelet posting its status; a restarted one posts at its first
+        # status update (KUBELET_STATUS_PERIOD, NODE_MONITOR_GRACE).
+        container = world.docker.containers.get(name)
+        restarted = features.restarted.get(name)
+        if restarted is not None and (settled or world.now >= restarted[1]):
+            status.setdefault("nodeInfo", {})["kubeletVersion"] = restarted[0]
+            del features.restarted[name]
+            restarted = None
+        if container is not None and not container.running:
+            since = features.silent_since.setdefault(name, world.now)
+            if settled or world.now >= since + NODE_MONITOR_GRACE:
+                status["conditions"] = [{"type": "Ready", "status": "Unknown"}]
+        elif restarted is None:
+            features.silent_since.pop(name, None)
+            network = settled or world.now >= features.network_at.get(uid or name, world.now)
+            status["conditions"] = [{"type": "Ready", "status": "True" if features.cni and network else "False"}]
+        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions") or [])
         allocatable = status.setdefault("allocatable", {})
         capacity = status.setdefault("capacity", {})
         # Project-HAMi/mock-device-plugin v1.0.1 internal/pkg/api/device/device.go: registers gpumem/gpucores from
@@ -953,10 +982,13 @@ def _register_node(world: World, tenant: Tenant, node_name: str) -> None:
         if version is not None:
             # pkg/kubelet/nodestatus/setters.go VersionInfo: status.nodeInfo.kubeletVersion.
             status["nodeInfo"] = {"kubeletVersion": version}
-        api.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name, "annotations": {},
-                 # The kubelet's own well-known labels (pkg/kubelet/kubelet_node_status.go initialNode).
-                 "labels": {"kubernetes.io/hostname": node_name, "kubernetes.io/os": "linux"}},
-                 "status": status})
+        created = api.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name, "annotations": {},
+                           # The kubelet's own well-known labels (pkg/kubelet/kubelet_node_status.go initialNode).
+                           "labels": {"kubernetes.io/hostname": node_name, "kubernetes.io/os": "linux"}},
+                           "status": status})
+        features = _features(api)
+        if features.cni:
+            features.network_at[created["metadata"].get("uid") or node_name] = world.now + NODE_NETWORK_DELAY
     refresh_nodes(world, api)
 
 
@@ -992,7 +1024,7 @@ def restart_kubelet(world: World, machine: Machine, node_name: str) -> None:
     tenant = world.tenants.get(machine.kubelet_conf or "")
     node = tenant.api.find("Node", None, node_name) if tenant is not None else None
     if node is not None and machine.kubelet_version is not None:
-        node.setdefault("status", {}).setdefault("nodeInfo", {})["kubeletVersion"] = machine.kubelet_version
+        _features(tenant.api).restarted[node_name] = (machine.kubelet_version, world.now + KUBELET_STATUS_PERIOD)
 
 
 def _tenant_controller(world: World, api: KubeApi, event: str, obj: dict[str, Any]) -> None:
