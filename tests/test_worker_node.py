@@ -472,6 +472,24 @@ def test_a_removed_worker_is_cordoned_and_drained_before_it_leaves(lab, recorder
     assert api.find("Node", None, node) is None
 
 
+def test_a_removed_worker_whose_kubelet_is_gone_is_not_held_by_pods_that_cannot_finish(lab):
+    """Its container was removed by hand: a pod already terminating there never finishes (no kubelet), so the drain
+    does not wait for it; the Node goes and PodGC takes the pod."""
+    sim = lab.sim.fork()
+    api = sim.world.tenant_api("tenant-a")
+    del sim.world.docker.containers[NODE]
+    del sim.world.machines[NODE]
+    systems.time_passed(sim.world, settled=True)
+    api.put({"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "web-0", "namespace": "default", "deletionTimestamp": sim.world.now.isoformat(),
+        "ownerReferences": [{"kind": "ReplicaSet", "name": "web", "controller": True}]},
+        "spec": {"nodeName": NODE}, "status": {"phase": "Running"}})
+    sim.config["tenants"][0]["workers"] = [w for w in sim.config["tenants"][0]["workers"] if w["name"] != "worker-0"]
+    plan = sim.up(skip_preview=True)
+    assert f"{NODE}-ready" in plan.names("delete"), plan.render()
+    assert api.find("Node", None, NODE) is None and api.find("Pod", "default", "web-0") is None
+
+
 def test_a_removed_worker_of_a_tenant_that_is_gone_leaves_undrained_and_says_so_once(lab, capsys):
     from components.worker.operations import NodeReadyProvider
     from tests.support import sdk

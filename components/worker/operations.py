@@ -263,7 +263,7 @@ def drain(tenant: kube.KubeClient, clock: Any, node: str, why: str, meanwhile: s
         return
     tenant.patch("Node", node, {"spec": {"unschedulable": True}})
     # A pod terminating on a Node whose kubelet does not post Ready never finishes there: not waited for (what
-    # kubectl drain --skip-wait-for-delete-timeout is for).
+    # kubectl drain --skip-wait-for-delete-timeout is for, kubernetes/kubectl v0.36.1 pkg/drain/filters.go).
     posting = _condition(found, "Ready") == "True"
     refused: dict[str, str] = {}
 
@@ -272,8 +272,8 @@ def drain(tenant: kube.KubeClient, clock: Any, node: str, why: str, meanwhile: s
         for pod in _drained_pods(tenant.list("Pod"), node):
             name, namespace = pod["metadata"]["name"], pod["metadata"].get("namespace") or "default"
             if (pod.get("metadata") or {}).get("deletionTimestamp"):
-                left += [pod] if posting else []
-                continue  # evicted, still terminating
+                left += [pod] if posting else []  # evicted, still terminating
+                continue
             left.append(pod)
             try:
                 tenant.evict(name, namespace)
@@ -292,11 +292,10 @@ def drain(tenant: kube.KubeClient, clock: Any, node: str, why: str, meanwhile: s
         poll(drained, clock, timeout=DRAIN_TIMEOUT, interval=DRAIN_INTERVAL)
     except TimeoutError as error:
         blocking = ", ".join(f"pod {pod} ({message})" for pod, message in sorted(refused.items()))
-        namespaces = sorted({pod.split("/")[0] for pod in refused}) or ["<namespace>"]
-        raise RuntimeError(
-            f"the drain of Node {node} {why} is blocked: {blocking or error}. {meanwhile}. Let the "
-            f"PodDisruptionBudget allow one disruption (kubectl -n {namespaces[0]} get pdb) or move the pod, then "
-            f"run `pulumi up` again: it {again}") from None
+        fix = (f"Let the PodDisruptionBudget allow one disruption (kubectl -n {min(refused).split('/')[0]} get pdb) "
+               "or move the pod" if refused else f"Check why its pods do not end (journalctl -u kubelet on {node})")
+        raise RuntimeError(f"the drain of Node {node} {why} is blocked: {blocking or error}. {meanwhile}. {fix}, then "
+                           f"run `pulumi up` again: it {again}") from None
 
 
 def _condition(node: dict[str, Any], kind: str) -> str | None:

@@ -763,15 +763,16 @@ def refresh_nodes(world: World, api: KubeApi, *, settled: bool = False) -> None:
     for node in api.list("Node"):
         status = node.setdefault("status", {})
         name, uid = node["metadata"]["name"], node["metadata"].get("uid")
-        # A node whose container is stopped has no kubelet posting its status; a restarted one posts at its first
-        # status update (KUBELET_STATUS_PERIOD, NODE_MONITOR_GRACE).
+        # A node whose container is stopped, or whose machine is gone or reset, has no kubelet posting its status; a
+        # restarted one posts at its first status update (KUBELET_STATUS_PERIOD, NODE_MONITOR_GRACE).
         container = world.docker.containers.get(name)
         restarted = features.restarted.get(name)
         if restarted is not None and (settled or world.now >= restarted[1]):
             status.setdefault("nodeInfo", {})["kubeletVersion"] = restarted[0]
             del features.restarted[name]
             restarted = None
-        if container is not None and not container.running:
+        machine = world.machines.get(name)
+        if container is not None and not container.running or machine is None or machine.kubelet_conf is None:
             since = features.silent_since.setdefault(name, world.now)
             if settled or world.now >= since + NODE_MONITOR_GRACE:
                 status["conditions"] = [{"type": "Ready", "status": "Unknown"}]
