@@ -17,8 +17,8 @@ An SSH worker also gets `<node>-upgrade` (components/worker/scripts/node-upgrade
 change it checks the server's kubeadm and kubelet packages, runs `kubeadm upgrade node` and restarts the kubelet,
 between the worker's drain and its `<node>-ready`. (A container worker is replaced by one of the new version.)
 
-Destroy runs them backwards: `<node>-ready` drains the Node, the node stops being a member (reset), then its Node
-object is removed, so a running kubelet cannot register it again.
+Removal runs them backwards: `<node>-ready` drains the Node (not when its whole tenant goes), the node stops being
+a member (reset), then its Node object is removed, so a running kubelet cannot register it again.
 """
 
 from __future__ import annotations
