@@ -8,6 +8,7 @@ tests/test_ssh_workers.py.
 from __future__ import annotations
 
 import base64
+import copy
 import datetime
 import json
 import re
@@ -36,7 +37,14 @@ from tests.support.sim import Lifecycle, hostapi, systems
 from tests.support.sim.scripts import invocation
 from tests.support.sim.state import contains_secret, plain
 from tests.support.sim.world import ApiError, Machine
-from tests.support.ssh_worker import PRIVATE_KEY_BODY, last_run, program_values, ssh_worker_config, worker_lab
+from tests.support.ssh_worker import (
+    PRIVATE_KEY_BODY,
+    add_lab_server,
+    last_run,
+    program_values,
+    ssh_worker_config,
+    worker_lab,
+)
 
 CONTAINER = "docker:index/container:Container"
 IMAGE = "docker:index/remoteImage:RemoteImage"
@@ -441,10 +449,22 @@ def _pods_on(api, node: str) -> None:
              "status": {"observedGeneration": 1, "disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1}})
 
 
+def _swap_worker(sim, worker: str) -> dict:
+    """Remove `worker` and add one of the same kind in its place (a tenant keeps at least one worker); its tenant."""
+    tenant = next(t for t in sim.config["tenants"] if any(w["name"] == worker for w in t["workers"]))
+    (gone,) = [w for w in tenant["workers"] if w["name"] == worker]
+    successor = {**copy.deepcopy(gone), "name": f"{worker}-next"}
+    if "ssh" in gone:
+        successor["ssh"]["host"] = "gpu-next.lab"
+        add_lab_server(sim.world, "gpu-next.lab")
+    tenant["workers"] = [successor if w is gone else w for w in tenant["workers"]]
+    return tenant
+
+
 @pytest.mark.parametrize(("node", "worker"), [(NODE, "worker-0"), (SSH_NODE, "gpu-1")])
 def test_a_removed_worker_is_cordoned_and_drained_before_it_leaves(lab, recorder, monkeypatch, node, worker):
     sim = lab.sim.fork()
-    api = sim.world.tenant_api("tenant-a")
+    api = sim.world.tenant_api(node.rsplit("-", 2)[0])
     _pods_on(api, node)
     evict = hostapi.SimClient.evict
 
@@ -453,8 +473,7 @@ def test_a_removed_worker_is_cordoned_and_drained_before_it_leaves(lab, recorder
         return evict(self, name, namespace)
 
     monkeypatch.setattr(hostapi.SimClient, "evict", recording_evict)
-    tenant = sim.config["tenants"][0]
-    tenant["workers"] = [w for w in tenant["workers"] if w["name"] != worker]
+    _swap_worker(sim, worker)
     machine = sim.world.machines[node].name
     plan = sim.up(skip_preview=True, expect_error=True)
     # The budget holds the worker: cordoned, still a member, the pod and the budget named on one line.
@@ -476,7 +495,7 @@ def test_a_removed_worker_whose_kubelet_is_gone_is_not_held_by_pods_that_cannot_
     """Its container was removed by hand: a pod already terminating there never finishes (no kubelet), so the drain
     does not wait for it; the Node goes and PodGC takes the pod."""
     sim = lab.sim.fork()
-    api = sim.world.tenant_api("tenant-a")
+    api = sim.world.tenant_api("tenant-b")
     del sim.world.docker.containers[NODE]
     del sim.world.machines[NODE]
     systems.time_passed(sim.world, settled=True)
@@ -484,7 +503,7 @@ def test_a_removed_worker_whose_kubelet_is_gone_is_not_held_by_pods_that_cannot_
         "name": "web-0", "namespace": "default", "deletionTimestamp": sim.world.now.isoformat(),
         "ownerReferences": [{"kind": "ReplicaSet", "name": "web", "controller": True}]},
         "spec": {"nodeName": NODE}, "status": {"phase": "Running"}})
-    sim.config["tenants"][0]["workers"] = [w for w in sim.config["tenants"][0]["workers"] if w["name"] != "worker-0"]
+    _swap_worker(sim, "worker-0")
     plan = sim.up(skip_preview=True)
     assert f"{NODE}-ready" in plan.names("delete"), plan.render()
     assert api.find("Node", None, NODE) is None and api.find("Pod", "default", "web-0") is None
