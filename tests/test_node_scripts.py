@@ -1534,7 +1534,7 @@ def test_join_then_leave_then_join_again(node):
 
 MARKER = "var/lib/kubelet/gpu-tenancy-version"
 AT_NEW = {"KUBEADM_VERSION": NEW, "KUBELET_VERSION": NEW}
-CORDONED = "The Node stays cordoned (drained) until then; run pulumi up again when they are installed"
+CORDONED = "The Node stays cordoned (drained) until then; run make up again when they are installed"
 
 
 def joined_at(node, version: str = VERSION) -> None:

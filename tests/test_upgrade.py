@@ -298,7 +298,7 @@ def test_a_drain_blocked_by_a_disruption_budget_names_the_pod_and_the_next_up_fi
     assert plan.error is not None and "tenant-a-worker-1-drain" in plan.error, plan.render()
     assert ("pod default/db-0 (Cannot evict pod as it would violate the pod's disruption budget. The disruption "
             "budget db needs 1 healthy pods and has 1 currently)") in plan.error
-    assert "run `pulumi up` again" in plan.error
+    assert "run `make up` again" in plan.error
     # Worker 0 is done, worker 1 is cordoned with the pod still on it; the preview shows what is left.
     assert out_of_service(sim) == {"tenant-a-worker-1"}
     assert api.find("Pod", "default", "db-0") is not None
@@ -454,7 +454,7 @@ def test_an_ssh_worker_is_upgraded_once_its_packages_are_installed_one_server_at
     assert plan.error is not None and "team-vision-gpu-01-upgrade" in plan.error, plan.render()
     assert "cannot upgrade to v1.36.1: this server has kubeadm v1.35.0 and kubelet v1.35.0" in plan.error
     assert "sudo apt-get install -y kubeadm=1.36.1-1.1 kubelet=1.36.1-1.1" in plan.error
-    assert "The Node stays cordoned (drained) until then; run pulumi up again" in plan.error
+    assert "The Node stays cordoned (drained) until then; run make up again" in plan.error
     # gpu-01 is drained and cordoned at its old kubelet; gpu-02 was never drained; the other tenant is untouched.
     assert unschedulable(sim, VISION, VISION_SERVERS) == {"team-vision-gpu-01"}
     assert kubelet_versions(sim, VISION) == dict.fromkeys(VISION_SERVERS, "v1.35.0")
@@ -650,7 +650,7 @@ def test_a_rejoined_node_whose_capacity_never_lands_stops_the_up_and_the_next_up
     assert "tenant-a-worker-0-ready: gave up after 300s: Node tenant-a-worker-0 does not advertise its cards: " \
            "nvidia.com/gpu capacity None, not 10; nvidia.com/gpu allocatable None, not 10. The next worker is not " \
            "drained until this one is back; check the kubelet on tenant-a-worker-0 (journalctl -u kubelet) and run " \
-           "`pulumi up` again" in plan.error, plan.error
+           "`make up` again" in plan.error, plan.error
     assert [node for node, _ in drains] == ["tenant-a-worker-0"]
     assert sim.output("tenants")["tenant-a"]["nodeVersions"]["tenant-a-worker-1"] == "v1.35.0"
 

@@ -479,7 +479,7 @@ def test_a_removed_worker_is_cordoned_and_drained_before_it_leaves(lab, recorder
     # The budget holds the worker: cordoned, still a member, the pod and the budget named on one line.
     assert plan.error is not None and f"{node}-ready" in plan.error, plan.render()
     assert "pod default/db-0" in plan.error and "disruption budget db needs 1 healthy pods" in plan.error
-    assert "\n" not in plan.error and "run `pulumi up` again" in plan.error
+    assert "\n" not in plan.error and "run `make up` again" in plan.error
     assert ("reset", machine) not in recorder and ("delete Node", node) not in recorder
     assert api.find("Node", None, node)["spec"]["unschedulable"] is True
     assert api.find("Pod", "default", "web-0") is None and api.find("Pod", "default", "agent-0") is not None

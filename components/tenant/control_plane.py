@@ -128,7 +128,7 @@ class TenantControlPlane(pulumi.ComponentResource):
                 depends_on=[namespace, isolation, *datastore_ready, *args.depends_on],
                 custom_timeouts=pulumi.CustomTimeouts(create=TCP_TIMEOUT, update=TCP_TIMEOUT),
                 replace_on_changes=list(tenant_spec.CIDR_REPLACE_ON_CHANGES),
-                # A fixed name: a replacement (a changed range, `pulumi up --replace`) must delete the old control
+                # A fixed name: a replacement (a changed range, a targeted replace) must delete the old control
                 # plane first. pulumi-kubernetes only asks for that itself when its own diff replaces
                 # (provider.go L1645-1657), not for replace_on_changes or --replace (step_generator.go SG:2891).
                 delete_before_replace=True,

@@ -295,7 +295,7 @@ def drain(tenant: kube.KubeClient, clock: Any, node: str, why: str, meanwhile: s
         fix = (f"Let the PodDisruptionBudget allow one disruption (kubectl -n {min(refused).split('/')[0]} get pdb) "
                "or move the pod" if refused else f"Check why its pods do not end (journalctl -u kubelet on {node})")
         raise RuntimeError(f"the drain of Node {node} {why} is blocked: {blocking or error}. {meanwhile}. {fix}, then "
-                           f"run `pulumi up` again: it {again}") from None
+                           f"run `make up` again: it {again}") from None
 
 
 def _condition(node: dict[str, Any], kind: str) -> str | None:
@@ -399,7 +399,7 @@ class NodeReadyProvider(HostOperationProvider):
             except TimeoutError as error:
                 raise RuntimeError(
                     f"{error}. The next worker is not drained until this one is back; check the kubelet on {node} "
-                    "(journalctl -u kubelet) and run `pulumi up` again") from None
+                    "(journalctl -u kubelet) and run `make up` again") from None
             if (tenant.find("Node", node) or {}).get("spec", {}).get("unschedulable"):
                 tenant.patch("Node", node, {"spec": {"unschedulable": False}})
 

@@ -552,7 +552,7 @@ for ((attempt = 1; ; attempt++)); do
       redacted "$work/kubelet.log" >&2
     fi
     [[ -z "$cause" ]] || fail "$cause, which another attempt cannot change (the node was reset). Fix it, then run" \
-      "pulumi up again"
+      "make up again"
     fail "giving up (the node was reset). Check that the tenant control plane is Ready and reachable" \
       "from this node, then run make up again"
   fi

@@ -136,7 +136,7 @@ if ((${#wrong[@]} > 0)); then
   fail "cannot upgrade to $version: this server has kubeadm $kubeadm_version and kubelet $kubelet_version," \
     "not $version. To install them, $how." \
     "See https://kubernetes.io/docs/tasks/administer-cluster/kubeadm/upgrading-linux-nodes/." \
-    "The Node stays cordoned (drained) until then; run pulumi up again when they are installed: it goes on" \
+    "The Node stays cordoned (drained) until then; run make up again when they are installed: it goes on" \
     "from this worker"
 fi
 
@@ -144,7 +144,7 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 kubeadm upgrade node >"$work/upgrade.log" 2>&1 \
   || fail "kubeadm upgrade node failed; the Node stays cordoned. Its output: $(<"$work/upgrade.log")." \
-    "Fix the cause and run pulumi up again"
+    "Fix the cause and run make up again"
 cat "$work/upgrade.log"
 systemctl daemon-reload >"$work/systemctl.log" 2>&1 \
   || fail "systemctl daemon-reload failed ($(<"$work/systemctl.log")); the Node stays cordoned"

@@ -345,7 +345,7 @@ def _upgrade(world: World, machine: Machine, env: dict[str, str]) -> str:
             f"gpu-tenancy: worker {node}: cannot upgrade to {version}: this server has kubeadm "
             f"{machine.kubeadm_version} and kubelet {machine.kubelet_version}, not {version}. To install them, {how}. "
             "See https://kubernetes.io/docs/tasks/administer-cluster/kubeadm/upgrading-linux-nodes/. "
-            "The Node stays cordoned (drained) until then; run pulumi up again when they are installed: it goes on "
+            "The Node stays cordoned (drained) until then; run make up again when they are installed: it goes on "
             "from this worker")
     try:
         systems.kubeadm_upgrade_node(world, machine, node)
