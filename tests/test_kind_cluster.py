@@ -36,6 +36,7 @@ from ops.registrations import KIND_SUBNET_V4 as MOCKED_KIND_SUBNET
 from tests.support.fixtures import KIND_SUBNET_V4, KIND_SUBNET_V6, kubeconfig_yaml
 from tests.support.mockrun import PROJECT, registered, run_program
 from tests.support.sim import Lifecycle, engine
+from tests.support.sim import scripts as sim_scripts
 from tests.support.sim.lab import lab_world
 from tests.support.sim.state import plain
 
@@ -480,9 +481,27 @@ def test_a_change_of_the_script_text_changes_nothing_on_a_running_cluster(monkey
     assert sim.world.kind[NAME].api.server == server
 
 
+def test_a_replacement_runs_and_stores_the_current_scripts_and_wait(monkeypatch):
+    """Ignored inputs are kept for an update only: a replacement is created from the program's inputs
+    (pulumi step_generator.go, Check of goal.Properties when replacing)."""
+    image = {"image": IMAGE}
+    sim = Lifecycle({}, world=lab_world(), program=_program(image=image))
+    sim.up()
+    original, named = shell.script_text, sim_scripts._script_named
+    monkeypatch.setattr(shell, "script_text", lambda name: original(name) + "\n# reworded\n")
+    # The simulator still knows the stored (old) delete script, which deletes the old cluster.
+    monkeypatch.setattr(sim_scripts, "_script_named", lambda text: named(text) or named(text + "\n# reworded\n"))
+    monkeypatch.setattr(kind_cluster, "KIND_WAIT_SECONDS", 900)
+    image["image"] = "kindest/node:v1.35.5"
+    plan = sim.up()
+    assert "management-kind" in plan.names("replace"), plan.render()
+    inputs = plain(sim.resource("management-kind").inputs)
+    assert inputs["create"].endswith("# reworded\n") and inputs["delete"].endswith("# reworded\n")
+    assert inputs["environment"][shell.KIND_WAIT_SECONDS_ENV] == "900"
+
+
 def test_a_renamed_cluster_is_created_under_the_new_name():
-    """The name and the marker are not among the ignored inputs: a replacement keeps the ignored ones from the
-    state (pulumi step_generator.go processIgnoreChanges), and an old KIND_CLUSTER_NAME would contradict the
+    """The name and the marker are not among the ignored inputs: an old KIND_CLUSTER_NAME would contradict the
     new kind config."""
     name = {"name": NAME}
 

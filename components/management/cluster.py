@@ -289,8 +289,8 @@ class ManagementCluster(pulumi.ComponentResource):
                 # Any other input change is an update whose stdout is unknown in preview (pulumi-go-provider
                 # infer/resource.go ensureDefaultComputed), so the Provider built from it would be shown replaced
                 # with everything on it (pulumi-kubernetes provider.go DiffConfig). The scripts and the wait are
-                # kept as first stored, also for a replacement (pulumi step_generator.go processIgnoreChanges);
-                # the name and marker stay live: they change only with `triggers`.
+                # kept as stored until a replacement, which runs and stores the current ones (pulumi
+                # step_generator.go); the name and marker stay live: they change only with `triggers`.
                 ignore_changes=IGNORED_KIND_INPUTS,
             ),
         )

@@ -445,6 +445,7 @@ class _Operation:
             op = "replace" if recreated else "create"
             self.plan.steps.append(Step(op, new.urn, new.type, new.name))
             return self._create(model, new)
+        goal = new.inputs
         try:
             diff, replace = self._diff(model, old, new)
         except ProviderError:
@@ -465,6 +466,7 @@ class _Operation:
             self.new_state[new.urn] = new
             return new.id, outputs
         self.replaces.add(new.urn)
+        new.inputs = goal  # SG:2003-2021: a replacement is checked and created from the goal, ignored paths included
         dbr = new.delete_before_replace if new.delete_before_replace is not None else diff.delete_before_replace
         if dbr:
             dependents = self._dependent_replacements(old)
