@@ -114,7 +114,8 @@ def test_the_plan_places_the_smoke_pod_first_and_then_each_replica_in_order():
 
 
 def test_quota_is_checked_at_admission_by_hami_and_the_api_server_and_at_scheduling():
-    raw = stack([{"name": "pair", "gpus": 2, "memoryMiB": 1000, "cores": 10, "replicas": 2},
+    raw = stack([{"name": "pair", "gpus": 2, "memoryMiB": 1000, "cores": 10},
+                 {"name": "again", "gpus": 2, "memoryMiB": 1000, "cores": 10},
                  {"name": "share", "memoryPercent": 25, "cores": 10, "replicas": 2},
                  {"name": "late", "memoryPercent": 10, "cores": 10}],
                 quota={"gpus": 4, "memoryMiB": 3000})
@@ -124,8 +125,8 @@ def test_quota_is_checked_at_admission_by_hami_and_the_api_server_and_at_schedul
     pods = {f"{p['workload']}/{p['replica']}": p for p in tenant["placements"]}
     assert pods["pair/0"]["node"] == "tenant-a-worker-0"
     assert sorted(pods["pair/0"]["cards"]) == ["GPU-MOCK-A0", "GPU-MOCK-A1"]
-    # 2000 held + 2 GPUs x 1000 > 3000: HAMi's webhook denies the second pair; it never exists.
-    assert pods["pair/1"]["unplaced"] == 'admission webhook "vgpu.hami.io" denied the request: exceeding resource quota'
+    # 2000 held + 2 GPUs x 1000 > 3000: HAMi's webhook denies the next workload's pair; it never exists.
+    assert pods["again/0"]["unplaced"] == 'admission webhook "vgpu.hami.io" denied the request: exceeding resource quota'
     # A percentage is 0 MiB to the webhook; the scheduler makes it 2048 MiB, and 2000 + 2048 > 3000 on every card.
     for name in ("share/0", "share/1"):
         assert pods[name]["unplaced"] == ("no available node, 1 nodes do not meet "
@@ -141,6 +142,20 @@ def test_quota_is_checked_at_admission_by_hami_and_the_api_server_and_at_schedul
     assert tenant["quota"]["overcommit"] == {"gpus": 0.2, "memoryMiB": 0.18, "cores": None}
     # tenant-b sets no quota, so the pool's sums are unbounded.
     assert plan["pool"]["granted"] == {"gpus": None, "memoryMiB": None, "cores": None}
+
+
+def test_a_workloads_replicas_pass_the_webhook_together_and_the_surplus_stays_pending():
+    """A ReplicaSet creates its pods back to back, before HAMi schedules any; the webhook compares each with what
+    HAMi has scheduled (pkg/scheduler/webhook.go fitResourceQuota, usage added in Filter): none is denied."""
+    raw = stack([{"name": "pair", "gpus": 2, "memoryMiB": 1000, "replicas": 2}], quota={"gpus": 4, "memoryMiB": 3000})
+    raw["tenants"][0]["workers"][0]["gpus"].append(card("GPU-MOCK-A1"))
+    tenant = gpu_plan(load_stack_config(raw))["tenants"]["tenant-a"]
+    pods = {f"{p['workload']}/{p['replica']}": p for p in tenant["placements"]}
+    assert pods["pair/0"]["node"] == "tenant-a-worker-0"
+    assert pods["pair/1"]["unplaced"] == ("no available node, 1 nodes do not meet (tenant-a-worker-0: "
+                                          "1/2 AllocatedCardsInsufficientRequest, 1/2 ResourceQuotaNotFit)")
+    # The Pending pod exists, so the API server counts its GPUs.
+    assert tenant["quota"]["namespaces"]["default"]["gpus"] == {"used": 4, "limit": 4}
 
 
 def test_the_webhook_counts_cores_times_gpus_too():

@@ -554,10 +554,12 @@ def plan_tenant(tenant: Any, smoke: Any, smoke_namespace: str, quota_name: str) 
     for workload in tenant.workloads:
         namespace = workload.namespace or tenant.namespaces[0]
         request = container_request(workload.gpus, workload.memory_mib, workload.memory_percent, workload.cores)
+        ns_quota = hami_quota.get(namespace)
+        # Admission: mutating webhooks (HAMi's) before kube-apiserver's ResourceQuota, a validating plugin. A
+        # ReplicaSet creates every replica before HAMi schedules one, so all meet the same usage (webhook.go
+        # fitResourceQuota; the usage grows only in scheduler.go Filter): they are admitted together, then scheduled.
+        denied = webhook_quota_refusal(request, ns_quota)
         for replica in range(workload.replicas):
-            ns_quota = hami_quota.get(namespace)
-            # Admission: mutating webhooks (HAMi's) before kube-apiserver's ResourceQuota, a validating plugin.
-            denied = webhook_quota_refusal(request, ns_quota)
             if denied is not None:
                 placements.append(_placement(workload.name, replica, namespace, None, denied))
                 continue
