@@ -248,13 +248,16 @@ def cross_tenant_kubeconfig(own: Json, other: Json) -> Json:
 def check_control_plane(management: KubeClient, tenant: TenantTarget, cluster: str) -> CheckResult:
     name = "control plane Ready"
     where = f"TenantControlPlane {tenant.namespace}/{tenant.control_plane}"
-    fix = (f"kubectl --context kind-{cluster} -n {tenant.namespace} describe tcp {tenant.control_plane}; "
-           f"kubectl --context kind-{cluster} -n kamaji-system logs deploy/kamaji")
+    # The stack's output, not a kubectl context: kind-create.sh keeps kind's kubeconfig private, and an adopted
+    # cluster's context has its own name.
+    fix = ("(umask 077; pulumi stack output managementKubeconfig --show-secrets > mgmt.kubeconfig); "
+           f"KUBECONFIG=mgmt.kubeconfig kubectl -n {tenant.namespace} describe tcp {tenant.control_plane}; "
+           "KUBECONFIG=mgmt.kubeconfig kubectl -n kamaji-system logs deploy/kamaji")
     try:
         tcp = management.find("TenantControlPlane", tenant.control_plane, tenant.namespace)
     except ApiError as error:
         return CheckResult(name, False, f"cannot read {where} from the management cluster ({error})",
-                           f"is the kind cluster running? docker ps --filter name={cluster}-control-plane")
+                           f"is the management cluster up? (kind: docker ps --filter name={cluster}-control-plane)")
     if tcp is None:
         return CheckResult(name, False, f"{where} not found → the tenant has no control plane",
                            "run `make up` to re-create it")
