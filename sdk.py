@@ -4,7 +4,10 @@ config/ and components/ (it imports neither), since both need it."""
 
 from __future__ import annotations
 
+import sys
 import threading
+import traceback
+import types
 from collections.abc import Mapping
 from typing import Any
 
@@ -63,3 +66,23 @@ class RequestMonitor(MockMonitor):
 def stack_outputs() -> dict[str, Any]:
     """What the program exported (the root Stack's `outputs`, pulumi/runtime/stack.py Stack.output)."""
     return dict(getattr(pulumi.runtime.get_root_resource(), "outputs", None) or {})
+
+
+
+def host_error_text(error: BaseException, messages: tuple[type[BaseException], ...]) -> str:
+    """What a failed dynamic-provider call reports: the message of an error of `messages`, else its traceback."""
+    if isinstance(error, messages):
+        return str(error)
+    return "".join(traceback.format_exception(error)).rstrip()
+
+
+def report_host_errors_by_message(messages: tuple[type[BaseException], ...]) -> None:
+    """In Pulumi's dynamic-provider host (`python -m pulumi.dynamic`), answer a failed call with `host_error_text`:
+    the host sends `traceback.format_exc()` as the error (pulumi 3.272.0 pulumi/dynamic/__main__.py
+    _abort_with_traceback; pulumi/pulumi#10416), which the CLI prints under the resource. Elsewhere a no-op."""
+    host = sys.modules.get("__main__")
+    if getattr(getattr(host, "__spec__", None), "name", None) != "pulumi.dynamic.__main__" \
+            or not hasattr(host, "_abort_with_traceback"):
+        return
+    host.traceback = types.SimpleNamespace(  # type: ignore[union-attr]
+        format_exc=lambda: host_error_text(sys.exc_info()[1], messages))  # type: ignore[arg-type]

@@ -9,8 +9,9 @@ components/tenant/operations.py. This module holds what they share: the seam (ho
 server, and what time it is), reaching a tenant whose control plane was re-created, the webhook wait, and
 `resource`, which declares one of them.
 
-The calls go through `components.kube` (credentials stay in memory). Module import has no side effects: Pulumi's
-dynamic-provider host imports the module the state names for a provider (components/providers.py).
+The calls go through `components.kube` (credentials stay in memory). Module import has no side effects but one in
+Pulumi's dynamic-provider host, which imports the module the state names for a provider (components/providers.py):
+a refusal reaches the operator as its message, not a traceback (`sdk.report_host_errors_by_message`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,11 @@ from pulumi.dynamic import CreateResult, DiffResult, Resource, ResourceProvider,
 from components import kube
 from components.kube import ApiError, UnreachableError
 from components.tenant import spec
+from sdk import report_host_errors_by_message
+
+# What the providers raise with a message for the operator (a bug's exception keeps its traceback).
+OPERATOR_ERRORS = (RuntimeError, TimeoutError, ValueError, ApiError, kube.KubeconfigError)
+report_host_errors_by_message(OPERATOR_ERRORS)
 
 # --------------------------------------------------------------------------- #
 # The seam: how a provider reaches an API server, and what time it is

@@ -4,7 +4,9 @@
 import asyncio
 import base64
 import inspect
+from pathlib import Path
 
+import grpc
 import pulumi
 import pulumi_kubernetes as k8s
 import pytest
@@ -14,12 +16,16 @@ from pulumi.runtime.mocks import MockMonitor
 from pulumi.runtime.rpc import UNKNOWN
 
 from components.gpu import hami
+from components.tenant import operations as tenant_operations
 from components.tenant.control_plane import _CustomResourceWithStatus
 from components.tenant.spec import TCP_API_VERSION, TCP_KIND
+from components.worker import operations as worker_operations
 from config.source import raw_stack_config
 from naming import PROJECT
 from ops.registrations import run
 from tests.support import sdk
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_a_preview_sends_an_unscheduled_value_unknown_and_plans_what_it_cannot_know():
@@ -139,3 +145,26 @@ def test_the_whole_config_map_is_what_set_all_config_set():
     # answers only per key, so a misspelt key would pass unnoticed.
     pulumi.runtime.set_all_config({f"{PROJECT}:misspelt": "yes"}, [])
     assert raw_stack_config()["misspelt"] == "yes"
+
+
+def test_the_provider_host_answers_a_refusal_with_its_message_and_a_bug_with_its_traceback():
+    """What the engine prints under the resource is the host's status message (pulumi/dynamic/__main__.py aborts
+    with traceback.format_exc()): a deliberate refusal is its one line; anything else keeps its traceback."""
+    olds = {"tenant": "tenant-a", "control_plane": "v1.35.5", "version_key": "tenants[0].kubernetesVersion",
+            "__provider": sdk.serialize_provider(tenant_operations.TenantVersionProvider())}
+    drain = {"version": "v1.35.0", "__provider": sdk.serialize_provider(worker_operations.NodeDrainProvider())}
+    answers = []
+    with sdk.provider_host(ROOT) as host:
+        for call in (lambda: host.Diff(sdk.provider_pb2.DiffRequest(
+                         id="id", urn="urn", olds=sdk.host_struct(olds),
+                         news=sdk.host_struct({**olds, "control_plane": "v1.35.0"}))),
+                     # No node_name: a KeyError in the provider, which is a bug.
+                     lambda: host.Update(sdk.provider_pb2.UpdateRequest(
+                         id="id", urn="urn", olds=sdk.host_struct(drain),
+                         news=sdk.host_struct({**drain, "version": "v1.36.1"})))):
+            with pytest.raises(grpc.RpcError) as error:
+                call()
+            answers.append(error.value.details())
+    assert answers[0].startswith("tenants[0].kubernetesVersion: v1.35.0 is older than v1.35.5") and \
+        "\n" not in answers[0], answers[0]
+    assert answers[1].startswith("Traceback (most recent call last):"), answers[1]

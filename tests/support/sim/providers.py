@@ -23,7 +23,9 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from components import kube
+from components.host_operations import OPERATOR_ERRORS
 from components.kube import ApiError, UnreachableError
+from sdk import host_error_text
 from tests.support import sdk
 from tests.support.sim import hostapi, paths, pki, scripts, systems
 from tests.support.sim.state import UNKNOWN, Resource, annotate_secrets, comparable, contains_unknown, plain, secret
@@ -955,6 +957,13 @@ def _as_provider_host(printed: list[str]):
         printed += [line.rstrip() for line in buffer.getvalue().splitlines() if line.strip()]
 
 
+def _host_error(error: Exception) -> ProviderError:
+    """pulumi 3.272.0 pulumi/dynamic/__main__.py _abort_with_traceback: the host answers a provider's exception with
+    `traceback.format_exc()`, as the program sets it there (sdk.report_host_errors_by_message), and the engine
+    prints that status message as the resource's error."""
+    return ProviderError(host_error_text(error, OPERATOR_ERRORS))
+
+
 class DynamicModel:
     """A Python dynamic provider: its own create/diff/update/delete run, as the dynamic provider host runs them.
 
@@ -976,7 +985,7 @@ class DynamicModel:
         except Exception as error:  # noqa: BLE001 -- the host answers the Diff call with the exception as an error
             # step_generator.go diffResource returns the provider's error and the step fails, in a preview as in an
             # update (pulumi v3.259.0 pkg/resource/deploy/step_generator.go diff: no DryRun exception).
-            raise ProviderError(str(error)) from None
+            raise _host_error(error) from None
         changed = changed_paths(old.inputs, new.inputs)
         return Diff(changes=result.changes, replace_keys=list(result.replaces or []),
                     changed_keys=sorted({str(p[0]) for p in changed}), detailed=[paths.render(p) for p in changed],
@@ -989,7 +998,7 @@ class DynamicModel:
         try:
             result = provider.create(plain(resource.inputs))
         except Exception as error:  # noqa: BLE001 -- the dynamic host reports any exception as the failure
-            raise ProviderError(str(error)) from None
+            raise _host_error(error) from None
         outputs = {**(result.outs or {}), "__provider": resource.inputs["__provider"]}
         return result.id, annotate_secrets(outputs, resource.inputs)
 
@@ -1000,7 +1009,7 @@ class DynamicModel:
         try:
             result = provider.update(old.id, plain(old.outputs), plain(resource.inputs))
         except Exception as error:  # noqa: BLE001
-            raise ProviderError(str(error)) from None
+            raise _host_error(error) from None
         outputs = {**(result.outs or {}), "__provider": resource.inputs["__provider"]}
         return annotate_secrets(outputs, resource.inputs)
 
@@ -1009,7 +1018,7 @@ class DynamicModel:
         try:
             provider.delete(old.id, plain(old.outputs))
         except Exception as error:  # noqa: BLE001
-            raise ProviderError(str(error)) from None
+            raise _host_error(error) from None
 
     def read(self, ctx: Context, resource: Resource) -> dict[str, Any] | None:
         return dict(resource.outputs)
