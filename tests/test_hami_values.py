@@ -332,3 +332,12 @@ def test_the_gpu_pod_policy_covers_the_namespaces_hamis_webhook_covers(webhook_t
     assert not _selects(selector, {**workload, "hami.io/webhook": "ignore"})
     for namespace in TENANT_SYSTEM_NAMESPACES:
         assert not _selects(selector, {"kubernetes.io/metadata.name": namespace})
+
+
+@pytest.mark.repo
+def test_the_docs_say_a_broken_tunnel_blocks_every_pod_create_not_only_gpu_pods(webhook_template):
+    from tests.support.readme import all_text
+
+    # The rule matches every pod CREATE (templates/scheduler/webhook.yaml rules), and it fails closed.
+    assert re.search(r"operations:\s+- CREATE\s+resources:\s+- pods\s", webhook_template)
+    assert "no pod can be created in the tenant's other namespaces, GPU or not" in " ".join(all_text().split())
