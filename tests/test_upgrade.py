@@ -796,51 +796,58 @@ def test_a_running_stack_of_the_previous_program_sees_no_change(two_workers):
 # A tenant with one worker says so in the preview
 # --------------------------------------------------------------------------- #
 
+def said(plan) -> list[str]:
+    """Every diagnostic line of `plan`: the stack's, then each resource's."""
+    return [*plan.diagnostics, *(line for lines in plan.resource_diagnostics.values() for line in lines)]
+
+
+DRAIN_TYPE = "pulumi-python:dynamic/gpu-tenancy:NodeDrain"
 ONE_WORKER = ("tenant tenant-a has one worker, tenant-a-worker-0: its upgrade from v1.35.0 to v1.36.1 drains it, "
               "so every workload of tenant tenant-a stops")
 
 
-def test_the_provider_host_shows_the_warning_of_a_drains_diff_on_its_stderr(tmp_path):
-    """What the engine shows comes from the real host: `python -m pulumi.dynamic` (what pulumi-resource-pulumi-python
-    runs) answers Diff, and `pulumi.log.warn` in the provider, without an engine connection there, prints
-    `warning: ...` to the host's stderr (pulumi/log.py), which the engine turns into diagnostics (plugin.go
-    runtrace). Only a version change of a tenant's only worker says it."""
+def test_the_provider_hosts_check_gives_the_drain_its_warning(tmp_path):
+    """What the program shows comes from the real host: `python -m pulumi.dynamic` (what pulumi-resource-pulumi-python
+    runs) answers Check with the stored inputs as olds (pulumi step_generator.go), and prints nothing. Only a version
+    change of a tenant's only worker has a warning."""
+    from pulumi.runtime import rpc
+
     from tests.support.sdk import host_struct, provider_host, provider_pb2, serialize_provider
 
     olds = {"kubeconfig": "unused", "node_name": "tenant-a-worker-0", "version": "v1.35.0", "tenant": "tenant-a",
             "tenant_workers": 1, "__provider": serialize_provider(worker_operations.NodeDrainProvider())}
     two = {**olds, "tenant_workers": 2}
     with (tmp_path / "stderr").open("w") as stderr, provider_host(ROOT, stderr) as host:
-        answers = [host.Diff(provider_pb2.DiffRequest(id="id", urn="urn", olds=host_struct(old), news=host_struct(news)))
+        answers = [rpc.deserialize_properties(host.Check(provider_pb2.CheckRequest(
+                       urn="urn", olds=host_struct(old), news=host_struct(news))).inputs).get("warning")
                    for old, news in ((olds, {**olds, "version": "v1.36.1"}),  # the only worker: warned
                                      (two, {**two, "version": "v1.36.1"}),  # one of two: not
-                                     (olds, {**olds, "tenant_workers": 1.0}))]  # no upgrade: not
-    stderr = (tmp_path / "stderr").read_text()
-    assert [a.changes for a in answers] == [provider_pb2.DiffResponse.DIFF_SOME, provider_pb2.DiffResponse.DIFF_SOME,
-                                            provider_pb2.DiffResponse.DIFF_NONE]
-    warned = [line for line in stderr.splitlines() if line.startswith("warning: ")]
-    assert len(warned) == 1 and warned[0].startswith(f"warning: {ONE_WORKER}"), stderr
+                                     (olds, {**olds, "tenant_workers": 1.0}),  # no upgrade: not
+                                     ({}, {**olds, "version": "v1.36.1"}))]  # a new worker: not
+    assert answers[0].startswith(ONE_WORKER) and answers[1:] == [None, None, None], answers
+    assert (tmp_path / "stderr").read_text() == ""
 
 
-def test_the_preview_of_a_one_worker_tenants_upgrade_warns_that_its_workloads_stop():
+def test_the_preview_of_a_one_worker_tenants_upgrade_warns_on_the_drain_that_its_workloads_stop():
     sim = running_kind_lab()  # each tenant has one worker; tenant-b's, not upgraded, is not warned about
-    assert sim.preview().diagnostics == []  # no upgrade planned: nothing to say
+    assert said(sim.preview()) == []  # no upgrade planned: nothing to say
     sim.config["tenants"][0]["kubernetesVersion"] = "v1.36.1"
     preview = sim.preview()
-    [warning] = preview.diagnostics
+    [warning] = preview.resource_diagnostics["tenant-a-worker-0-drain"]
+    assert said(preview) == [warning], preview.render()
     assert warning.startswith(f"warning: {ONE_WORKER} until tenant-a-worker-0 is back"), preview.render()
     assert "Add a worker first to keep them running" in warning
-    assert f"Diagnostics:\n  pulumi:pulumi:Stack (gpu-tenancy-dev):\n    {warning}" in preview.render()
+    assert f"Diagnostics:\n  {DRAIN_TYPE} (tenant-a-worker-0-drain):\n    {warning}" in preview.render()
     assert "tenant-b" not in warning
     plan = sim.up(skip_preview=True)
-    assert plan.diagnostics == [warning]  # the update diffs again, and says it again
-    assert sim.preview().diagnostics == []  # done: nothing left to say
+    assert said(plan) == []  # said once: the update's outputs hold no warning
+    assert said(sim.preview()) == []  # done: nothing left to say
 
 
 @pytest.mark.repo
 def test_the_docs_show_the_one_worker_warning_as_the_preview_prints_it():
     warning = worker_operations.one_worker_warning("tenant-a", "tenant-a-worker-0", "v1.35.0", "v1.36.1")
-    assert f"Diagnostics:\n  pulumi:pulumi:Stack (gpu-tenancy-dev):\n    warning: {warning}\n" in all_text()
+    assert f"Diagnostics:\n  {DRAIN_TYPE} (tenant-a-worker-0-drain):\n    warning: {warning}\n" in all_text()
 
 
 def test_a_worker_added_in_the_same_up_as_the_upgrade_does_not_keep_the_workloads_running():
@@ -850,7 +857,7 @@ def test_a_worker_added_in_the_same_up_as_the_upgrade_does_not_keep_the_workload
     tenant = sim.config["tenants"][0]
     tenant["kubernetesVersion"] = "v1.36.1"
     tenant["workers"].append({"name": "worker-1"})
-    [warning] = sim.preview().diagnostics
+    [warning] = said(sim.preview())
     assert warning.startswith(f"warning: {ONE_WORKER}"), warning
 
 
@@ -860,18 +867,18 @@ def test_the_warning_follows_workers_added_or_removed_in_an_up_of_their_own():
     tenant["workers"].append({"name": "worker-1"})
     sim.up()
     tenant["kubernetesVersion"] = "v1.36.1"
-    assert sim.preview().diagnostics == []  # two workers now: the other keeps the workloads running
+    assert said(sim.preview()) == []  # two workers now: the other keeps the workloads running
     tenant["kubernetesVersion"] = "v1.35.0"
     tenant["workers"].pop()
     sim.up()
     tenant["kubernetesVersion"] = "v1.36.1"
-    [warning] = sim.preview().diagnostics  # one again
+    [warning] = said(sim.preview())  # one again
     assert warning.startswith(f"warning: {ONE_WORKER}"), warning
 
 
 def test_a_two_worker_tenants_upgrade_does_not_warn(tenant_a_upgraded):
     # The preview of tenant-a's upgrade to v1.36.1, as tenant_a_upgraded ran it once.
-    assert tenant_a_upgraded.preview.diagnostics == []
+    assert said(tenant_a_upgraded.preview) == []
 
 
 def test_a_one_worker_tenants_upgrade_stopped_at_its_drain_still_warns_in_the_next_preview():
@@ -885,4 +892,4 @@ def test_a_one_worker_tenants_upgrade_stopped_at_its_drain_still_warns_in_the_ne
     assert plan.error is not None and "tenant-a-worker-0-drain" in plan.error, plan.render()
     left = sim.preview()
     assert "tenant-a-version" not in left.names("update"), left.render()
-    assert [line[:len(ONE_WORKER) + 9] for line in left.diagnostics] == [f"warning: {ONE_WORKER}"], left.render()
+    assert [line[:len(ONE_WORKER) + 9] for line in said(left)] == [f"warning: {ONE_WORKER}"], left.render()

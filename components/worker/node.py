@@ -206,7 +206,10 @@ class WorkerNode(pulumi.ComponentResource):
              "tenant": tenant.name, "tenant_workers": tenant.workers},
             pulumi.ResourceOptions.merge(host_side, pulumi.ResourceOptions(
                 depends_on=[*args.depends_on, *args.drain_after])),
+            outputs=("warning",),
         )
+        # Set by the drain's check in a preview only (NodeDrainProvider.check): said once, on this resource.
+        self.drain.warning.apply(lambda text: text and pulumi.log.warn(text, resource=self.drain))
         args = dataclasses.replace(args, depends_on=[*args.depends_on, self.drain])
 
         if self.access.ssh is None:

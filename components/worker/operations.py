@@ -10,7 +10,7 @@ import secrets
 from typing import Any
 
 from pulumi import log as pulumi_log
-from pulumi.dynamic import CreateResult, DiffResult, UpdateResult
+from pulumi.dynamic import CheckResult, CreateResult, DiffResult, UpdateResult
 
 from components import kube
 from components.gpu.cards import REGISTER_ANNOTATION
@@ -216,29 +216,28 @@ class NodeDrainProvider(HostOperationProvider):
     on from this worker. A first build (or a new worker) has nothing to drain; neither has a Node that is gone.
     """
 
-    # Inputs that only say what to tell the operator; no change by themselves. The worker count is one: the diff
+    # Inputs that only say what to tell the operator; no change by themselves. The worker count is one: the check
     # reads it from the state (olds), which a `same` step would leave at an old count.
-    NOT_A_CHANGE = ("tenant",)
+    NOT_A_CHANGE = ("tenant", "warning")
 
     def create(self, props: dict[str, Any]) -> CreateResult:
-        return CreateResult(id_=props["node_name"], outs=dict(props))
+        return CreateResult(id_=props["node_name"], outs={**props, "warning": None})
 
-    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
-        upgrade_planned = olds.get("version") != news.get("version")
+    def check(self, olds: dict[str, Any], news: dict[str, Any]) -> CheckResult:
+        """`warning`: what the program shows on this resource when it drains a tenant's only worker. Check sees the
+        stored inputs, and a preview's outputs are the checked inputs (the provider host runs no Update in a
+        preview, pulumi provider_plugin.go), so the preview shows it; the update's outputs do not hold it."""
         # The workers there while this one is drained are those of the state: a worker added in the same `up` is
         # created only after this one is back (components/tenant/tenant.py: each worker after the one before), and
         # a removed one is deleted at the end of the update. A state from before the count was kept has the config's.
         workers = olds.get("tenant_workers", news.get("tenant_workers"))
-        if upgrade_planned and workers == 1:
-            # Shown in the preview, and only when this drain is planned: the engine diffs every resource with a
-            # state in a preview as in an update (pulumi/pulumi v3.259.0 pkg/resource/deploy/step_generator.go
-            # generateSteps -> diff). The provider host runs without an engine connection (pulumi 3.272.0, as
-            # pinned, sdk/python/lib/pulumi/dynamic/__main__.py get_provider configures Settings without one), so
-            # pulumi.log.warn prints "warning: ..." to its stderr (sdk/python/lib/pulumi/log.py warn), which the
-            # engine shows as a diagnostic of the stack (v3.259.0 sdk/go/common/resource/plugin/plugin.go runtrace,
-            # not hidden for pulumi-resource-pulumi-python).
-            pulumi_log.warn(one_worker_warning(str(news.get("tenant")), str(news.get("node_name")),
-                                               olds.get("version"), news.get("version")))
+        warning = None
+        if olds and olds.get("version") != news.get("version") and workers == 1:
+            warning = one_worker_warning(str(news.get("tenant")), str(news.get("node_name")), olds.get("version"),
+                                         news.get("version"))
+        return CheckResult({**news, "warning": warning}, [])
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
         # A state from before the count was kept is no change for it: a running stack previews none.
         ignored = dict.fromkeys((*self.NOT_A_CHANGE, *(() if "tenant_workers" in olds else ("tenant_workers",))))
         return DiffResult(changes=inputs_changed({**olds, **ignored}, {**news, **ignored}))
@@ -246,7 +245,7 @@ class NodeDrainProvider(HostOperationProvider):
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
         if olds.get("version") != news.get("version"):
             self._drain(news)
-        return UpdateResult(outs=dict(news))
+        return UpdateResult(outs={**news, "warning": None})
 
     def _drain(self, props: dict[str, Any]) -> None:
         with self._api(props["kubeconfig"]) as tenant:

@@ -92,6 +92,9 @@ class Plan:
     # What the dynamic provider host printed to stderr, line by line: the engine shows each as a diagnostic of the
     # stack (pulumi/pulumi sdk/go/common/resource/plugin/plugin.go runtrace, Infoerrf with no URN).
     diagnostics: list[str] = field(default_factory=list)
+    # What the program logged about one resource (pulumi.log with `resource=`), by resource name: the CLI lists it
+    # under that resource (pulumi/log.py _log sends the URN with the LogRequest).
+    resource_diagnostics: dict[str, list[str]] = field(default_factory=dict)
     stack_name: str = ""
     outputs: dict[str, Any] = field(default_factory=dict)
     secret_outputs: set[str] = field(default_factory=set)
@@ -139,9 +142,13 @@ class Plan:
         lines.append("Resources:")
         lines += [f"    {marks[op]}{n} to {op}" for op, n in counts.items() if n]
         lines.append(f"    {len(self.names('same'))} unchanged")
+        if self.diagnostics or self.resource_diagnostics:
+            lines += ["", "Diagnostics:"]
         if self.diagnostics:
-            lines += ["", "Diagnostics:", f"  {ROOT_STACK_TYPE} ({PROJECT}-{self.stack_name}):"]
+            lines += [f"  {ROOT_STACK_TYPE} ({PROJECT}-{self.stack_name}):"]
             lines += [f"    {line}" for line in self.diagnostics]
+        for name, logged in self.resource_diagnostics.items():
+            lines += [f"  {self.step(name).type} ({name}):", *(f"    {line}" for line in logged)]
         for warning in self.warnings:
             lines.append(f"warning: {warning}")
         if self.error:
@@ -767,6 +774,19 @@ class _NoMocks(pulumi.runtime.Mocks):
         raise AssertionError("unused")
 
 
+class _SimEngine:
+    """The engine's Log service: a line the program logs about a resource is listed under it."""
+
+    def __init__(self, operation: _Operation):
+        self.operation = operation
+
+    def Log(self, request):  # noqa: N802 -- gRPC method name
+        if request.urn:
+            severity = {2: "warning", 3: "error"}.get(request.severity, "info")  # engine.proto LogSeverity
+            name = request.urn.rsplit("::", 1)[-1]
+            self.operation.plan.resource_diagnostics.setdefault(name, []).append(f"{severity}: {request.message}")
+
+
 class SimMonitor(sdk.MockMonitor):
     def __init__(self, operation: _Operation):
         super().__init__(_NoMocks())
@@ -921,6 +941,7 @@ def _run_program(operation: _Operation, config: dict[str, Any], stack: str, secr
     asyncio.get_event_loop().set_exception_handler(quiet_unretrieved)
     monitor = SimMonitor(operation)
     pulumi.runtime.set_mocks(_NoMocks(), project=PROJECT, stack=stack, preview=operation.preview, monitor=monitor)
+    pulumi.runtime.settings.SETTINGS.engine = _SimEngine(operation)
     set_config(config, secret_keys)
     body = program or (lambda: runpy.run_path(str(MAIN), run_name="__main__"))
     saved = {key: os.environ.get(key) for key in env}

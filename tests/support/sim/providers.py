@@ -973,6 +973,23 @@ class DynamicModel:
     (provider_plugin.go L1442-1443, L1718-1719).
     """
 
+    def check(self, ctx: Context, old: Resource | None, new: Resource) -> None:
+        """dynamic/__main__.py Check: the provider's check, given the stored inputs (SG:1333-1340), sets the inputs;
+        the default one (pulumi/dynamic/dynamic.py ResourceProvider.check) returns them unchanged."""
+        from pulumi.dynamic import ResourceProvider
+
+        provider = _dynamic_provider(ctx, new.inputs)
+        if type(provider).check is ResourceProvider.check:
+            return
+        news = {k: (v if not contains_unknown(v) else sdk.Unknown()) for k, v in plain(new.inputs).items()}
+        with _as_provider_host([]):
+            result = provider.check(plain(old.inputs) if old is not None else {}, news)
+        for failure in result.failures:
+            raise CheckFailedError(failure.property, news.get(failure.property), failure.reason)
+        # rpc.serialize_properties sends no None value.
+        changed = {k: v for k, v in result.inputs.items() if k not in news or v is not news[k]}
+        new.inputs = {k: v for k, v in {**new.inputs, **changed}.items() if k not in changed or v is not None}
+
     def diff(self, ctx: Context, old: Resource, new: Resource) -> Diff:
         provider = _dynamic_provider(ctx, new.inputs if not contains_unknown(new.inputs.get("__provider"))
                                      else old.inputs)
