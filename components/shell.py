@@ -78,6 +78,7 @@ ENDPOINT_PAUSE_ENV = "ENDPOINT_WAIT_PAUSE_SECONDS"  # default 5
 # kind-create.sh and kind-delete.sh (run on the Pulumi host).
 KIND_CLUSTER_NAME_ENV = "KIND_CLUSTER_NAME"
 KIND_STACK_MARKER_ENV = "KIND_STACK_MARKER"  # value of the node label gpu-tenancy.io/stack
+KIND_CHECKOUT_ENV = "KIND_CHECKOUT"  # value of the node label gpu-tenancy.io/checkout; unset for older stacks
 KIND_WAIT_SECONDS_ENV = "KIND_WAIT_SECONDS"  # kind-create.sh only, default 300
 KIND_CREATE_ENV = (KIND_CLUSTER_NAME_ENV, KIND_STACK_MARKER_ENV, KIND_WAIT_SECONDS_ENV)
 KIND_DELETE_ENV = (KIND_CLUSTER_NAME_ENV, KIND_STACK_MARKER_ENV)

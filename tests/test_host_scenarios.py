@@ -105,12 +105,15 @@ def _owned(world: World, stack: str, cluster: str) -> dict[str, set[str]]:
     """What on the Docker host carries a stack's label, the cache volume named after its cluster (it carries no
     label, see components/management/image_cache.py), and the kind clusters it marked."""
     from components.management.image_cache import cache_volume_name
-    from tests.support.sim.scripts import _owner
+    from tests.support.sim.scripts import STACK_LABEL
+
+    def owner(name: str) -> str:
+        return world.kind[name].api.find("Node", None, f"{name}-control-plane")["metadata"]["labels"][STACK_LABEL]
 
     return {
         "containers": {n for n, c in world.docker.containers.items() if c.labels.get("gpu-tenancy.stack") == stack},
         "volumes": {n for n in world.docker.volumes if n == cache_volume_name(cluster)},
-        "kind clusters": {n for n in world.kind if (_owner(world, n) or "").endswith(f".{stack}")},
+        "kind clusters": {n for n in world.kind if owner(n).endswith(f".{stack}")},
     }
 
 

@@ -16,11 +16,13 @@ import yaml
 from components import shell
 from components.management import cluster as kind_cluster
 from components.management.cluster import (
+    CHECKOUT_LABEL,
     STACK_LABEL,
     KindOutput,
     KubeconfigCluster,
     ManagementCluster,
     ManagementClusterArgs,
+    checkout_id,
     current_cluster,
     ipv4_subnet,
     kind_config,
@@ -336,7 +338,7 @@ def test_cluster_command_runs_the_shipped_scripts_with_the_kind_config_on_stdin(
     assert inputs["create"] == shell.script_text(shell.KIND_CREATE)
     assert inputs["delete"] == shell.script_text(shell.KIND_DELETE)
     assert inputs["interpreter"] == ["/bin/bash", "-c"]
-    assert inputs["stdin"] == kind_config_yaml(NAME, IMAGE, MARKER)
+    assert inputs["stdin"] == kind_config_yaml(NAME, IMAGE, MARKER, checkout_id())
     assert not inputs.get("update")  # a change of the scripts re-runs the idempotent create
 
 
@@ -353,8 +355,10 @@ def test_scripts_get_every_variable_they_require_and_the_label_they_check(kind_r
     # there must be that same value, or the stack would refuse its own cluster on the next `up`.
     (node,) = yaml.safe_load(inputs["stdin"])["nodes"]
     assert node["labels"][STACK_LABEL] == environment[shell.KIND_STACK_MARKER_ENV] == MARKER
-    jsonpath = "{.metadata.labels." + STACK_LABEL.replace(".", "\\.") + "}"
-    assert jsonpath in inputs["create"] and jsonpath in inputs["delete"]
+    assert node["labels"][CHECKOUT_LABEL] == environment[shell.KIND_CHECKOUT_ENV] == checkout_id()
+    for label in (STACK_LABEL, CHECKOUT_LABEL):
+        jsonpath = "{.metadata.labels." + label.replace(".", "\\.") + "}"
+        assert jsonpath in inputs["create"] and jsonpath in inputs["delete"]
 
 
 def test_each_stack_labels_its_cluster_with_its_own_marker():
@@ -362,12 +366,20 @@ def test_each_stack_labels_its_cluster_with_its_own_marker():
     inputs = _command(run).inputs
     marker = stack_marker(PROJECT, "prod")
     assert inputs["environment"][shell.KIND_STACK_MARKER_ENV] == marker != MARKER
-    assert inputs["stdin"] == inputs["triggers"][0] == kind_config_yaml(NAME, IMAGE, marker)
+    assert inputs["triggers"][0] == kind_config_yaml(NAME, IMAGE, marker)
+
+
+def test_checkouts_tell_clones_apart_and_a_running_stack_keeps_its_own():
+    assert checkout_id("/srv/a/gpu-tenancy") == checkout_id("/srv/a/gpu-tenancy/.") != checkout_id("/srv/b/gpu-tenancy")
+    # A stack made before the checkout label, or moved, keeps the stdin and checkout it has: neither replaces it.
+    assert {"stdin", f"environment.{shell.KIND_CHECKOUT_ENV}"} <= set(kind_cluster.IGNORED_KIND_INPUTS)
 
 
 def test_only_the_kind_config_replaces_the_cluster_and_the_old_one_goes_first(kind_run):
     command = _command(kind_run[0])
-    assert command.inputs["triggers"] == [command.inputs["stdin"]]
+    config = yaml.safe_load(command.inputs["stdin"])
+    del config["nodes"][0]["labels"][CHECKOUT_LABEL]
+    assert command.inputs["triggers"] == [yaml.safe_dump(config, sort_keys=False)]
     assert command.delete_before_replace  # same cluster name before and after
 
 

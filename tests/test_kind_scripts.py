@@ -27,20 +27,22 @@ from tests.support.stub_calls import recorded_calls
 NAME = "gpu-tenancy"
 CONTROL_PLANE = f"{NAME}-control-plane"
 MARKER = "dev-4f2a"
-LABEL_JSONPATH = r"jsonpath={.metadata.labels.gpu-tenancy\.io/stack}"
+CHECKOUT = "0a1b2c3d4e5f"
+LABEL_JSONPATH = r"jsonpath={.metadata.labels.gpu-tenancy\.io/stack}/{.metadata.labels.gpu-tenancy\.io/checkout}"
 ADMIN = ["exec", CONTROL_PLANE, "kubectl", "--kubeconfig=/etc/kubernetes/admin.conf"]
 IPAM = '[{"Subnet":"fc00:f853:ccd:e793::/64"},{"Subnet":"172.18.0.0/16","Gateway":"172.18.0.1"}]'
 USER_KUBECONFIG = "apiVersion: v1\nkind: Config\ncurrent-context: my-prod\n"
 
 
-def kind_config(marker: str = MARKER) -> str:
+def kind_config(marker: str = MARKER, checkout: str = CHECKOUT) -> str:
     return yaml.safe_dump(
         {
             "kind": "Cluster",
             "apiVersion": "kind.x-k8s.io/v1alpha4",
             "name": NAME,
             "nodes": [
-                {"role": "control-plane", "image": "kindest/node:v1.35.0", "labels": {"gpu-tenancy.io/stack": marker}}
+                {"role": "control-plane", "image": "kindest/node:v1.35.0", "labels": {"gpu-tenancy.io/stack": marker,
+                                                                            "gpu-tenancy.io/checkout": checkout}}
             ],
         },
         sort_keys=False,
@@ -84,6 +86,7 @@ case "$1 $2" in
     [[ -n "${KIND_STUB_CREATE_FAILS:-}" ]] && { echo "ERROR: failed to create cluster: node(s) already exist" >&2; exit 1; }
     echo "$name" >>"$KIND_STUB/clusters"
     sed -n 's/^ *gpu-tenancy\.io\/stack: *//p' "$KIND_STUB/config-$name" | tr -d '\n' >"$KIND_STUB/label-$name"
+    sed -n 's/^ *gpu-tenancy\.io\/checkout: *//p' "$KIND_STUB/config-$name" | tr -d '\n' >"$KIND_STUB/checkout-$name"
     touch "$KIND_STUB/running-$name-control-plane"
     # kind merges the new context into the kubeconfig file and makes it current.
     mkdir -p "$(dirname "$kubeconfig")"
@@ -99,7 +102,7 @@ case "$1 $2" in
     [[ -f "$kubeconfig" ]] && sed -i "/kind-$name/d" "$kubeconfig"
     grep -vxF -- "$name" "$KIND_STUB/clusters" >"$KIND_STUB/clusters.new" || true
     mv "$KIND_STUB/clusters.new" "$KIND_STUB/clusters"
-    rm -f "$KIND_STUB/label-$name" "$KIND_STUB/running-$name-control-plane" ;;
+    rm -f "$KIND_STUB/label-$name" "$KIND_STUB/checkout-$name" "$KIND_STUB/running-$name-control-plane" ;;
   "get kubeconfig")
     grep -qxF -- "$name" "$KIND_STUB/clusters" || { echo "ERROR: could not locate any control plane nodes for cluster named '$name'" >&2; exit 1; }
     printf 'apiVersion: v1\nkind: Config\ncurrent-context: kind-%s\nusers:\n- name: kind-%s\n' "$name" "$name" ;;
@@ -118,7 +121,9 @@ case "$1" in
     case "$5" in
       get)
         # kubectl prints a jsonpath result without a newline; a missing label is an empty string.
-        cat "$KIND_STUB/label-${container%-control-plane}" 2>/dev/null || true ;;
+        cat "$KIND_STUB/label-${container%-control-plane}" 2>/dev/null || true
+        printf /
+        cat "$KIND_STUB/checkout-${container%-control-plane}" 2>/dev/null || true ;;
       wait)
         case "${DOCKER_WAIT:-ok}" in
           ok) echo "node/$container condition met" ;;
@@ -168,11 +173,14 @@ class Host:
     def clusters(self) -> list[str]:
         return (self.state / "clusters").read_text().split()
 
-    def add_cluster(self, name: str = NAME, label: str | None = MARKER, running: bool = True) -> None:
+    def add_cluster(self, name: str = NAME, label: str | None = MARKER, running: bool = True,
+                    checkout: str | None = CHECKOUT) -> None:
         with (self.state / "clusters").open("a") as clusters:
             clusters.write(f"{name}\n")
         if label is not None:
             (self.state / f"label-{name}").write_text(label)
+        if checkout is not None:
+            (self.state / f"checkout-{name}").write_text(checkout)
         if running:
             (self.state / f"running-{name}-control-plane").touch()
 
@@ -186,6 +194,7 @@ class Host:
             "STUB_IPAM": IPAM,
             ns.KIND_CLUSTER_NAME_ENV: NAME,
             ns.KIND_STACK_MARKER_ENV: MARKER,
+            ns.KIND_CHECKOUT_ENV: CHECKOUT,
         }
         env.update(overrides)
         return {k: v for k, v in env.items() if v is not None}
@@ -315,6 +324,26 @@ def test_create_refuses_a_cluster_of_another_owner_before_touching_anything(host
         f'"$(kind get kubeconfig --name {NAME})"'
     ) in message
     assert host.clusters() == [NAME]
+
+
+@pytest.mark.parametrize("checkout", ["ffffffffffff", None])
+def test_create_and_delete_refuse_the_same_stack_of_another_checkout(host, checkout):
+    """A second clone with a stack of the same name, or a cluster made before the checkout label."""
+    host.add_cluster(checkout=checkout)
+
+    for done in (host.create(), host.delete()):
+        assert done.returncode == 1, done.stderr
+        assert f"gpu-tenancy.io/checkout='{CHECKOUT}'" in done.stderr and "does not belong to this stack" in done.stderr
+    assert host.kind_calls("create cluster") == [] and host.kind_calls("delete cluster") == []
+    assert host.clusters() == [NAME]
+
+
+def test_a_stack_made_before_the_checkout_label_keeps_its_cluster_whatever_the_checkout(host):
+    host.add_cluster(checkout="ffffffffffff")
+
+    assert host.create(**{ns.KIND_CHECKOUT_ENV: None}).returncode == 0
+    assert host.delete(**{ns.KIND_CHECKOUT_ENV: None}).returncode == 0
+    assert host.kind_calls("delete cluster") != []
 
 
 def test_create_refuses_an_existing_cluster_whose_label_cannot_be_read(host):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,11 +40,22 @@ KIND_ENVIRONMENT = {"KIND_EXPERIMENTAL_PROVIDER": "docker"}
 # How long kind-create.sh waits for the control-plane node to become Ready.
 KIND_WAIT_SECONDS = 300
 # Inputs of the kind Command that a running stack keeps as first stored: a script edit or a new wait must not
-# re-run create (see _create_kind_cluster).
-IGNORED_KIND_INPUTS = ["create", "delete", f"environment.{shell.KIND_WAIT_SECONDS_ENV}",
+# re-run create (see _create_kind_cluster), and a stack made before the checkout label, or a moved checkout,
+# keeps the cluster it has (an ignored input absent from the state is dropped: pulumi sdk/go/common/resource/
+# properties_path.go PropertyPath.reset).
+IGNORED_KIND_INPUTS = ["create", "delete", "stdin", f"environment.{shell.KIND_WAIT_SECONDS_ENV}",
+                       f"environment.{shell.KIND_CHECKOUT_ENV}",
                        *(f"environment.{key}" for key in KIND_ENVIRONMENT)]
-# The node label that says which stack created a kind cluster (checked before reusing or deleting one).
+# The node labels that say which stack, and which checkout of the project, created a kind cluster (checked before
+# reusing or deleting one): two clones with a stack of the same name each keep their own lab.
 STACK_LABEL = "gpu-tenancy.io/stack"
+CHECKOUT_LABEL = "gpu-tenancy.io/checkout"
+
+
+def checkout_id(directory: str | None = None) -> str:
+    """This checkout's value of CHECKOUT_LABEL: a hash of the project directory's path, as the Makefile names the
+    passphrase file (Pulumi runs the program in the project directory)."""
+    return hashlib.sha256(os.path.realpath(directory or os.getcwd()).encode()).hexdigest()[:12]
 
 
 def stack_marker(project: str, stack: str) -> str:
@@ -58,20 +70,22 @@ def stack_marker(project: str, stack: str) -> str:
     return value or "gpu-tenancy"
 
 
-def kind_config(cluster_name: str, node_image: str, marker: str) -> dict[str, Any]:
-    """kind's Cluster config: one control-plane node labelled with this stack, API server on loopback only."""
+def kind_config(cluster_name: str, node_image: str, marker: str, checkout: str | None = None) -> dict[str, Any]:
+    """kind's Cluster config: one control-plane node labelled with this stack (and checkout), API server on
+    loopback only."""
+    labels = {STACK_LABEL: marker, **({CHECKOUT_LABEL: checkout} if checkout else {})}
     return {
         "kind": "Cluster",
         "apiVersion": "kind.x-k8s.io/v1alpha4",
         "name": cluster_name,
         # kind's default, spelled out: the management API is not exposed to the LAN.
         "networking": {"apiServerAddress": "127.0.0.1"},
-        "nodes": [{"role": "control-plane", "image": node_image, "labels": {STACK_LABEL: marker}}],
+        "nodes": [{"role": "control-plane", "image": node_image, "labels": labels}],
     }
 
 
-def kind_config_yaml(cluster_name: str, node_image: str, marker: str) -> str:
-    return yaml.safe_dump(kind_config(cluster_name, node_image, marker), sort_keys=False)
+def kind_config_yaml(cluster_name: str, node_image: str, marker: str, checkout: str | None = None) -> str:
+    return yaml.safe_dump(kind_config(cluster_name, node_image, marker, checkout), sort_keys=False)
 
 
 @dataclass(frozen=True)
@@ -261,20 +275,22 @@ class ManagementCluster(pulumi.ComponentResource):
         self.cluster_name = args.cluster_name
         marker = stack_marker(pulumi.get_project(), pulumi.get_stack())
         config = kind_config_yaml(args.cluster_name, args.node_image, marker)
+        checkout = checkout_id()
         environment = {
             **KIND_ENVIRONMENT,
             shell.KIND_CLUSTER_NAME_ENV: args.cluster_name,
             shell.KIND_STACK_MARKER_ENV: marker,
+            shell.KIND_CHECKOUT_ENV: checkout,
             shell.KIND_WAIT_SECONDS_ENV: str(KIND_WAIT_SECONDS),
         }
         self.cluster = command.local.Command(
             f"{name}-kind",
             create=shell.script_text(shell.KIND_CREATE),
             delete=shell.script_text(shell.KIND_DELETE),
-            stdin=config,
+            stdin=kind_config_yaml(args.cluster_name, args.node_image, marker, checkout),
             environment=environment,
             interpreter=["/bin/bash", "-c"],
-            # Only a config change replaces the cluster.
+            # Only a config change replaces the cluster (the checkout label aside: see IGNORED_KIND_INPUTS).
             triggers=[config],
             # stdout holds the admin kubeconfig: never logged, and not handed back to the delete command as
             # PULUMI_COMMAND_STDOUT. kind's progress goes to stderr, which carries no credential.

@@ -5,6 +5,7 @@
 # Environment (names in components/shell.py):
 #   KIND_CLUSTER_NAME  the kind cluster's name
 #   KIND_STACK_MARKER  value of the node label gpu-tenancy.io/stack that the kind config on stdin sets
+#   KIND_CHECKOUT      value of the node label gpu-tenancy.io/checkout (unset for a stack made before that label)
 #   KIND_WAIT_SECONDS  how long to wait for the control-plane node to be Ready (default 300)
 #   HTTP_PROXY, HTTPS_PROXY, NO_PROXY (or lower case)  the host's, which kind hands its node
 # stdin: the kind config (YAML), read only when the cluster is created.
@@ -25,7 +26,8 @@ name="${KIND_CLUSTER_NAME:-}"
 marker="${KIND_STACK_MARKER:-}"
 wait_seconds="${KIND_WAIT_SECONDS:-300}"
 control_plane="$name-control-plane"
-label="gpu-tenancy.io/stack"
+label="gpu-tenancy.io/stack" label_checkout="gpu-tenancy.io/checkout"
+owner_path='{.metadata.labels.gpu-tenancy\.io/stack}/{.metadata.labels.gpu-tenancy\.io/checkout}'
 
 fail() {
   printf 'gpu-tenancy: kind cluster %s: %s\n' "$name" "$*" >&2
@@ -75,14 +77,17 @@ done <<<"$existing"
 if [[ -n "$exists" ]]; then
   # Read inside the node with its own admin kubeconfig: works whoever created the cluster.
   if ! owner="$(docker exec "$control_plane" kubectl --kubeconfig=/etc/kubernetes/admin.conf \
-    get node "$control_plane" -o jsonpath='{.metadata.labels.gpu-tenancy\.io/stack}' 2>"$private/owner.log")"; then
+    get node "$control_plane" -o jsonpath="$owner_path" 2>"$private/owner.log")"; then
     fail "exists, but its owner label $label cannot be read ($(<"$private/owner.log")). Nothing was changed." \
       "If its control-plane container is not running, start it (docker start $control_plane) or delete it" \
       "by hand: kind delete cluster --name $name"
   fi
-  if [[ "$owner" != "$marker" ]]; then
-    fail "exists but does not belong to this stack: node $control_plane has $label='$owner'," \
-      "this stack expects $label='$marker'. Nothing was changed. Either delete it" \
+  checkout="${owner#*/}" owner="${owner%%/*}"
+  if [[ "$owner" != "$marker" || (-n "${KIND_CHECKOUT:-}" && "$checkout" != "$KIND_CHECKOUT") ]]; then
+    fail "exists but does not belong to this stack: node $control_plane has $label='$owner' and" \
+      "$label_checkout='$checkout', this stack expects $label='$marker' and" \
+      "$label_checkout='${KIND_CHECKOUT:-any}' (a hash of the project directory's path). Nothing was changed." \
+      "Either delete it" \
       "(kind delete cluster --name $name), pick another management.clusterName, or adopt it on purpose" \
       "with management.kubeconfig: pulumi config set --secret --path 'gpu-tenancy:management.kubeconfig'" \
       "\"\$(kind get kubeconfig --name $name)\""

@@ -5,6 +5,7 @@
 # Environment (names in components/shell.py):
 #   KIND_CLUSTER_NAME  the kind cluster's name
 #   KIND_STACK_MARKER  value of the node label gpu-tenancy.io/stack this stack put on its cluster
+#   KIND_CHECKOUT      value of the node label gpu-tenancy.io/checkout (unset for a stack made before that label)
 # Everything is printed on stderr.
 set -euo pipefail
 # One brace group: bash parses all of it before running any command.
@@ -20,7 +21,8 @@ fi
 name="${KIND_CLUSTER_NAME:-}"
 marker="${KIND_STACK_MARKER:-}"
 control_plane="$name-control-plane"
-label="gpu-tenancy.io/stack"
+label="gpu-tenancy.io/stack" label_checkout="gpu-tenancy.io/checkout"
+owner_path='{.metadata.labels.gpu-tenancy\.io/stack}/{.metadata.labels.gpu-tenancy\.io/checkout}'
 
 fail() {
   printf 'gpu-tenancy: kind cluster %s: %s\n' "$name" "$*" >&2
@@ -54,14 +56,17 @@ fi
 
 # Only a cluster that carries this stack's label is deleted: the same name may be someone else's lab.
 if ! owner="$(docker exec "$control_plane" kubectl --kubeconfig=/etc/kubernetes/admin.conf \
-  get node "$control_plane" -o jsonpath='{.metadata.labels.gpu-tenancy\.io/stack}' 2>"$private/owner.log")"; then
+  get node "$control_plane" -o jsonpath="$owner_path" 2>"$private/owner.log")"; then
   fail "cannot read its owner label $label, so it is not deleted ($(<"$private/owner.log")). If its" \
     "control-plane container is not running, start it (docker start $control_plane) or delete it by hand:" \
     "kind delete cluster --name $name"
 fi
-if [[ "$owner" != "$marker" ]]; then
-  fail "does not belong to this stack (node $control_plane has $label='$owner', this stack expects" \
-    "'$marker'): not deleting it. If it really should go, delete it by hand: kind delete cluster --name $name"
+checkout="${owner#*/}" owner="${owner%%/*}"
+if [[ "$owner" != "$marker" || (-n "${KIND_CHECKOUT:-}" && "$checkout" != "$KIND_CHECKOUT") ]]; then
+  fail "does not belong to this stack (node $control_plane has $label='$owner'" \
+    "and $label_checkout='$checkout', this stack expects $label='$marker' and" \
+    "$label_checkout='${KIND_CHECKOUT:-any}'): not deleting it. If it really should go, delete it by hand:" \
+    "kind delete cluster --name $name"
 fi
 # kind removes the cluster's entry from this throwaway file instead of editing ~/.kube/config. Seeded with
 # that entry: from a file without it, kind logs "ERROR: failed to update kubeconfig: Cluster not found"

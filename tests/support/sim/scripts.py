@@ -167,19 +167,21 @@ def run(world: World, invocation: Invocation) -> str:
 # kind (components/management/scripts/kind-create.sh, kind-delete.sh)
 # --------------------------------------------------------------------------- #
 
-STACK_LABEL = "gpu-tenancy.io/stack"
+STACK_LABEL, CHECKOUT_LABEL = "gpu-tenancy.io/stack", "gpu-tenancy.io/checkout"
 
 
-def _owner(world: World, name: str) -> str | None:
+def _owned(world: World, name: str, env: dict[str, str]) -> bool:
     node = world.kind[name].api.find("Node", None, f"{name}-control-plane") or {}
-    return ((node.get("metadata") or {}).get("labels") or {}).get(STACK_LABEL)
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    checkout = env.get("KIND_CHECKOUT")
+    return labels.get(STACK_LABEL) == env["KIND_STACK_MARKER"] and checkout in (None, labels.get(CHECKOUT_LABEL))
 
 
 def _kind_create(world: World, env: dict[str, str], stdin: str) -> str:
     name, marker = env["KIND_CLUSTER_NAME"], env["KIND_STACK_MARKER"]
     config = yaml.safe_load(stdin or "") or {}
     if name in world.kind:
-        if _owner(world, name) != marker:
+        if not _owned(world, name, env):
             raise CommandFailedError(f"gpu-tenancy: a kind cluster named {name} exists but this stack did not "
                                      f"create it (no node label {STACK_LABEL}={marker})")
     else:
@@ -189,10 +191,10 @@ def _kind_create(world: World, env: dict[str, str], stdin: str) -> str:
 
 
 def _kind_delete(world: World, env: dict[str, str]) -> str:
-    name, marker = env["KIND_CLUSTER_NAME"], env["KIND_STACK_MARKER"]
+    name = env["KIND_CLUSTER_NAME"]
     if name not in world.kind:
         return ""
-    if _owner(world, name) != marker:
+    if not _owned(world, name, env):
         raise CommandFailedError(f"gpu-tenancy: refusing to delete kind cluster {name}: this stack did not create it")
     world.delete_kind_cluster(name)
     return ""
