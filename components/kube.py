@@ -106,6 +106,18 @@ def kubeconfig(cluster: Mapping[str, Any], user: Mapping[str, Any], *, namespace
     }
 
 
+def admission_policy(name: str, spec: Json, match_resources: Json | None = None) -> list[Json]:
+    """A ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA since Kubernetes 1.30) that fails closed,
+    and the binding that makes it deny, over `match_resources` (default: everything its rules match)."""
+    return [
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+         "metadata": {"name": name}, "spec": {"failurePolicy": "Fail", **spec}},
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+         "metadata": {"name": name}, "spec": {"policyName": name, "validationActions": ["Deny"],
+                                              **({"matchResources": match_resources} if match_resources else {})}},
+    ]
+
+
 def positive_quantity(value: Any) -> bool:
     """A Kubernetes quantity above zero (`"0"`, `""`, None and nonsense are not): the kubelet reports a device
     plugin's resources as 0 until the plugin registers again after a restart."""

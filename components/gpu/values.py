@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 import yaml
 
+from components import kube
 from components.gpu.capacity import DEFAULT_GPU_POLICY, DEFAULT_NODE_POLICY
 from components.helm import Chart
 from components.images import (
@@ -116,44 +117,30 @@ def hami_token_policy() -> list[dict[str, Any]]:
     needs) are not matched.
     """
     users = ", ".join(f"'{user}'" for user in HAMI_SERVICE_ACCOUNTS)
-    return [
-        {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingAdmissionPolicy",
-            "metadata": {"name": HAMI_TOKEN_POLICY},
-            "spec": {
-                "failurePolicy": "Fail",
-                "matchConstraints": {"resourceRules": [
-                    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
-                     "resources": ["pods", "nodes"]},
-                    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE", "DELETE"],
-                     "resources": ["configmaps"]},
-                ]},
-                "matchConditions": [{"name": "hami-service-accounts",
-                                     "expression": f"request.userInfo.username in [{users}]"}],
-                "validations": [
-                    {"expression": "request.resource.resource != 'configmaps'",
-                     "message": "HAMi's service accounts may not write ConfigMaps"},
-                    {"expression": "request.operation != 'CREATE' || request.resource.resource != 'pods'",
-                     "message": "HAMi's service accounts may not create pods"},
-                    {"expression": f"request.operation != 'UPDATE' || {_unchanged('spec')}",
-                     "message": "HAMi's service accounts may change only the metadata of pods and nodes"},
-                    {"expression": f"request.operation != 'UPDATE' || request.resource.resource != 'nodes' || "
-                                   f"{_unchanged('metadata.labels')}",
-                     "message": "HAMi's service accounts may not change node labels"},
-                    {"expression": f"request.operation != 'UPDATE' || ({_unchanged('metadata.ownerReferences')} && "
-                                   f"{_unchanged('metadata.finalizers')})",
-                     "message": "HAMi's service accounts may not change owner references or finalizers"},
-                ],
-            },
-        },
-        {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingAdmissionPolicyBinding",
-            "metadata": {"name": HAMI_TOKEN_POLICY},
-            "spec": {"policyName": HAMI_TOKEN_POLICY, "validationActions": ["Deny"]},
-        },
-    ]
+    return kube.admission_policy(HAMI_TOKEN_POLICY, {
+        "matchConstraints": {"resourceRules": [
+            {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+             "resources": ["pods", "nodes"]},
+            {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE", "DELETE"],
+             "resources": ["configmaps"]},
+        ]},
+        "matchConditions": [{"name": "hami-service-accounts",
+                             "expression": f"request.userInfo.username in [{users}]"}],
+        "validations": [
+            {"expression": "request.resource.resource != 'configmaps'",
+             "message": "HAMi's service accounts may not write ConfigMaps"},
+            {"expression": "request.operation != 'CREATE' || request.resource.resource != 'pods'",
+             "message": "HAMi's service accounts may not create pods"},
+            {"expression": f"request.operation != 'UPDATE' || {_unchanged('spec')}",
+             "message": "HAMi's service accounts may change only the metadata of pods and nodes"},
+            {"expression": f"request.operation != 'UPDATE' || request.resource.resource != 'nodes' || "
+                           f"{_unchanged('metadata.labels')}",
+             "message": "HAMi's service accounts may not change node labels"},
+            {"expression": f"request.operation != 'UPDATE' || ({_unchanged('metadata.ownerReferences')} && "
+                           f"{_unchanged('metadata.finalizers')})",
+             "message": "HAMi's service accounts may not change owner references or finalizers"},
+        ],
+    })
 
 
 HAMI_POD_POLICY = "gpu-tenancy-gpu-pods-through-hami"
@@ -182,38 +169,21 @@ def hami_pod_policy() -> list[dict[str, Any]]:
            f"(has(object.spec.initContainers) && {_requests_gpu('object.spec.initContainers')})")
     ignored = (f"has(object.metadata.labels) && '{HAMI_WEBHOOK_LABEL}' in object.metadata.labels && "
                f"object.metadata.labels['{HAMI_WEBHOOK_LABEL}'] == '{HAMI_WEBHOOK_IGNORE}'")
-    return [
-        {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingAdmissionPolicy",
-            "metadata": {"name": HAMI_POD_POLICY},
-            "spec": {
-                "failurePolicy": "Fail",
-                "matchConstraints": {"resourceRules": [{
-                    "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]},
-                "matchConditions": [{"name": "requests-gpu", "expression": gpu}],
-                "validations": [
-                    {"expression": f"!({ignored})",
-                     "message": f"a GPU pod may not carry the label {HAMI_WEBHOOK_LABEL}={HAMI_WEBHOOK_IGNORE}: "
-                                "HAMi's quota and card accounting must see it"},
-                    {"expression": f"has(object.spec.schedulerName) && "
-                                   f"object.spec.schedulerName == '{HAMI_SCHEDULER_NAME}'",
-                     "message": f"a GPU pod must be scheduled by {HAMI_SCHEDULER_NAME}: leave schedulerName unset"},
-                ],
-            },
-        },
-        {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingAdmissionPolicyBinding",
-            "metadata": {"name": HAMI_POD_POLICY},
-            # The namespaces HAMi's webhook covers (the same selector as templates/scheduler/webhook.yaml).
-            "spec": {"policyName": HAMI_POD_POLICY, "validationActions": ["Deny"],
-                     "matchResources": {"namespaceSelector": {"matchExpressions": [
-                         {"key": HAMI_WEBHOOK_LABEL, "operator": "NotIn", "values": [HAMI_WEBHOOK_IGNORE]},
-                         {"key": NAMESPACE_NAME_LABEL, "operator": "NotIn",
-                          "values": list(TENANT_SYSTEM_NAMESPACES)}]}}},
-        },
-    ]
+    return kube.admission_policy(HAMI_POD_POLICY, {
+        "matchConstraints": {"resourceRules": [
+            {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]},
+        "matchConditions": [{"name": "requests-gpu", "expression": gpu}],
+        "validations": [
+            {"expression": f"!({ignored})",
+             "message": f"a GPU pod may not carry the label {HAMI_WEBHOOK_LABEL}={HAMI_WEBHOOK_IGNORE}: "
+                        "HAMi's quota and card accounting must see it"},
+            {"expression": f"has(object.spec.schedulerName) && object.spec.schedulerName == '{HAMI_SCHEDULER_NAME}'",
+             "message": f"a GPU pod must be scheduled by {HAMI_SCHEDULER_NAME}: leave schedulerName unset"},
+        ],
+    },  # the namespaces HAMi's webhook covers (the same selector as templates/scheduler/webhook.yaml)
+        {"namespaceSelector": {"matchExpressions": [
+            {"key": HAMI_WEBHOOK_LABEL, "operator": "NotIn", "values": [HAMI_WEBHOOK_IGNORE]},
+            {"key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": list(TENANT_SYSTEM_NAMESPACES)}]}})
 
 
 def _certgen_image() -> dict[str, str]:

@@ -504,32 +504,17 @@ def node_label_policy() -> list[dict[str, Any]]:
             f"(has({old}) && k in {old} && {old}[k] == {new}[k]))")
     not_dropped = f"!has({old}) || {old}.all(k, !k.startsWith({_RESTRICTED}) || (has({new}) && k in {new}))"
     created = f"!has({new}) || !{new}.exists(k, k.startsWith({_RESTRICTED}))"
-    return [
-        {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingAdmissionPolicy",
-            "metadata": {"name": NODE_LABEL_POLICY},
-            "spec": {
-                "failurePolicy": "Fail",
-                "matchConstraints": {"resourceRules": [{
-                    "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
-                    "resources": ["nodes", "nodes/status"],
-                }]},
-                "matchConditions": [{"name": "not-the-program",
-                                     "expression": "!('system:masters' in request.userInfo.groups)"}],
-                "validations": [{
-                    "expression": f"request.operation == 'CREATE' ? ({created}) : (({kept}) && ({not_dropped}))",
-                    "message": "only gpu-tenancy sets node-restriction.kubernetes.io/ labels on nodes",
-                }],
-            },
-        },
-        {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingAdmissionPolicyBinding",
-            "metadata": {"name": NODE_LABEL_POLICY},
-            "spec": {"policyName": NODE_LABEL_POLICY, "validationActions": ["Deny"]},
-        },
-    ]
+    return kube.admission_policy(NODE_LABEL_POLICY, {
+        "matchConstraints": {"resourceRules": [{
+            "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+            "resources": ["nodes", "nodes/status"]}]},
+        "matchConditions": [{"name": "not-the-program",
+                             "expression": "!('system:masters' in request.userInfo.groups)"}],
+        "validations": [{
+            "expression": f"request.operation == 'CREATE' ? ({created}) : (({kept}) && ({not_dropped}))",
+            "message": "only gpu-tenancy sets node-restriction.kubernetes.io/ labels on nodes",
+        }],
+    })
 
 
 def system_node_selector(tenant: Tenant) -> dict[str, str] | None:
