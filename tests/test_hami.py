@@ -24,7 +24,7 @@ from naming import JOIN_ANNOTATION, TENANT_SYSTEM_NAMESPACES, node_name
 from tests.support import mockrun
 from tests.support.lifecycle_support import kind_lab, running_adopt_lab, running_kind_lab
 from tests.support.mockrun import ProgramRun, reference_stack, registration, run_program
-from tests.support.sim import Lifecycle, paths, plain, systems
+from tests.support.sim import Lifecycle, paths, pki, plain, systems
 from tests.support.sim.lab import adopt, lab_world
 from tests.test_config_infrastructure import prod_example_with_secrets
 
@@ -470,6 +470,27 @@ def test_the_worker_without_gpus_is_labelled_a_system_node_before_calico_and_ham
         "nodeSelector"] == selector
     scheduler = run.named(f"{TENANT}-hami").inputs["values"]["scheduler"]
     assert scheduler["nodeSelector"] == selector == scheduler["patch"]["nodeSelector"]
+
+
+def test_root_on_a_gpu_worker_cannot_label_it_a_system_worker_with_calico_nodes_token():
+    """The exploit: calico-node's token, on every worker, writes `nodes/status`, where a label change is kept. It
+    would label a GPU worker a system one, or take the label off the real one, and the tenant's most powerful
+    controllers would follow. The node-label policy refuses both; without its binding the forgery is stored."""
+    sim = kind_lab(lab_config())
+    sim.up(skip_preview=True)
+    api = sim.world.tenant_api(TENANT)
+    calico = pki.Identity(systems.CALICO_NODE, ("system:serviceaccounts", "system:authenticated"))
+    gpu, system = node_name(TENANT, "worker-0"), node_name(TENANT, "cpu-0")
+    for target, labels in ((gpu, {SYSTEM_NODE_LABEL: "true"}), (system, {SYSTEM_NODE_LABEL: None})):
+        with pytest.raises(ApiError, match=f"ValidatingAdmissionPolicy '{NODE_LABEL_POLICY}'"):
+            api.patch_status(calico, "Node", target, {"metadata": {"labels": labels}})
+    # What calico-node writes there itself goes through.
+    api.patch_status(calico, "Node", gpu, {"metadata": {"annotations": {"projectcalico.org/IPv4Address": "x"}}})
+    assert SYSTEM_NODE_LABEL not in api.find("Node", None, gpu)["metadata"]["labels"]
+    assert api.find("Node", None, system)["metadata"]["labels"][SYSTEM_NODE_LABEL] == "true"
+    api.remove("ValidatingAdmissionPolicyBinding", None, NODE_LABEL_POLICY)
+    api.patch_status(calico, "Node", gpu, {"metadata": {"labels": {SYSTEM_NODE_LABEL: "true"}}})
+    assert api.find("Node", None, gpu)["metadata"]["labels"][SYSTEM_NODE_LABEL] == "true"
 
 
 def test_hamis_token_policy_is_in_place_before_hami_runs(lab):

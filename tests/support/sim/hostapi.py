@@ -74,7 +74,7 @@ class SimClient:
     def patch_status(self, kind: str, name: str, patch: dict[str, Any],
                      namespace: str | None = None, dry_run: bool = False) -> dict[str, Any]:
         assert not dry_run, "the simulator has no model of admission policies on a status dry run"
-        return self._call(self.api.patch_status, self.identity, kind, name, patch.get("status", patch))
+        return self._call(self.api.patch_status, self.identity, kind, name, patch)
 
     def evict(self, name: str, namespace: str) -> None:
         self._call(self.api.evict, self.identity, namespace, name)

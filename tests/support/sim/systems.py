@@ -213,7 +213,8 @@ def _metallb(world: World, api: KubeApi, release: HelmRelease) -> None:
         api.admission.append(Hook(_metallb_admission, (world, api)))
 
 
-def _metallb_admission(world: World, api: KubeApi, identity, operation: str, obj: dict, old: dict | None) -> dict:
+def _metallb_admission(world: World, api: KubeApi, identity, operation: str, obj: dict, old: dict | None,
+                       subresource: str = "") -> dict:
     # metallb internal/k8s/webhooks/webhookv1beta1: ipaddresspoolvalidationwebhook.metallb.io and
     # l2advertisementvalidationwebhook.metallb.io, failurePolicy=fail, served behind metallb-webhook-service.
     kind = obj.get("kind")
@@ -396,7 +397,8 @@ def _effective(spec_profile: dict[str, Any], plural: str, singular: str) -> list
     return list(values) if values else ([spec_profile[singular]] if spec_profile.get(singular) else [])
 
 
-def _tcp_admission(world: World, api: KubeApi, identity, operation: str, obj: dict, old: dict | None) -> dict:
+def _tcp_admission(world: World, api: KubeApi, identity, operation: str, obj: dict, old: dict | None,
+                   subresource: str = "") -> dict:
     if obj.get("kind") != "TenantControlPlane":
         return obj
     state: KamajiState = api.kamaji  # type: ignore[attr-defined]
@@ -686,11 +688,18 @@ def _tenant_of(world: World, api: KubeApi) -> Tenant | None:
 # --------------------------------------------------------------------------- #
 
 
+CALICO_NODE = "system:serviceaccount:calico-system:calico-node"
+
+
 def _tenant_rbac(world: World, tenant: Tenant, identity: pki.Identity, verb: str, kind: str, ns: str,
                  name: str) -> bool:
     if CLUSTER_ADMINS in identity.groups:
         # The kubeadm:cluster-admins binding exists only once the soot controller ran (see Tenant.rbac_ready).
         return tenant.rbac_ready
+    if identity.user == CALICO_NODE and kind == "Node/status":
+        # calico-node's ClusterRole: nodes/status patch and update, cluster-wide (tigera/operator v1.42
+        # pkg/render/node.go); its token is on every worker.
+        return verb in ("patch", "update")
     if NODES_GROUP in identity.groups and kind in ("Node", "Node/status"):
         node = identity.user.removeprefix("system:node:")
         # NodeRestriction (if enabled) limits a kubelet to its own Node object.
@@ -1133,8 +1142,10 @@ def _hami_quota_denial(api: KubeApi, namespace: str, pod: dict[str, Any]) -> str
     return None
 
 
-def _tenant_admission(world: World, api: KubeApi, identity, operation: str, obj: dict, old: dict | None) -> dict:
+def _tenant_admission(world: World, api: KubeApi, identity, operation: str, obj: dict, old: dict | None,
+                      subresource: str = "") -> dict:
     if obj.get("kind") != "Pod" or operation != "CREATE":
+        _validating_policies(api, identity, operation, obj, old, subresource)
         return obj
     features = _features(api)
     namespace = obj["metadata"].get("namespace") or "default"
@@ -1202,12 +1213,14 @@ def _namespace_selected(api: KubeApi, selector: dict[str, Any], namespace: str) 
                for e in selector.get("matchExpressions", []))
 
 
-def _validating_policies(api: KubeApi, identity, operation: str, obj: dict, old: dict | None) -> None:
+def _validating_policies(api: KubeApi, identity, operation: str, obj: dict, old: dict | None,
+                         subresource: str = "") -> None:
     """kube-apiserver's ValidatingAdmissionPolicy admission (k8s.io/apiserver pkg/admission/plugin/policy/validating,
     admissionregistration.k8s.io/v1), after the mutating webhooks: each binding's policy whose rules, namespace
     selector and matchConditions match; a false validation, or a CEL error under failurePolicy Fail, denies. The CEL
     is evaluated by cel-python (core CEL: has, in, exists, startsWith); what else a policy may use is refused."""
     resource, namespace = f"{obj['kind'].lower()}s", obj["metadata"].get("namespace") or ""
+    resource += f"/{subresource}" if subresource else ""
     for binding in api.list("ValidatingAdmissionPolicyBinding"):
         bound = binding["spec"]
         policy = api.find("ValidatingAdmissionPolicy", None, bound["policyName"])
@@ -1229,7 +1242,8 @@ def _validating_policies(api: KubeApi, identity, operation: str, obj: dict, old:
 
         env = celpy.Environment()
         activation = celpy.json_to_cel({"request": {"operation": operation, "resource": {"resource": resource},
-                                                    "userInfo": {"username": getattr(identity, "user", "")}},
+                                                    "userInfo": {"username": getattr(identity, "user", ""),
+                                                                 "groups": list(getattr(identity, "groups", ()))}},
                                         "object": obj, "oldObject": old})
         denied = f"{resource} \"{obj['metadata'].get('name', '')}\" is forbidden: ValidatingAdmissionPolicy " \
                  f"'{policy['metadata']['name']}' with binding '{binding['metadata']['name']}' denied request: "
@@ -1238,7 +1252,9 @@ def _validating_policies(api: KubeApi, identity, operation: str, obj: dict, old:
             continue
         for validation in spec["validations"]:
             if not _holds(env, activation, validation["expression"], denied):
-                raise ApiError(403, denied + validation["message"])
+                # A validation without a `reason` answers Invalid, 422 (k8s.io/apiserver pkg/admission/plugin/
+                # policy/validating/dispatcher.go, reasonToCode).
+                raise ApiError(422, denied + validation["message"])
 
 
 def _holds(env: Any, activation: Any, expression: str, denied: str) -> bool:

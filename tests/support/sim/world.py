@@ -199,12 +199,18 @@ class KubeApi:
 
     def patch_status(self, identity: pki.Identity, kind: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         self.authorize(identity, "patch", f"{kind}/status", "", name)
-        obj = self.objects.get(_key(kind, None, name))
-        if obj is None:
+        old = self.objects.get(_key(kind, None, name))
+        if old is None:
             raise ApiError(404, f'{kind.lower()}s "{name}" not found')
-        obj["status"] = _merge(obj.get("status") or {}, patch, delete_nulls=True)
-        self._react("update", obj)
-        return copy.deepcopy(obj)
+        # The status strategy resets only `spec`: metadata from the request, labels too, is kept (kubernetes
+        # pkg/registry/core/node/strategy.go nodeStatusStrategy PrepareForUpdate, GetResetFields).
+        new = _merge(copy.deepcopy(old), {key: value for key, value in patch.items() if key != "spec"},
+                     delete_nulls=True)
+        for hook in self.admission:
+            new = hook(identity, "UPDATE", new, old, "status")
+        self.objects[_key(kind, None, name)] = new
+        self._react("update", new)
+        return copy.deepcopy(new)
 
     def evict(self, identity: pki.Identity | None, namespace: str, name: str) -> None:
         """POST pods/<name>/eviction (kubernetes pkg/registry/core/pod/storage/eviction.go Create): a terminal pod is
