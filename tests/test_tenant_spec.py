@@ -803,3 +803,27 @@ def test_the_node_label_policy_covers_nodes_and_their_status_and_is_valid():
     (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
     assert rule["resources"] == ["nodes", "nodes/status"] and rule["operations"] == ["CREATE", "UPDATE"]
     assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+
+
+def test_the_tenant_user_cannot_fill_the_shared_etcd_with_events_or_leases():
+    """Events and leases count against the object quota like every other kind the user may create; with the quota
+    of before, which counted neither, the same creates had no bound."""
+    from components.kube import ApiError
+    from tests.support.lifecycle_support import running_kind_lab
+
+    sim = running_kind_lab(one_tenant=True)
+    api = sim.world.tenant_api(sim.config["tenants"][0]["name"])
+    quota = api.find("ResourceQuota", "default", tenant_spec.OBJECT_QUOTA_NAME)
+    for version, kind, key in (("v1", "Event", "count/events"),
+                               ("coordination.k8s.io/v1", "Lease", "count/leases.coordination.k8s.io")):
+        def create(number: int, version: str = version, kind: str = kind) -> None:
+            api.create(None, {"apiVersion": version, "kind": kind, "metadata": {"name": f"x{number}",
+                                                                                  "namespace": "default"}})
+
+        limit = int(quota["spec"]["hard"][key])
+        for number in range(limit):
+            create(number)
+        with pytest.raises(ApiError, match=f"exceeded quota: {tenant_spec.OBJECT_QUOTA_NAME}, requested: {key}=1"):
+            create(limit)
+        del quota["spec"]["hard"][key]
+        create(limit)

@@ -1146,6 +1146,8 @@ def _tenant_admission(world: World, api: KubeApi, identity, operation: str, obj:
                       subresource: str = "") -> dict:
     if obj.get("kind") != "Pod" or operation != "CREATE":
         _validating_policies(api, identity, operation, obj, old, subresource)
+        if operation == "CREATE" and obj["metadata"].get("namespace"):
+            _object_count_quota(api, obj)
         return obj
     features = _features(api)
     namespace = obj["metadata"].get("namespace") or "default"
@@ -1211,6 +1213,31 @@ def _namespace_selected(api: KubeApi, selector: dict[str, Any], namespace: str) 
               "kubernetes.io/metadata.name": namespace}
     return all((labels.get(e["key"]) in e["values"]) == (e["operator"] == "In")
                for e in selector.get("matchExpressions", []))
+
+
+def _plural(kind: str) -> str:
+    """A kind's resource name (k8s.io/apimachinery pkg/api/meta/restmapper.go UnsafeGuessKindToResource)."""
+    lower = kind.lower()
+    return lower + "es" if lower.endswith("s") else lower[:-1] + "ies" if lower.endswith("y") else lower + "s"
+
+
+def _object_count_quota(api: KubeApi, obj: dict) -> None:
+    """kube-apiserver's ResourceQuota admission for an object count: `count/<plural>.<group>` (core: no group) refuses
+    the create past `hard` (kubernetes pkg/quota/v1/generic/evaluator.go ObjectCountQuotaResourceNameFor,
+    plugin/pkg/admission/resourcequota/controller.go)."""
+    namespace, kind = obj["metadata"]["namespace"], obj["kind"]
+    for quota in api.list("ResourceQuota", namespace):
+        hard = {key: value for key, value in ((quota.get("spec") or {}).get("hard") or {}).items()
+                if key.startswith("count/")}
+        if not hard:
+            continue
+        group = obj["apiVersion"].rpartition("/")[0]
+        key = f"count/{_plural(kind)}" + (f".{group}" if group else "")
+        used = len(api.list(kind, namespace))
+        if key in hard and used + 1 > int(str(hard[key])):
+            raise ApiError(403, f'{_plural(kind)} "{obj["metadata"]["name"]}" is forbidden: exceeded quota: '
+                                f'{quota["metadata"]["name"]}, requested: {key}=1, used: {key}={used}, '
+                                f'limited: {key}={hard[key]}')
 
 
 def _validating_policies(api: KubeApi, identity, operation: str, obj: dict, old: dict | None,

@@ -88,7 +88,7 @@ class KubeApi:
         default_factory=lambda: {
             "Namespace", "Secret", "ConfigMap", "ServiceAccount", "Service", "Pod", "Node", "ResourceQuota",
             "NetworkPolicy", "Deployment", "DaemonSet", "StatefulSet", "Role", "RoleBinding", "ClusterRole",
-            "ClusterRoleBinding", "RuntimeClass", "Lease", "EndpointSlice", "CustomResourceDefinition",
+            "ClusterRoleBinding", "RuntimeClass", "Lease", "Event", "EndpointSlice", "CustomResourceDefinition",
             # admissionregistration.k8s.io/v1, served by every API server since Kubernetes 1.30.
             "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
         }
