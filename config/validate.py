@@ -474,11 +474,10 @@ def _container_name_issues(config: StackConfig, tenants: Indexed) -> list[Config
 
 
 def _known_networks(config: StackConfig) -> list[tuple[str, ipaddress.IPv4Network]]:
-    """The real networks the stack knows, by config key: the servers', the operators', the load-balancer pool's."""
+    """The real networks the stack knows, by config key: the servers' and the load-balancer pool's. Operators'
+    networks are not among them: tenant nodes never route to them."""
     management = config.management
-    known = [(f"management.{key}[{i}]", cidr) for key, cidrs in
-             (("workerCidrs", management.worker_cidrs), ("operatorCidrs", management.operator_cidrs))
-             for i, cidr in enumerate(cidrs)]
+    known = [(f"management.workerCidrs[{i}]", cidr) for i, cidr in enumerate(management.worker_cidrs)]
     known += [(f"tenants[{t}].workerCidrs[{i}]", cidr)
               for t, tenant in enumerate(config.tenants) for i, cidr in enumerate(tenant.worker_cidrs)]
     # Wider than a /8 is "anyone" (allowAnySource), not a network.
@@ -509,7 +508,10 @@ def _known_network_issues(config: StackConfig, allocated: list[Tenant]) -> list[
     for index, (given, tenant) in enumerate(zip(config.tenants, allocated, strict=True)):
         for key, cidr, explicit in (("serviceCidr", tenant.service_cidr, given.service_cidr),
                                     ("podCidr", tenant.pod_cidr, given.pod_cidr)):
-            other = next(((k, n) for k, n in known if n.overlaps(ipaddress.IPv4Network(cidr))), None)
+            network = ipaddress.IPv4Network(cidr)
+            # A workerCidrs entry wider than the range is an allow-list that may hold it, not a collision.
+            other = next(((k, n) for k, n in known if n.overlaps(network)
+                          and not (k.endswith("]") and "workerCidrs" in k and n.prefixlen < network.prefixlen)), None)
             if other is None:
                 continue
             how = "as set" if explicit else "picked by the tenant's name"

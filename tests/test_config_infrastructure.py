@@ -90,11 +90,9 @@ POD = automatic_block("team-a", "podCidr")
 
 
 @pytest.mark.parametrize("change, key, other", [
-    # The automatic pod range of team-a, inside a network of the servers.
-    (lambda r: r["management"].update(workerCidrs=[str(ipaddress.ip_network(POD).supernet(2))]),
+    # A network of the servers inside the automatic pod range of team-a.
+    (lambda r: r["management"].update(workerCidrs=[str(next(ipaddress.ip_network(POD).subnets(new_prefix=24)))]),
      "podCidr", "management.workerCidrs[0]"),
-    (lambda r: r["management"].update(operatorCidrs=["192.168.0.0/24", POD]), "podCidr",
-     "management.operatorCidrs[1]"),
     (lambda r: r["tenants"][0].update(workerCidrs=[POD]), "podCidr", "tenants[0].workerCidrs[0]"),
     (lambda r: r["tenants"][0].update(serviceCidr="10.20.255.0/24"), "serviceCidr", "management.loadBalancerPool"),
     (lambda r: r["tenants"][0].update(serviceCidr="10.20.1.0/24"), "serviceCidr", "tenants[0].workers[0].ssh.host"),
@@ -110,6 +108,14 @@ def test_tenant_ranges_stay_clear_of_the_networks_the_stack_knows(change, key, o
     # The free range offered is clear of everything the stack knows.
     free = ipaddress.ip_network(text.rsplit(f"{key}: ", 1)[1].split()[0])
     raw["tenants"][0][key] = str(free)
+    load_stack_config(raw, SECRETS)
+
+
+def test_allow_lists_wider_than_a_tenant_range_and_operators_networks_are_no_collision():
+    """A corporate 10.0.0.0/8 in workerCidrs or operatorCidrs only admits sources: tenant nodes route to neither."""
+    raw = adopted()
+    raw["management"].update(workerCidrs=["10.0.0.0/8"], operatorCidrs=["10.0.0.0/8", POD])
+    raw["tenants"][0]["workerCidrs"] = [str(ipaddress.ip_network(POD).supernet(2))]
     load_stack_config(raw, SECRETS)
 
 

@@ -204,8 +204,6 @@ def test_nearly_any_source_is_refused_too_also_in_a_tenants_own_networks():
     assert set(found) == {"management.operatorCidrs[0]", "management.operatorCidrs[1]", "tenants[0].workerCidrs[0]"}
     raw["tenants"][0]["workerCidrs"] = ["10.0.0.0/8"]
     raw["management"]["operatorCidrs"] = ["10.30.0.0/24"]
-    # Tenant ranges stay clear of it (automatic ones come from 10.96.0.0/11 and 10.128.0.0/9).
-    raw["tenants"][0].update(serviceCidr="172.20.0.0/16", podCidr="172.21.0.0/16")
     assert valid(raw).tenants[0].worker_cidrs == ["10.0.0.0/8"]
 
 
