@@ -426,7 +426,7 @@ def check_one_docker(
 def check_kind_network(probes: Probes) -> CheckResult:
     name = KIND_SUBNET
     fix = (
-        "kind get clusters | xargs -r -n1 kind delete cluster --name && docker network rm kind   "
+        "make down (in every checkout whose lab uses it), then docker network rm kind   "
         "# kind recreates it on the next `make up`, from Docker's default-address-pools "
         "(/etc/docker/daemon.json): they must hand out /24 or larger networks"
     )
@@ -869,7 +869,7 @@ def check_routed_servers(probes: Probes, stack_config: dict) -> list[CheckResult
         f"{servers[0]}{more} could not reach its tenant's API or Konnectivity on the load-balancer address",
         "join the servers to a management cluster they reach (management.kubeconfig, docs/real-clusters.md); or, "
         "accepting that every port of every container on the `kind` network opens to any host that routes to this "
-        "one: kind get clusters | xargs -r -n1 kind delete cluster --name && docker network rm kind && docker network "
+        "one: make down (in every checkout whose lab uses it), then docker network rm kind && docker network "
         "create -o com.docker.network.bridge.enable_ip_masquerade=true "
         "-o com.docker.network.bridge.gateway_mode_ipv4=nat-unprotected kind",
     )]

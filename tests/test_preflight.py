@@ -430,7 +430,7 @@ def test_kind_network_smaller_than_a_24_fails(subnet):
     result = check(NETWORK, answers={tuple(KIND_NETWORK): (
         0, f'[{{"Subnet":"fc00:f853:ccd:e793::/64"}},{{"Subnet":"{subnet}"}}]', "")})
     assert not result.ok and subnet in result.detail and "/24" in result.detail
-    assert result.fix.startswith("kind get clusters | xargs -r -n1 kind delete cluster --name && docker network rm kind")
+    assert result.fix.startswith("make down (in every checkout whose lab uses it), then docker network rm kind")
     assert "default-address-pools" in result.fix
 
 
