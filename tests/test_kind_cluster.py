@@ -212,7 +212,11 @@ def test_ipv4_subnet_on_an_ipv6_only_network_explains_the_fix(subnets):
     with pytest.raises(ValueError, match=r"docker network 'kind' has no IPv4 subnet") as raised:
         ipv4_subnet(subnets)
     message = str(raised.value)
-    assert "docker network rm kind" in message
+    assert "docker network rm kind" in message and "make down" in message
+    # One line for the operator, not a traceback, also raised in an apply.
+    assert isinstance(raised.value, pulumi.RunError)
+    with pytest.raises(pulumi.RunError, match="overlaps the `kind` network"):
+        kind_cluster.clear_of_tenants("10.97.0.0/16", {"tenants[0].podCidr": "10.97.0.0/20"})
     assert f"found: {KIND_SUBNET_V6}" in message if subnets and subnets[0] else "found: none" in message
 
 

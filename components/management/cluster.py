@@ -108,6 +108,11 @@ def parse_create_output(stdout: str) -> KindOutput:
     return KindOutput(subnets=[s for s in subnets if s], kubeconfig=kubeconfig)
 
 
+class KindNetworkError(pulumi.RunError, ValueError):
+    """The kind network cannot serve the stack: one line, no traceback (the language host prints a RunError so,
+    also one raised in an apply: pulumi runtime/stack.py re-raises the RPC manager's unhandled exception)."""
+
+
 def ipv4_subnet(subnets: Sequence[str | None], network: str = KIND_NETWORK) -> str:
     """The first IPv4 subnet among a docker network's IPAM entries (kind lists its IPv6 range first)."""
     for subnet in subnets:
@@ -120,10 +125,10 @@ def ipv4_subnet(subnets: Sequence[str | None], network: str = KIND_NETWORK) -> s
         if parsed.version == 4:
             return str(parsed)
     found = ", ".join(s for s in subnets if s) or "none"
-    raise ValueError(
+    raise KindNetworkError(
         f"docker network {network!r} has no IPv4 subnet (found: {found}); MetalLB needs one for the "
-        f"tenant API server addresses. Delete all kind clusters, run `docker network rm {network}`, "
-        "and run `make up` again so kind recreates the network with an IPv4 range."
+        f"tenant API server addresses. Run `make down` in every checkout whose lab uses it, then "
+        f"`docker network rm {network}`, and `make up` again so kind recreates the network with an IPv4 range."
     )
 
 
@@ -131,9 +136,9 @@ def clear_of_tenants(subnet: str, tenant_ranges: dict[str, str]) -> str:
     """The kind subnet, once no tenant range overlaps it: Docker picks it only when kind creates the network."""
     for key, cidr in tenant_ranges.items():
         if ipaddress.ip_network(subnet).overlaps(ipaddress.ip_network(cidr)):
-            raise ValueError(f"{key} = {cidr!r} overlaps the `kind` network {subnet}: the tenant's nodes would take "
-                             f"its addresses (the management node's, MetalLB's) for their own; set {key} to a range "
-                             "outside it")
+            raise KindNetworkError(f"{key} = {cidr!r} overlaps the `kind` network {subnet}: the tenant's nodes "
+                                   f"would take its addresses (the management node's, MetalLB's) for their own; set "
+                                   f"{key} to a range outside it")
     return subnet
 
 
