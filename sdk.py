@@ -68,7 +68,6 @@ def stack_outputs() -> dict[str, Any]:
     return dict(getattr(pulumi.runtime.get_root_resource(), "outputs", None) or {})
 
 
-
 def host_error_text(error: BaseException, messages: tuple[type[BaseException], ...]) -> str:
     """What a failed dynamic-provider call reports: the message of an error of `messages`, else its traceback."""
     if isinstance(error, messages):
@@ -85,4 +84,4 @@ def report_host_errors_by_message(messages: tuple[type[BaseException], ...]) -> 
             or not hasattr(host, "_abort_with_traceback"):
         return
     host.traceback = types.SimpleNamespace(  # type: ignore[union-attr]
-        format_exc=lambda: host_error_text(sys.exc_info()[1], messages))  # type: ignore[arg-type]
+        **{**vars(traceback), "format_exc": lambda: host_error_text(sys.exc_info()[1], messages)})  # type: ignore

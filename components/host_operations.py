@@ -33,7 +33,7 @@ from components.tenant import spec
 from sdk import report_host_errors_by_message
 
 # What the providers raise with a message for the operator (a bug's exception keeps its traceback).
-OPERATOR_ERRORS = (RuntimeError, TimeoutError, ValueError, ApiError, kube.KubeconfigError)
+OPERATOR_ERRORS = (RuntimeError, TimeoutError, ApiError, kube.KubeconfigError)
 report_host_errors_by_message(OPERATOR_ERRORS)
 
 # --------------------------------------------------------------------------- #

@@ -69,7 +69,7 @@ def test_a_version_the_pinned_kamaji_does_not_accept_is_refused():
 def test_the_version_resource_refuses_in_its_diff_and_records_nothing_else():
     provider = tenant_operations.TenantVersionProvider()
     olds = {"tenant": "tenant-a", "version_key": KEY, "control_plane": "v1.36.1"}
-    with pytest.raises(ValueError, match=r"tenants\[0\]\.kubernetesVersion: v1\.35\.5 is older"):
+    with pytest.raises(RuntimeError, match=r"tenants\[0\]\.kubernetesVersion: v1\.35\.5 is older"):
         provider.diff("tenant-a", olds, {**olds, "control_plane": "v1.35.5"})
     assert provider.diff("tenant-a", olds, {**olds, "control_plane": "v1.36.1"}).changes is False
     # Reordered tenants move the key, which is no change.

@@ -65,7 +65,7 @@ class TenantVersionProvider(HostOperationProvider):
         if isinstance(current, str) and isinstance(wanted, str):
             problem = upgrade.version_change_problem(str(news.get("version_key")), current, wanted)
             if problem is not None:
-                raise ValueError(problem)
+                raise RuntimeError(problem)
         # The key moves when tenants are reordered; only the version is a change.
         return DiffResult(changes=current != wanted)
 
