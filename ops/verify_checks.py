@@ -250,9 +250,9 @@ def check_control_plane(management: KubeClient, tenant: TenantTarget, cluster: s
     where = f"TenantControlPlane {tenant.namespace}/{tenant.control_plane}"
     # The stack's output, not a kubectl context: kind-create.sh keeps kind's kubeconfig private, and an adopted
     # cluster's context has its own name.
-    fix = ("(umask 077; pulumi stack output managementKubeconfig --show-secrets > mgmt.kubeconfig); "
-           f"KUBECONFIG=mgmt.kubeconfig kubectl -n {tenant.namespace} describe tcp {tenant.control_plane}; "
-           "KUBECONFIG=mgmt.kubeconfig kubectl -n kamaji-system logs deploy/kamaji")
+    # Read through a pipe (bash process substitution): the credential, system:masters, never lands on disk.
+    fix = ("k() { KUBECONFIG=<(pulumi stack output managementKubeconfig --show-secrets) kubectl \"$@\"; }; "
+           f"k -n {tenant.namespace} describe tcp {tenant.control_plane}; k -n kamaji-system logs deploy/kamaji")
     try:
         tcp = management.find("TenantControlPlane", tenant.control_plane, tenant.namespace)
     except ApiError as error:
