@@ -18,6 +18,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from components.kube import ApiError, UnreachableError
 from config import upgrade
+from tests.support import cel
 from tests.support.sim import pki
 from tests.support.sim.world import (
     CLUSTER_ADMINS,
@@ -1265,36 +1266,14 @@ def _validating_policies(api: KubeApi, identity, operation: str, obj: dict, old:
         selector = (bound.get("matchResources") or {}).get("namespaceSelector")
         if selector and (not namespace or not _namespace_selected(api, selector, namespace)):
             continue
-        import celpy  # requirements-dev.txt
-
-        env = celpy.Environment()
-        activation = celpy.json_to_cel({"request": {"operation": operation, "resource": {"resource": resource},
-                                                    "userInfo": {"username": getattr(identity, "user", ""),
-                                                                 "groups": list(getattr(identity, "groups", ()))}},
-                                        "object": obj, "oldObject": old})
-        denied = f"{resource} \"{obj['metadata'].get('name', '')}\" is forbidden: ValidatingAdmissionPolicy " \
-                 f"'{policy['metadata']['name']}' with binding '{binding['metadata']['name']}' denied request: "
-
-        if not all(_holds(env, activation, c["expression"], denied) for c in spec.get("matchConditions", [])):
-            continue
-        for validation in spec["validations"]:
-            if not _holds(env, activation, validation["expression"], denied):
-                # A validation without a `reason` answers Invalid, 422 (k8s.io/apiserver pkg/admission/plugin/
-                # policy/validating/dispatcher.go, reasonToCode).
-                raise ApiError(422, denied + validation["message"])
-
-
-def _holds(env: Any, activation: Any, expression: str, denied: str) -> bool:
-    """One CEL expression; an evaluation error denies (failurePolicy Fail)."""
-    import celpy
-
-    try:
-        result = env.program(env.compile(expression)).evaluate(activation)
-    except celpy.CELEvalError as error:
-        result = error
-    if isinstance(result, celpy.CELEvalError):
-        raise ApiError(403, f"{denied}expression '{expression}' resulted in error: {result}")
-    return bool(result)
+        refused = cel.denial(spec, getattr(identity, "user", ""), tuple(getattr(identity, "groups", ())), operation,
+                             resource, obj, old)
+        if refused is not None:
+            # A validation without a `reason` answers Invalid, 422 (k8s.io/apiserver pkg/admission/plugin/policy/
+            # validating/dispatcher.go, reasonToCode).
+            raise ApiError(422, f"{resource} \"{obj['metadata'].get('name', '')}\" is forbidden: "
+                                f"ValidatingAdmissionPolicy '{policy['metadata']['name']}' with binding "
+                                f"'{binding['metadata']['name']}' denied request: {refused}")
 
 
 def _selected(pod: dict[str, Any], node: dict[str, Any]) -> bool:
