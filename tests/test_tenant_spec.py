@@ -14,6 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from components.gpu.values import hami_pod_policy, hami_token_policy
 from components.management.kamaji import kamaji_values
 from components.tenant import spec as tenant_spec
 from config import Quota, Versions, Worker, load_stack_config
@@ -796,13 +797,15 @@ def test_only_the_program_sets_node_restriction_labels(user, groups, operation, 
     assert admits(spec, user, operation, "nodes", new, old, (*groups, "system:authenticated"), subresource) is allowed
 
 
-def test_the_node_label_policy_covers_nodes_and_their_status_and_is_valid():
-    policy, binding = tenant_spec.node_label_policy()
-    for manifest in (policy, binding):
+@pytest.mark.parametrize("policy", [tenant_spec.node_label_policy, hami_token_policy, hami_pod_policy])
+def test_every_admission_policy_is_a_valid_binding_that_denies_and_fails_closed(policy):
+    manifests = policy()
+    for manifest in manifests:
         kubernetes_validate.validate(manifest, "1.35.0", strict=True)
-    (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
-    assert rule["resources"] == ["nodes", "nodes/status"] and rule["operations"] == ["CREATE", "UPDATE"]
-    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+    definition, binding = manifests
+    assert definition["spec"]["failurePolicy"] == "Fail"
+    assert binding["spec"]["policyName"] == definition["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
 
 
 def test_the_tenant_user_cannot_fill_the_shared_etcd_with_events_or_leases():
