@@ -16,6 +16,7 @@ from config import ConfigError, load_stack_config, upgrade
 from naming import JOIN_ANNOTATION
 from tests.support.lifecycle_support import (
     adopt_lab,
+    block_drain,
     changed_by_owner,
     kind_lab,
     one_tenant_stack,
@@ -275,18 +276,6 @@ def test_a_containers_new_image_is_pulled_before_its_drain(tenant_a_upgraded):
     steps = [(s.name, s.op) for s in plan.steps]
     for worker in ("tenant-a-worker-0", "tenant-a-worker-1"):
         assert steps.index((f"{worker}-image", "replace")) < steps.index((f"{worker}-drain", "update")), plan.render()
-
-
-def block_drain(api, node: str) -> None:
-    """Pod default/db-0 on `node`, under a PodDisruptionBudget that allows no disruption (minAvailable 1 of 1)."""
-    api.put({"apiVersion": "v1", "kind": "Pod",
-             "metadata": {"name": "db-0", "namespace": "default", "labels": {"app": "db"}},
-             "spec": {"nodeName": node, "containers": [{"name": "db", "image": "db"}]},
-             "status": {"phase": "Running"}})
-    api.put({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-             "metadata": {"name": "db", "namespace": "default", "generation": 1},
-             "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}},
-             "status": {"observedGeneration": 1, "disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1}})
 
 
 def test_a_drain_blocked_by_a_disruption_budget_names_the_pod_and_the_next_up_finishes(two_workers):

@@ -32,6 +32,7 @@ from components.worker.node import (
 )
 from config.models import KIND_NODE_IMAGES
 from naming import LABEL_ROLE, LABEL_STACK, LABEL_TENANT, LABEL_WORKER
+from tests.support.lifecycle_support import block_drain
 from tests.support.mockrun import ProgramFailedError, ProgramRun, registered
 from tests.support.sim import Lifecycle, hostapi, systems
 from tests.support.sim.scripts import invocation
@@ -436,17 +437,13 @@ def test_a_replaced_container_leaves_and_joins_again_and_a_removed_worker_is_res
 
 def _pods_on(api, node: str) -> None:
     """A Deployment's pod, a DaemonSet's pod and pod default/db-0 under a budget that allows no disruption."""
-    for name, owner, labels in (("web-0", "ReplicaSet", {"app": "web"}), ("agent-0", "DaemonSet", {"app": "agent"}),
-                                ("db-0", "StatefulSet", {"app": "db"})):
+    for name, owner, labels in (("web-0", "ReplicaSet", {"app": "web"}), ("agent-0", "DaemonSet", {"app": "agent"})):
         api.put({"apiVersion": "v1", "kind": "Pod",
                  "metadata": {"name": name, "namespace": "default", "labels": labels,
                               "ownerReferences": [{"kind": owner, "name": name[:-2], "controller": True}]},
                  "spec": {"nodeName": node, "containers": [{"name": "c", "image": "c"}]},
                  "status": {"phase": "Running"}})
-    api.put({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-             "metadata": {"name": "db", "namespace": "default", "generation": 1},
-             "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}},
-             "status": {"observedGeneration": 1, "disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1}})
+    block_drain(api, node)
 
 
 def _swap_worker(sim, worker: str) -> dict:

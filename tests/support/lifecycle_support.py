@@ -111,3 +111,15 @@ def kept_after_destroy(sim: Lifecycle) -> list[str]:
     if config.management.runs_image_mirror:
         kept.append(f"volume {cache_volume_name(config.management.cluster_name)}")
     return kept
+
+
+def block_drain(api, node: str) -> None:
+    """Pod default/db-0 on `node`, under a PodDisruptionBudget that allows no disruption (minAvailable 1 of 1)."""
+    api.put({"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"name": "db-0", "namespace": "default", "labels": {"app": "db"}},
+             "spec": {"nodeName": node, "containers": [{"name": "db", "image": "db"}]},
+             "status": {"phase": "Running"}})
+    api.put({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+             "metadata": {"name": "db", "namespace": "default", "generation": 1},
+             "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}},
+             "status": {"observedGeneration": 1, "disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1}})
