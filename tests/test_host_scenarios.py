@@ -104,8 +104,8 @@ def _second_stack(world: World, *, cluster: str | None = SECOND, tenants: tuple[
 def _owned(world: World, stack: str, cluster: str) -> dict[str, set[str]]:
     """What on the Docker host carries a stack's label, the cache volume named after its cluster (it carries no
     label, see components/management/image_cache.py), and the kind clusters it marked."""
+    from components.management.cluster import STACK_LABEL
     from components.management.image_cache import cache_volume_name
-    from tests.support.sim.scripts import STACK_LABEL
 
     def owner(name: str) -> str:
         return world.kind[name].api.find("Node", None, f"{name}-control-plane")["metadata"]["labels"][STACK_LABEL]

@@ -23,6 +23,7 @@ import yaml
 
 from components import shell
 from components.kube import ApiError, UnreachableError
+from components.management.cluster import CHECKOUT_LABEL, STACK_LABEL
 from components.worker import access
 from tests.support.sim import systems
 from tests.support.sim.state import is_secret, plain
@@ -166,8 +167,6 @@ def run(world: World, invocation: Invocation) -> str:
 # --------------------------------------------------------------------------- #
 # kind (components/management/scripts/kind-create.sh, kind-delete.sh)
 # --------------------------------------------------------------------------- #
-
-STACK_LABEL, CHECKOUT_LABEL = "gpu-tenancy.io/stack", "gpu-tenancy.io/checkout"
 
 
 def _owned(world: World, name: str, env: dict[str, str]) -> bool:
