@@ -251,8 +251,8 @@ def check_control_plane(management: KubeClient, tenant: TenantTarget, cluster: s
     # The stack's output, not a kubectl context: kind-create.sh keeps kind's kubeconfig private, and an adopted
     # cluster's context has its own name.
     # Read through a pipe (bash process substitution): the credential, system:masters, never lands on disk.
-    fix = ("k() { KUBECONFIG=<(pulumi stack output managementKubeconfig --show-secrets) kubectl \"$@\"; }; "
-           f"k -n {tenant.namespace} describe tcp {tenant.control_plane}; k -n kamaji-system logs deploy/kamaji")
+    fix = (f"KUBECONFIG=<(pulumi stack output managementKubeconfig --show-secrets) kubectl -n {tenant.namespace} "
+           f"describe tcp {tenant.control_plane} (then the same with -n kamaji-system logs deploy/kamaji)")
     try:
         tcp = management.find("TenantControlPlane", tenant.control_plane, tenant.namespace)
     except ApiError as error:

@@ -257,8 +257,8 @@ def test_control_plane_not_ready(platform, clock, tmp_path, capsys):
     assert "tenant-a/tenant-a is Provisioning → the tenant API server is not serving" in result.detail
     # kind writes a private kubeconfig (kind-create.sh) and an adopted cluster has its own: the stack output
     # serves both.
-    assert result.fix == ("k() { KUBECONFIG=<(pulumi stack output managementKubeconfig --show-secrets) kubectl "
-                          "\"$@\"; }; k -n tenant-a describe tcp tenant-a; k -n kamaji-system logs deploy/kamaji")
+    assert result.fix == ("KUBECONFIG=<(pulumi stack output managementKubeconfig --show-secrets) kubectl -n tenant-a "
+                          "describe tcp tenant-a (then the same with -n kamaji-system logs deploy/kamaji)")
     code, out, _ = run_main(platform, tmp_path, FakeClock(), capsys)
     assert code == 1
     assert "verify failed: 1 of 48 checks failed (tenant-a: 1)" in out
